@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call: the GPU tests, the golden check against the
+# upstream kernel's digests, and the measurements whose results are committed under
+# benchmarks/results/<device_key>/. Each stage logs to $OUT/results/<stage>.log; the results
+# folder is packed into $OUT/results.tgz (the device tool brings back few files); a table of
+# stages, exit codes and times is printed last.
+#
+#   OUT=/tmp/run bash benchmarks/run_gpu.sh test golden tune sweep bench e2e verify
+#
+# Stages:
+#   test    pytest -m gpu (every GPU-marked test)
+#   golden  the 18 golden cases: ../shared/golden/check.py, or $GOLDEN/check.py
+#   tune    ssmdecode tune, headline shape, into $OUT/results/configs (copy the table into
+#           src/ssmdecode/configs/ to ship it)
+#   sweep   ssmdecode sweep: every (BLOCK_M, warps) of the upstream grid at batch 8, 128, 512
+#   bench   ssmdecode bench: the headline shape, upstream configs vs the table, 11 batches;
+#           and the issue-4 shapes (dstate 64 and 256, head dim 128, bf16 state)
+#   e2e     ssmdecode e2e at two presets, and the greedy identity check
+#   verify  ssmdecode verify of the table against upstream (VERIFY_ARGS narrows the grid)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ssmdecode-gpu}
+R=$OUT/results
+mkdir -p "$R"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+SSM=(python3 -m ssmdecode)
+HEADLINE=(--preset nemotron3-super --tp 8)
+# Tune candidates: the slot-major grid with cache hints, and the hints alone, at 4..64 state
+# elements per thread (the shapes that led the full-space runs of 2026-11-29; see
+# docs/performance.md), plus the tuner's own upstream and default.
+TUNE_CONFIGS=(2,1,slot,evict 2,2,slot,evict 4,1,slot,evict 4,2,slot,evict 4,4,slot,evict
+              8,1,slot,evict 8,2,slot,evict 8,4,slot,evict 16,1,slot 16,1,slot,evict
+              16,4,slot,evict 2,1,evict 4,1,evict 8,2,evict 8,4,evict 16,4,evict)
+BUCKETS=(1 2 4 8 16 32 64 128 256 512 1024)
+UPSTREAM_BEST=(upstream default 4,1 8,2 16,4 16,8)
+
+stage_test() { python3 -m pytest -m gpu -q -p no:cacheprovider tests; }
+stage_golden() {
+  local g=${GOLDEN:-../shared/golden}
+  [ -f "$g/check.py" ] || g=.golden
+  python3 "$g/check.py"
+}
+stage_tune() {
+  # two halves, so a run cut short still leaves the first half's table
+  "${SSM[@]}" tune "${HEADLINE[@]}" --config "${TUNE_CONFIGS[@]}" --batch 1 2 4 8 16 32 \
+      --out-dir "$R/configs" --out "$R/tune-small" &&
+  "${SSM[@]}" tune "${HEADLINE[@]}" --config "${TUNE_CONFIGS[@]}" --batch 64 128 256 512 1024 \
+      --out-dir "$R/configs" --out "$R/tune-large"
+}
+stage_sweep() { "${SSM[@]}" sweep "${HEADLINE[@]}" --space basic --batch 8 128 512 --out "$R/sweep"; }
+stage_bench() {
+  "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
+      --out "$R/bench" || return
+  local shape
+  for shape in "--dstate 64" "--dstate 256" "--headdim 128" "--state-dtype bfloat16"; do
+    # shellcheck disable=SC2086
+    "${SSM[@]}" bench "${HEADLINE[@]}" $shape --batch 8 128 256 512 1024 \
+        --config upstream default table --out "$R/bench-${shape// /}" || return
+  done
+}
+stage_e2e() {
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 8 64 128 256 512 --out "$R/e2e-nemotron3-super-tp8" &&
+  "${SSM[@]}" e2e --preset mamba2-2.7b --batch 8 64 128 256 512 --out "$R/e2e-mamba2-2.7b" || return
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --greedy --out "$R/e2e-greedy"
+}
+stage_verify() {
+  # shellcheck disable=SC2086
+  "${SSM[@]}" verify ${VERIFY_ARGS:-} --out "$R/verify"
+}
+
+declare -a SUMMARY
+for stage in "$@"; do
+  start=$(date +%s)
+  echo "=== $stage ($(date -u +%H:%M:%S))"
+  "stage_$stage" > "$R/$stage.log" 2>&1
+  rc=$?
+  last=$(grep -v '^\s*$' "$R/$stage.log" | tail -n 1 | cut -c1-90)
+  SUMMARY+=("$(printf '%-8s rc=%-3s %5ss  %s' "$stage" "$rc" "$(( $(date +%s) - start ))" "$last")")
+  tar -czf "$OUT/results.tgz" -C "$OUT" results
+done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+printf '%s\n' "${SUMMARY[@]}"

@@ -1,0 +1,122 @@
+"""What the memory system allows: the same-bytes ceiling and the large-transfer peak.
+
+Ceiling, per call measured: an SM kernel that reads and writes exactly the state bytes of the
+call (batch x H x P x N x elem size, read once and written once), flat and contiguous, an
+in-place elementwise x *= 1.0000001, cold by the same rotation over disjoint buffers and timed
+by the same timer (ssmdecode.bench.timer). Small transfers never reach the large-transfer
+bandwidth (launch, ramp and tail), so each batch is held to its own ceiling, measured in the
+same run. Two kernels cross-check each other: a flat Triton stream (1024 fp32 per program, 4
+warps) and torch's in-place mul_; on an H200 they agreed (../shared/MEASURING.md).
+
+Not copy_: inside a CUDA graph it became a copy-engine memcpy and moved only 2.77 TB/s on an
+H200, well under what the SMs reach.
+
+Peak: the same in-place stream over a large buffer (512 MiB), reported beside the ceiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
+
+__all__ = [
+    "CEILING_KERNELS",
+    "PEAK_BYTES",
+    "Ceiling",
+    "bandwidth_tbps",
+    "measure_ceiling",
+    "measure_peak",
+    "peak_bytes",
+]
+
+PEAK_BYTES = 512 * 2**20
+# Under the interpreter each program of 1024 elements costs milliseconds: keep the CPU peak
+# buffer small. Its timing means nothing either way.
+_CPU_PEAK_BYTES = 64 * 2**10
+_STREAM_BLOCK = 1024
+_STREAM_WARPS = 4
+_SCALE = 1.0000001  # rounds to 1 + 2^-23 in fp32: every pass changes the data
+CEILING_KERNELS = ("triton", "torch")
+
+
+@triton.jit
+def _scale_in_place_kernel(p_buf, n_elements, scale, BLOCK: tl.constexpr):
+    # One program: BLOCK contiguous fp32, read once and written once.
+    i_p = tl.program_id(0).to(tl.int64)  # int64: buffers of the largest calls pass 2^31 elements
+    o_buf = i_p * BLOCK + tl.arange(0, BLOCK)
+    m_buf = o_buf < n_elements
+    b_buf = tl.load(p_buf + o_buf, mask=m_buf)
+    tl.store(p_buf + o_buf, b_buf * scale, mask=m_buf)
+
+
+def bandwidth_tbps(bytes_moved: int, us: float) -> float:
+    """Bandwidth in TB/s (10^12 bytes per second) of bytes_moved in us microseconds."""
+    return bytes_moved / (us * 1e-6) / 1e12 if us > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The in-place stream over nbytes (so 2 x nbytes moved), timed by each kernel."""
+
+    nbytes: int
+    timings: dict[str, Timing]  # kernel name ("triton", "torch") -> timing
+
+    @property
+    def us(self) -> float:
+        """The ceiling: the Triton stream's time (the SM kernel of the method)."""
+        return self.timings["triton"].us
+
+    @property
+    def tbps(self) -> float:
+        return bandwidth_tbps(2 * self.nbytes, self.us)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "nbytes": self.nbytes, "bytes_moved": 2 * self.nbytes, "us": self.us,
+            "tbps": self.tbps,
+            "kernels": {
+                name: {**t.to_dict(), "tbps": bandwidth_tbps(2 * self.nbytes, t.us)}
+                for name, t in self.timings.items()
+            },
+        }
+
+
+def _stream_calls(kernel: str, buffers: torch.Tensor) -> list[Callable[[], object]]:
+    """One in-place call per row of buffers [K, n] fp32."""
+    if kernel == "torch":
+        return [lambda row=row: row.mul_(_SCALE) for row in buffers]
+    n = buffers.shape[1]
+    grid = (triton.cdiv(n, _STREAM_BLOCK),)
+    return [
+        lambda row=row: _scale_in_place_kernel[grid](row, n, _SCALE, BLOCK=_STREAM_BLOCK,
+                                                     num_warps=_STREAM_WARPS)
+        for row in buffers
+    ]
+
+
+def measure_ceiling(nbytes: int, device: torch.device) -> Ceiling:
+    """The same-bytes ceiling of a call whose state is nbytes: each kernel streams nbytes in
+    place, rotating over disjoint flat buffers that together hold 3x the L2."""
+    n = max(1, -(-nbytes // 4))  # fp32 elements
+    rotation = cold_rotation(4 * n, device)
+    # Random values, not zeros, so nothing can shortcut the data.
+    buffers = torch.randn(rotation, n, device=device)
+    timings = {kernel: time_cold(_stream_calls(kernel, buffers), device)
+               for kernel in CEILING_KERNELS}
+    return Ceiling(nbytes=4 * n, timings=timings)
+
+
+def peak_bytes(device: torch.device) -> int:
+    """The buffer of the large-transfer peak: 512 MiB on a GPU, 64 KiB under the interpreter."""
+    return PEAK_BYTES if device.type == "cuda" else _CPU_PEAK_BYTES
+
+
+def measure_peak(device: torch.device) -> Ceiling:
+    """The large-transfer peak: the same in-place stream over peak_bytes(device)."""
+    return measure_ceiling(peak_bytes(device), device)

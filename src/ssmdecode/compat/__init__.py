@@ -1,0 +1,37 @@
+"""Drop-in adapters that take a serving engine's calling convention for the Triton decode kernel
+of Mamba (selective_state_update) and run ssmdecode's kernel instead.
+
+    ssmdecode.compat.sglang.selective_state_update   # sglang's mamba_ssm.selective_state_update
+    ssmdecode.compat.vllm.selective_state_update     # vLLM's mamba_ssm.selective_state_update
+
+Each adapter keeps its engine's argument names, order and defaults, its pad / null-slot
+sentinel, and its in-place `out` (required, written in place, nothing returned). Arguments of
+features ssmdecode does not implement yet (multi-token decode, speculative-decoding state
+bookkeeping, intermediate-state caches, stochastic rounding) raise NotImplementedError naming
+the argument: an adapter never drops an argument that would change what the engine computes.
+docs/compat.md maps every argument and names the engine file and version it was read from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__: list[str] = []  # the adapters live in the submodules; below, helpers they share
+
+
+def unsupported(engine: str, argument: str, feature: str) -> NotImplementedError:
+    """The error an adapter raises for an engine argument that ssmdecode cannot honour yet."""
+    return NotImplementedError(
+        f"ssmdecode.compat.{engine}: {argument} ({feature}) is not supported by ssmdecode yet; "
+        "call the engine's own kernel for this case"
+    )
+
+
+def require_out(engine: str, out: torch.Tensor | None) -> torch.Tensor:
+    """The engine's kernel writes into a preallocated `out` and returns nothing; so do we."""
+    if out is None:
+        raise TypeError(
+            f"ssmdecode.compat.{engine}: out is required: the engine's selective_state_update "
+            "writes its output in place into a preallocated tensor shaped like x and returns None"
+        )
+    return out

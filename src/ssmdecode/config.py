@@ -1,0 +1,307 @@
+"""Launch configurations of selective_state_update: the knobs, the search space, and the
+per-device tables that say which knobs to use.
+
+A launch config changes how the work is cut into programs, never what each row computes. Yet
+it can change the bits of `out`: the row sum over the state dim is a reduction whose order
+follows the register layout Triton derives from the tile (elements per thread along N, lanes
+along N, warps along N). On an H200 with Triton 3.6, (2,4), (2,8) and (4,8) gave different
+bits from the upstream (4,4) at dstate 128 (../shared/MEASURING.md). So no config is trusted
+to be identical: a table entry is written only by `ssmdecode tune`, after the config was
+compared bit for bit with `upstream_config` on the GPU.
+
+Lookup order for a call: `config=` argument, then the device's table, then `default_config`.
+Tables live in `configs/selective_state_update/<device_key>.json` inside the package, or in
+the folder named by the environment variable SSMDECODE_CONFIG_DIR.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+KERNEL = "selective_state_update"
+CONFIG_DIR_ENV = "SSMDECODE_CONFIG_DIR"
+PACKAGE_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+_STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_MAX_WARPS = 32
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How one call of selective_state_update is launched.
+
+    block_m: rows of the head dim P per program (a power of two).
+    num_warps: warps per program.
+    slot_major: grid order. False is the upstream order (row block fastest, then batch, then
+        head): consecutive programs walk one head of many slots. True walks row blocks, then
+        heads, then batch rows, so consecutive programs read each slot's [H, P, N] state in
+        memory order.
+    evict_first: cache hints. The state streams evict-first in L2 (each state is touched once
+        per step, so caching it only evicts the small inputs every program reads), and the slot
+        indices evict-last (every layer of a step reads them, and the state load waits on them).
+    """
+
+    block_m: int
+    num_warps: int
+    slot_major: bool = False
+    evict_first: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "num_warps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"LaunchConfig.{name} must be a positive int, got {value!r}")
+            if value & (value - 1):
+                raise ValueError(f"LaunchConfig.{name} must be a power of two, got {value}")
+        if self.num_warps > _MAX_WARPS:
+            raise ValueError(f"LaunchConfig.num_warps must be <= {_MAX_WARPS}, got {self.num_warps}")
+        for name in ("slot_major", "evict_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"LaunchConfig.{name} must be a bool, got {getattr(self, name)!r}")
+
+    @property
+    def label(self) -> str:
+        """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict)"."""
+        flags = [f for f, on in (("slot", self.slot_major), ("evict", self.evict_first)) if on]
+        return "(" + ",".join([str(self.block_m), str(self.num_warps), *flags]) + ")"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LaunchConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown LaunchConfig field(s) {sorted(unknown)}; known: {sorted(names)}")
+        return cls(**data)
+
+    @classmethod
+    def parse(cls, text: str) -> LaunchConfig:
+        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict"."""
+        parts = [p.strip() for p in text.strip().strip("()").split(",") if p.strip()]
+        if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+            raise ValueError(f"config {text!r}: expected 'BLOCK_M,WARPS[,slot][,evict]'")
+        flags = set(parts[2:])
+        if flags - {"slot", "evict"}:
+            raise ValueError(f"config {text!r}: unknown flag(s) {sorted(flags - {'slot', 'evict'})}")
+        return cls(int(parts[0]), int(parts[1]), "slot" in flags, "evict" in flags)
+
+
+def upstream_config(dstate: int) -> LaunchConfig:
+    """The launch config of the established upstream Triton kernel (mamba_ssm, and the copies
+    serving engines ship) for this state dim. Every other config must reproduce its bits."""
+    if dstate <= 16:
+        return LaunchConfig(32, 4)
+    if dstate <= 32:
+        return LaunchConfig(16, 4)
+    if dstate <= 64:
+        return LaunchConfig(8, 4)
+    if dstate <= 128:
+        return LaunchConfig(4, 4)
+    return LaunchConfig(4, 8)
+
+
+def default_config(dstate: int, state_dtype: torch.dtype = torch.float32) -> LaunchConfig:
+    """The config for a device with no table: upstream's, except (8,1) for 64 < dstate <= 128
+    with a float32 state (the seed's change: 1.29x at batch 512 on an H200, 0 mismatches with
+    (4,4) on 920 points). A 2-byte state keeps (4,4): with 8 elements to a 16-byte vector its
+    (8,1) tile has a different register layout along N, hence a different row-sum order."""
+    if 64 < dstate <= 128 and state_dtype == torch.float32:
+        return LaunchConfig(8, 1)
+    return upstream_config(dstate)
+
+
+def candidate_configs(
+    headdim: int, dstate: int, state_dtype: torch.dtype, space: str = "tune"
+) -> list[LaunchConfig]:
+    """Launch configs to search.
+
+    space="basic": every (block_m, num_warps) of the upstream grid, block_m 1 .. next power of
+        two of the head dim, 1 to 16 warps: the space the seed swept.
+    space="full": basic, each also with the slot-major grid and the cache hints.
+    space="tune": full, less what cannot be fast: under 4 state elements per thread (no
+        16-byte vector; on an H200 exactly these changed the row-sum order at dstate 128) or
+        over 64 (register-bound occupancy: (16,1) used 130 registers a thread, 12 warps/SM).
+    Whether a candidate keeps the upstream bits is decided by measurement on the GPU, not here.
+    """
+    if space not in ("basic", "full", "tune"):
+        raise ValueError(f"space must be 'basic', 'full' or 'tune', got {space!r}")
+    top = max(1, 1 << (headdim - 1).bit_length())
+    block_n = 1 << max(dstate - 1, 0).bit_length()
+    out = []
+    for block_m in (1 << i for i in range(top.bit_length())):
+        for num_warps in (1, 2, 4, 8, 16):
+            per_thread = block_m * block_n // (32 * num_warps)
+            if space == "tune" and not 4 <= per_thread <= 64:
+                continue
+            for slot_major in (False, True) if space != "basic" else (False,):
+                for evict_first in (False, True) if space != "basic" else (False,):
+                    out.append(LaunchConfig(block_m, num_warps, slot_major, evict_first))
+    del state_dtype  # the same space for every dtype; identity is measured per dtype
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+
+class TableError(ValueError):
+    """A config table file is malformed; the message names the file and the field."""
+
+
+def device_key(device: torch.device | int | str | None = None) -> str:
+    """The table name of a device: its CUDA name with non-alphanumerics as "_"
+    ("NVIDIA H200" -> "NVIDIA_H200"); "cpu" for a CPU device or when CUDA is not available."""
+    if isinstance(device, int):
+        device = torch.device("cuda", device)
+    elif device is not None:
+        device = torch.device(device)
+    if (device is not None and device.type != "cuda") or not torch.cuda.is_available():
+        return "cpu"
+    index = device.index if device is not None and device.index is not None else None
+    return _cuda_device_key(torch.cuda.current_device() if index is None else index)
+
+
+@functools.cache
+def _cuda_device_key(index: int) -> str:
+    return re.sub(r"[^0-9A-Za-z]", "_", torch.cuda.get_device_name(index))
+
+
+def table_key(headdim: int, dstate: int, state_dtype: torch.dtype | str) -> str:
+    """The readable entry key of a shape: "headdim=64 dstate=128 state=float32"."""
+    name = state_dtype if isinstance(state_dtype, str) else str(state_dtype).removeprefix("torch.")
+    if name not in _STATE_DTYPES:
+        raise ValueError(f"state dtype {name!r} is not one of {sorted(_STATE_DTYPES)}")
+    return f"headdim={headdim} dstate={dstate} state={name}"
+
+
+_KEY_RE = re.compile(r"^headdim=(\d+) dstate=(\d+) state=(float32|bfloat16|float16)$")
+
+
+def config_dir() -> Path:
+    """Where tables are looked up: $SSMDECODE_CONFIG_DIR, else the package's folder."""
+    env = os.environ.get(CONFIG_DIR_ENV)
+    return Path(env) if env else PACKAGE_CONFIG_DIR
+
+
+def table_path(device: str, directory: Path | None = None) -> Path:
+    """The table file of a device key, e.g. <dir>/selective_state_update/NVIDIA_H200.json."""
+    return (directory or config_dir()) / KERNEL / f"{device}.json"
+
+
+def _validate_table(path: Path, data: Any) -> dict[str, dict[int, LaunchConfig]]:
+    def fail(field: str, why: str) -> TableError:
+        return TableError(f"{path}: field {field!r}: {why}")
+
+    if not isinstance(data, dict):
+        raise fail("<root>", f"expected a JSON object, got {type(data).__name__}")
+    if data.get("kernel") != KERNEL:
+        raise fail("kernel", f"expected {KERNEL!r}, got {data.get('kernel')!r}")
+    entries = data.get("entries")
+    if not isinstance(entries, dict) or not entries:
+        raise fail("entries", "expected a non-empty object of shape keys")
+    table: dict[str, dict[int, LaunchConfig]] = {}
+    for key, buckets in entries.items():
+        if not _KEY_RE.match(key):
+            raise fail(f"entries.{key}", "key must read 'headdim=P dstate=N state=DTYPE'")
+        if not isinstance(buckets, dict) or not buckets:
+            raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
+        table[key] = {}
+        for bucket, cfg in buckets.items():
+            where = f"entries.{key}.{bucket}"
+            if not bucket.isdigit() or int(bucket) < 1:
+                raise fail(where, "batch bucket must be a positive integer string")
+            if not isinstance(cfg, dict):
+                raise fail(where, f"expected a config object, got {cfg!r}")
+            try:
+                table[key][int(bucket)] = LaunchConfig.from_dict(cfg)
+            except (TypeError, ValueError) as e:
+                raise fail(where, str(e)) from None
+    return table
+
+
+@functools.lru_cache(maxsize=32)
+def _load_table_cached(path: str, mtime_ns: int) -> dict[str, dict[int, LaunchConfig]]:
+    del mtime_ns  # part of the cache key: an edited file is read again
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise TableError(f"{p}: not valid JSON: {e}") from None
+    return _validate_table(p, data)
+
+
+def load_table(device: str, directory: Path | None = None) -> dict[str, dict[int, LaunchConfig]] | None:
+    """The validated table of a device key ({shape key: {batch bucket: config}}), or None when
+    the device has no table. Raises TableError on a malformed file."""
+    path = table_path(device, directory)
+    if not path.is_file():
+        return None
+    return _load_table_cached(str(path), path.stat().st_mtime_ns)
+
+
+def nearest_bucket(buckets: list[int], batch: int) -> int:
+    """The bucket nearest to batch in log2 distance; ties go to the smaller bucket."""
+    return min(sorted(buckets), key=lambda b: abs(math.log2(b) - math.log2(max(batch, 1))))
+
+
+def lookup_config(
+    headdim: int,
+    dstate: int,
+    state_dtype: torch.dtype,
+    batch: int,
+    device: torch.device | int | str | None = None,
+) -> LaunchConfig:
+    """The table's config for this shape and batch on this device, else default_config."""
+    return _lookup(headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lookup(
+    headdim: int, dstate: int, state_dtype: torch.dtype, batch: int, device: str, directory: str
+) -> LaunchConfig:
+    # Cached: a decode step calls this once per layer, so no file system work on the hot path.
+    # write_table clears it; so does clear_config_cache() for a table edited by hand.
+    table = load_table(device, Path(directory))
+    if table is not None:
+        buckets = table.get(table_key(headdim, dstate, state_dtype))
+        if buckets:
+            return buckets[nearest_bucket(list(buckets), batch)]
+    return default_config(dstate, state_dtype)
+
+
+def clear_config_cache() -> None:
+    """Forget cached lookups and tables (after a table file changed)."""
+    _lookup.cache_clear()
+    _load_table_cached.cache_clear()
+
+
+def write_table(
+    device: str,
+    entries: dict[str, dict[int, LaunchConfig]],
+    meta: dict[str, Any],
+    directory: Path | None = None,
+) -> Path:
+    """Write a device's table (the tuner's job): meta fields, then entries with sorted shape
+    keys and batch buckets in numeric order, indent 2, newline at end. Validates what it
+    writes by loading it back."""
+    data: dict[str, Any] = {"kernel": KERNEL, "device_key": device, **meta}
+    data["entries"] = {
+        shape: {str(b): cfgs[b].to_dict() for b in sorted(cfgs)} for shape, cfgs in sorted(entries.items())
+    }
+    path = table_path(device, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    load_table(device, directory)
+    clear_config_cache()
+    return path

@@ -1,0 +1,2 @@
+"""Small models built from ssmdecode's kernels, for end-to-end measurement and checks
+(`ssmdecode e2e`): mamba2.py holds a Mamba2 decode layer stack and a random-weight LM."""

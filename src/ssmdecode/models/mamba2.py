@@ -1,0 +1,298 @@
+"""Batched single-token decode through a stack of Mamba2 layers, at one tensor-parallel rank's
+shapes, with random weights: the setting in which `ssmdecode e2e` weighs selective_state_update
+against the rest of a decode step, and checks that a launch config leaves greedy outputs alone.
+
+One layer, for a batch of rows each holding a state slot (B rows, d model width, H heads, P head
+dim, N state dim, G groups, W conv width, S slots; E = H*P the inner width, X = E + 2*G*N):
+
+    h           = RMSNorm(hidden)                                     [B, d]
+    z, xBC, dt  = split(h @ W_in^T)                                   [B, E], [B, X], [B, H]
+    window      = shift_left(conv_state[slot]) <- xBC                 conv_state [S, X, W]
+    xBC         = silu(sum_w window * w_conv + b_conv)                [B, X]
+    x, B, C     = split(xBC)                                          [B, H, P], [B, G, N] x 2
+    y           = selective_state_update(ssm_state, x, dt, A, B, C, D, dt_bias,
+                                         dt_softplus=True, slots)     ssm_state [S, H, P, N]
+    y           = RMSNorm over groups of E/G channels (y * silu(z))   [B, E]
+    hidden      = hidden + y @ W_out^T                                [B, d]
+
+As in the engines, x, B and C are strided views of one tensor, dt is a strided slice of the
+in-projection expanded over P with stride 0, and A, D, dt_bias are per-head vectors expanded
+the same way (the kernel's tied-head-dim path). The gate is applied in the norm, not in the
+kernel (z=None), as Mamba2 does.
+
+A rank of a tensor-parallel engine would also all-reduce after the out-projection and, where
+groups are replicated over ranks, reduce the gated norm's variance across ranks; a single GPU
+runs neither, so the step here is the per-rank compute only.
+
+CUDA graphs: `step` has static shapes and makes no host synchronization; its slot indices are
+a device tensor, so replays can move the batch to other slots by copying into that tensor. The
+state pools are allocated once, here; intermediates (the kernel's `out` among them) are plain
+allocations, which under capture come from the graph's private pool at the same addresses on
+every replay.
+
+Rows marked with NULL_SLOT (slot 0, vLLM's convention) are padding: the SSM state of slot 0 is
+never read or written, and the conv state of slot 0 is scratch that padded rows write.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ssmdecode.bench.presets import ModelPreset, Shape, per_rank
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update import selective_state_update
+
+__all__ = [
+    "NULL_SLOT",
+    "Mamba2DecodeStack",
+    "Mamba2Dims",
+    "Mamba2LM",
+    "conv_state_update",
+    "gated_rms_norm",
+    "greedy_generate",
+    "rms_norm",
+]
+
+NULL_SLOT = 0
+"""The state slot of padded rows; real rows use slots 1..S-1."""
+
+
+@dataclass(frozen=True)
+class Mamba2Dims:
+    """One rank's sizes of a Mamba2 layer: the kernel's shape, the model width, the conv width."""
+
+    shape: Shape
+    d_model: int
+    d_conv: int = 4
+    eps: float = 1e-5
+
+    @classmethod
+    def from_preset(cls, preset: ModelPreset, tp: int = 1) -> Mamba2Dims:
+        """The per-rank sizes of a model preset under tensor parallelism tp."""
+        return cls(shape=per_rank(preset, tp), d_model=preset.d_model)
+
+    @property
+    def d_inner(self) -> int:
+        """E = H * P, the channels of x, z and y."""
+        return self.shape.nheads * self.shape.headdim
+
+    @property
+    def conv_dim(self) -> int:
+        """X = E + 2 * G * N, the channels of xBC that go through the conv."""
+        return self.d_inner + 2 * self.shape.ngroups * self.shape.dstate
+
+    @property
+    def in_proj_dim(self) -> int:
+        """Outputs of the in-projection: z (E), xBC (X), dt (H)."""
+        return self.d_inner + self.conv_dim + self.shape.nheads
+
+    @property
+    def norm_group(self) -> int:
+        """Channels per group of the gated RMSNorm: E / G (Mamba2's group_size)."""
+        return self.d_inner // self.shape.ngroups
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim, in float32, rounded to x's dtype before the weight."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, group: int,
+                   eps: float) -> torch.Tensor:
+    """Mamba2's gated norm, gate before norm: RMSNorm(y * silu(z)) over groups of `group`
+    channels. y, z [B, E]; weight [E]; returns [B, E] in y's dtype."""
+    rows = y.shape[0]
+    g = (y.float() * F.silu(z.float())).view(rows, -1, group)
+    g = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
+    return weight * g.view(rows, -1).to(y.dtype)
+
+
+def conv_state_update(conv_state: torch.Tensor, xbc: torch.Tensor, weight: torch.Tensor,
+                      bias: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """One step of the depthwise causal conv, then SiLU; updates conv_state in place.
+
+    conv_state [S, X, W] holds each slot's last W inputs, oldest first; xbc [B, X] is the new
+    input of each row; weight [X, W]; bias [X]; slots int64 [B]. Returns [B, X] in xbc's dtype.
+    """
+    window = torch.cat([conv_state.index_select(0, slots)[..., 1:], xbc.unsqueeze(-1)], dim=-1)
+    conv_state.index_copy_(0, slots, window)
+    return F.silu((window.float() * weight.float()).sum(-1) + bias.float()).to(xbc.dtype)
+
+
+@dataclass
+class _LayerWeights:
+    """One layer's parameters (shapes as in the module docstring)."""
+
+    norm: torch.Tensor  # [d]
+    in_proj: torch.Tensor  # [E + X + H, d]
+    conv_weight: torch.Tensor  # [X, W]
+    conv_bias: torch.Tensor  # [X]
+    A: torch.Tensor  # [H] float32, negative
+    D: torch.Tensor  # [H] float32
+    dt_bias: torch.Tensor  # [H] float32
+    gate_norm: torch.Tensor  # [E]
+    out_proj: torch.Tensor  # [d, E]
+
+
+def _random_layer(dims: Mamba2Dims, gen: torch.Generator, device: torch.device) -> _LayerWeights:
+    """Random weights at Mamba2's initial scales: activations stay O(1) through the layers."""
+    s, dtype = dims.shape, dims.shape.dtype
+    H, E, X, W, d = s.nheads, dims.d_inner, dims.conv_dim, dims.d_conv, dims.d_model
+
+    def normal(*size: int, std: float) -> torch.Tensor:
+        return (torch.randn(*size, generator=gen, device=device) * std).to(dtype)
+
+    def uniform(*size: int, low: float, high: float) -> torch.Tensor:
+        return torch.rand(*size, generator=gen, device=device) * (high - low) + low
+
+    # Mamba2: A in -[1, 16]; dt in [1e-3, 1e-1] log-uniform with dt_bias its inverse softplus.
+    dt = torch.exp(uniform(H, low=math.log(1e-3), high=math.log(1e-1)))
+    conv_bound = 1 / math.sqrt(W)
+    return _LayerWeights(
+        norm=torch.ones(d, dtype=dtype, device=device),
+        in_proj=normal(dims.in_proj_dim, d, std=1 / math.sqrt(d)),
+        conv_weight=uniform(X, W, low=-conv_bound, high=conv_bound).to(dtype),
+        conv_bias=uniform(X, low=-conv_bound, high=conv_bound).to(dtype),
+        A=-uniform(H, low=1.0, high=16.0),
+        D=torch.ones(H, device=device),
+        dt_bias=dt + torch.log(-torch.expm1(-dt)),
+        gate_norm=torch.ones(E, dtype=dtype, device=device),
+        out_proj=normal(d, E, std=1 / math.sqrt(E)),
+    )
+
+
+class Mamba2DecodeStack:
+    """`n_layers` Mamba2 layers (pre-norm, mixer, residual) with random weights and their state
+    pools: per layer, ssm_state [slots, H, P, N] in the shape's state dtype and conv_state
+    [slots, X, W] in its input dtype, both zero at the start.
+    """
+
+    def __init__(self, dims: Mamba2Dims, n_layers: int, slots: int,
+                 device: torch.device | str, seed: int = 0) -> None:
+        if n_layers < 1 or slots < 2:
+            raise ValueError(f"need n_layers >= 1 and slots >= 2, got {n_layers} and {slots}")
+        self.dims = dims
+        self.device = torch.device(device)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.layers = [_random_layer(dims, gen, self.device) for _ in range(n_layers)]
+        s = dims.shape
+        self.ssm_state = [
+            torch.zeros(slots, s.nheads, s.headdim, s.dstate, dtype=s.state_dtype,
+                        device=self.device)
+            for _ in range(n_layers)
+        ]
+        self.conv_state = [
+            torch.zeros(slots, dims.conv_dim, dims.d_conv, dtype=s.dtype, device=self.device)
+            for _ in range(n_layers)
+        ]
+
+    @property
+    def slots(self) -> int:
+        """S, the slots of each pool, NULL_SLOT included."""
+        return self.ssm_state[0].shape[0]
+
+    def reset_state(self) -> None:
+        """Zero every slot of every layer's pools."""
+        for t in (*self.ssm_state, *self.conv_state):
+            t.zero_()
+
+    def layer_step(self, i: int, hidden: torch.Tensor, slots: torch.Tensor,
+                   config: LaunchConfig | None = None) -> torch.Tensor:
+        """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden."""
+        w, dims, s = self.layers[i], self.dims, self.dims.shape
+        rows, E = hidden.shape[0], dims.d_inner
+        H, P, N, G = s.nheads, s.headdim, s.dstate, s.ngroups
+        zxbcdt = rms_norm(hidden, w.norm, dims.eps) @ w.in_proj.t()
+        z, xbc, dt = zxbcdt.split([E, dims.conv_dim, H], dim=-1)
+        xbc = conv_state_update(self.conv_state[i], xbc, w.conv_weight, w.conv_bias, slots)
+        y = torch.empty(rows, H, P, dtype=hidden.dtype, device=hidden.device)
+        selective_state_update(
+            self.ssm_state[i],
+            xbc[:, :E].view(rows, H, P),
+            dt.unsqueeze(-1).expand(rows, H, P),
+            w.A[:, None, None].expand(H, P, N),
+            xbc[:, E:E + G * N].view(rows, G, N),
+            xbc[:, E + G * N:].view(rows, G, N),
+            D=w.D[:, None].expand(H, P),
+            dt_bias=w.dt_bias[:, None].expand(H, P),
+            dt_softplus=True,
+            state_batch_indices=slots,
+            pad_slot_id=NULL_SLOT,
+            out=y,
+            config=config,
+        )
+        y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
+        return hidden + y @ w.out_proj.t()
+
+    def step(self, hidden: torch.Tensor, slots: torch.Tensor,
+             config: LaunchConfig | None = None) -> torch.Tensor:
+        """All layers on hidden [B, d] for rows in slots (int64 [B], NULL_SLOT for padding);
+        returns the new hidden [B, d]. `config` is passed to every selective_state_update."""
+        for i in range(len(self.layers)):
+            hidden = self.layer_step(i, hidden, slots, config)
+        return hidden
+
+
+class Mamba2LM:
+    """A small language model around a Mamba2DecodeStack: embedding [V, d], the layers, a final
+    RMSNorm and an LM head [V, d], all random. Real rows use slots 1..slots-1."""
+
+    def __init__(self, dims: Mamba2Dims, n_layers: int, vocab_size: int, slots: int,
+                 device: torch.device | str, seed: int = 0) -> None:
+        self.stack = Mamba2DecodeStack(dims, n_layers, slots, device, seed)
+        device, dtype, d = self.stack.device, dims.shape.dtype, dims.d_model
+        gen = torch.Generator(device=device).manual_seed(seed + 1)
+        self.embedding = torch.randn(vocab_size, d, generator=gen, device=device).to(dtype)
+        self.final_norm = torch.ones(d, dtype=dtype, device=device)
+        self.lm_head = (torch.randn(vocab_size, d, generator=gen, device=device)
+                        / math.sqrt(d)).to(dtype)
+
+    def step(self, tokens: torch.Tensor, slots: torch.Tensor,
+             config: LaunchConfig | None = None) -> torch.Tensor:
+        """Next-token logits [B, V] in float32 for tokens and slots (int64 [B])."""
+        hidden = self.stack.step(self.embedding[tokens], slots, config)
+        h = rms_norm(hidden, self.final_norm, self.stack.dims.eps)
+        return (h @ self.lm_head.t()).float()
+
+
+def greedy_generate(lm: Mamba2LM, prompts: list[list[int]], n_new: int,
+                    config: LaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy decoding of n_new tokens for each prompt, from zero state, one token per step.
+
+    Prompts of different lengths are right-aligned: row r (slot r + 1) joins at step
+    max_len - len(r) and is a padded row (NULL_SLOT) before that, so all rows end their prompt
+    on the same step and then generate together. Returns token ids (int64) and their log-probs
+    (float32), both [R, n_new], on the model's device; no host synchronization until read.
+    """
+    if not prompts or min(map(len, prompts)) < 1 or n_new < 1:
+        raise ValueError("need at least one prompt, every prompt non-empty, and n_new >= 1")
+    if len(prompts) >= lm.stack.slots:
+        raise ValueError(f"{len(prompts)} prompts need {len(prompts) + 1} slots; the model has "
+                         f"{lm.stack.slots}")
+    device = lm.stack.device
+    steps = max(map(len, prompts))
+    tokens = torch.zeros(steps, len(prompts), dtype=torch.int64)
+    slots = torch.full((steps, len(prompts)), NULL_SLOT, dtype=torch.int64)
+    for r, prompt in enumerate(prompts):
+        start = steps - len(prompt)
+        tokens[start:, r] = torch.tensor(prompt, dtype=torch.int64)
+        slots[start:, r] = r + 1
+    tokens, slots = tokens.to(device), slots.to(device)
+
+    lm.stack.reset_state()
+    for t in range(steps):
+        logits = lm.step(tokens[t], slots[t], config)
+    out_ids, out_logprobs = [], []
+    for t in range(n_new):
+        next_ids = logits.argmax(-1)
+        out_ids.append(next_ids)
+        out_logprobs.append(torch.log_softmax(logits, -1).gather(1, next_ids[:, None]).squeeze(1))
+        if t + 1 < n_new:
+            logits = lm.step(next_ids, slots[-1], config)
+    return torch.stack(out_ids, 1), torch.stack(out_logprobs, 1)

@@ -1,0 +1,402 @@
+r"""selective_state_update: one decode step of a Mamba (selective SSM) layer.
+
+For request b, head h, row p of the head dim and state index n:
+
+    dt'        = dt[b,h,p] + dt_bias[h,p]                  (if dt_bias)
+    dt'        = log(1 + exp(dt')) if dt' <= 20 else dt'   (if dt_softplus)
+    dA         = exp(A[h,p,n] * dt')
+    s[h,p,n]   = s[h,p,n] * dA + (dt' * B[b,g,n]) * x[b,h,p]          g = h // (H / G)
+    out[b,h,p] = sum_n s[h,p,n] * C[b,g,n]  +  D[h,p] * x[b,h,p]      (D term if D)
+    out[b,h,p] = out[b,h,p] * z * sigmoid(z)                          (if z)
+
+where s is the state slot of the request: state[state_batch_indices[b]] (or state[b]).
+
+Shapes (B batch, H heads, P head dim, N state dim, G groups, S state slots in the pool):
+
+    layout   state       x, dt, z, out   A          B, C        D, dt_bias
+    Mamba2   [S,H,P,N]   [B,H,P]         [H,P,N]    [B,G,N]     [H,P]
+    Mamba1   [S,P,N]     [B,P]           [P,N]      [B,N]       [P]
+
+Mamba1 is run as Mamba2 with H = G = 1. Any strides are accepted. Real models pass dt, A, D and
+dt_bias as stride-0 broadcasts over P (and N): then dt' and dA are one scalar per program (the
+"tied head dim" fast path). A multi-token variant (T tokens per request, for speculative
+decoding) will take x, dt, z, B, C with a token dim after the batch dim ([B,T,H,P], [B,T,G,N]);
+the rank of x tells the layouts apart, so today's callers keep working.
+
+Written in place: the state slots named by dst_state_batch_indices (default: the slots read),
+unless disable_state_update. Rows whose state_batch_indices entry equals pad_slot_id read and
+write no slot and get out = 0.
+
+Dtypes: state float32, bfloat16 or float16; inputs float32, bfloat16 or float16. Everything is
+computed in float32 and rounded once on store (state to its dtype, out to out's dtype).
+
+Bits: the default path runs the same float32 operations in the same order as the established
+upstream Triton kernel (mamba_ssm and the copies serving engines ship): exp, not exp2; softplus
+as log(1 + exp(x)) below 20; the row sum over N of state * C, then + D * x, then * z * sigmoid(z).
+Launch configs only change how rows are cut into programs; which of them keep the row sum's
+order (and so the bits) is measured on the GPU by the tuner (see ssmdecode.config).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmdecode.config import LaunchConfig, lookup_config
+
+__all__ = ["selective_state_update"]
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+VALIDATE_INDICES_ENV = "SSMDECODE_VALIDATE_INDICES"
+
+
+@triton.heuristics(
+    {
+        "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
+        "HAS_D": lambda args: args["p_D"] is not None,
+        "HAS_Z": lambda args: args["p_z"] is not None,
+        "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
+        "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
+        "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+    }
+)
+@triton.jit
+def _selective_state_update_kernel(
+    # pointers
+    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
+    p_src_idx, p_dst_idx,
+    # sizes
+    headdim, dstate, heads_per_group, pad_slot_id,
+    # strides, stride_<tensor>_<dim>
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_x_b, stride_x_h, stride_x_p,
+    stride_dt_b, stride_dt_h, stride_dt_p,
+    stride_dt_bias_h, stride_dt_bias_p,
+    stride_A_h, stride_A_p, stride_A_n,
+    stride_B_b, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p,
+    stride_z_b, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_h, stride_out_p,
+    stride_src_idx, stride_dst_idx,
+    # flags
+    DT_SOFTPLUS: tl.constexpr,
+    TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
+    WRITE_STATE: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr,
+    HAS_DST_IDX: tl.constexpr,
+    # launch knobs
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLOT_MAJOR: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
+):
+    # One program: BLOCK_M rows of the head dim of one (request, head), all N state columns.
+    if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
+        n_mblocks = tl.cdiv(headdim, BLOCK_M)
+        i_h = tl.program_id(0) // n_mblocks
+        i_m = tl.program_id(0) % n_mblocks
+        i_b = tl.program_id(1)
+    else:  # grid (P blocks, B, H): the upstream order
+        i_m = tl.program_id(0)
+        i_b = tl.program_id(1)
+        i_h = tl.program_id(2)
+    i_g = i_h // heads_per_group
+    # Cache hints: each state is touched once per step, so it streams evict-first; the slot
+    # indices are read by every layer of a decode step, so they stay (evict-last), which takes
+    # the index load off HBM latency before the dependent state load.
+    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
+    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
+
+    if HAS_SRC_IDX:
+        i_src = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
+    else:
+        i_src = i_b.to(tl.int64)
+    if HAS_DST_IDX:
+        i_dst = tl.load(p_dst_idx + i_b * stride_dst_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
+    else:
+        i_dst = i_src
+
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = tl.arange(0, BLOCK_N)
+    m_m = o_m < headdim
+    m_n = o_n < dstate
+    m_tile = m_m[:, None] & m_n[None, :]
+    m_read = m_tile
+    m_write = m_tile
+    if HAS_SRC_IDX:
+        m_read = m_tile & (i_src != pad_slot_id)
+        m_write = m_read
+    if HAS_DST_IDX:
+        m_write = m_write & (i_dst != pad_slot_id)
+
+    o_tile = i_h * stride_state_h + o_m[:, None] * stride_state_p + o_n[None, :] * stride_state_n
+    p_src = p_state + i_src * stride_state_s + o_tile
+    p_dst = p_state + i_dst * stride_state_s + o_tile
+
+    b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    b_x = tl.load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p,
+                  mask=m_m, other=0.0).to(tl.float32)
+    if TIE_HDIM:
+        b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+        if DT_SOFTPLUS:
+            b_dt = tl.where(b_dt <= 20.0, tl.log(tl.exp(b_dt) + 1), b_dt)
+        b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+        b_dA = tl.exp(b_A * b_dt)
+    else:
+        b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h + o_m * stride_dt_p,
+                       mask=m_m, other=0.0).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += tl.load(p_dt_bias + i_h * stride_dt_bias_h + o_m * stride_dt_bias_p,
+                            mask=m_m, other=0.0).to(tl.float32)
+        if DT_SOFTPLUS:
+            b_dt = tl.where(b_dt <= 20.0, tl.log(tl.exp(b_dt) + 1), b_dt)
+        b_A = tl.load(p_A + i_h * stride_A_h + o_m[:, None] * stride_A_p + o_n[None, :] * stride_A_n,
+                      mask=m_tile, other=0.0).to(tl.float32)
+        b_dA = tl.exp(b_A * b_dt[:, None])
+    b_B = tl.load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n,
+                  mask=m_n, other=0.0).to(tl.float32)
+    b_C = tl.load(p_C + i_b * stride_C_b + i_g * stride_C_g + o_n * stride_C_n,
+                  mask=m_n, other=0.0).to(tl.float32)
+    if HAS_D:
+        b_D = tl.load(p_D + i_h * stride_D_h + o_m * stride_D_p, mask=m_m, other=0.0).to(tl.float32)
+    if HAS_Z:
+        b_z = tl.load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p,
+                      mask=m_m, other=0.0).to(tl.float32)
+
+    # The same operations, in the same order, as the upstream kernel: keep them so.
+    if TIE_HDIM:
+        b_dB = b_B * b_dt
+    else:
+        b_dB = b_B[None, :] * b_dt[:, None]
+    b_state = b_state * b_dA + b_dB * b_x[:, None]
+    if WRITE_STATE:
+        tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
+                 eviction_policy=STATE_EVICT)
+    b_out = tl.sum(b_state * b_C[None, :], axis=1)
+    if HAS_D:
+        b_out += b_x * b_D
+    if HAS_Z:
+        b_out *= b_z * tl.sigmoid(b_z)
+    if HAS_SRC_IDX:
+        b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
+    tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
+
+
+def _launch(
+    state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+    C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
+    out: torch.Tensor, src_idx: torch.Tensor | None, dst_idx: torch.Tensor | None,
+    pad_slot_id: int, dt_softplus: bool, tie_hdim: bool, write_state: bool, config: LaunchConfig,
+) -> None:
+    """Grid and launch, all tensors in the Mamba2 layout (state [S,H,P,N], x [B,H,P], ...)."""
+    batch, nheads, headdim = x.shape
+    dstate = state.shape[-1]
+    ngroups = B.shape[1]
+    n_mblocks = triton.cdiv(headdim, config.block_m)
+    grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
+
+    def strides(t: torch.Tensor | None, ndim: int) -> tuple[int, ...]:
+        return t.stride() if t is not None else (0,) * ndim
+
+    _selective_state_update_kernel[grid](
+        state, x, dt, dt_bias, A, B, C, D, z, out, src_idx, dst_idx,
+        headdim, dstate, nheads // ngroups, pad_slot_id,
+        *state.stride(), *x.stride(), *dt.stride(), *strides(dt_bias, 2), *A.stride(),
+        *B.stride(), *C.stride(), *strides(D, 2), *strides(z, 3), *out.stride(),
+        *strides(src_idx, 1), *strides(dst_idx, 1),
+        DT_SOFTPLUS=dt_softplus,
+        TIE_HDIM=tie_hdim,
+        WRITE_STATE=write_state,
+        BLOCK_M=config.block_m,
+        SLOT_MAJOR=config.slot_major,
+        EVICT_FIRST=config.evict_first,
+        num_warps=config.num_warps,
+    )
+
+
+def _check_tensor(name: str, t: object, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...],
+                  device: torch.device, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(f"{name} has dtype {t.dtype}; expected one of {names}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {shape} {what}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}; expected {device}, the device of state")
+
+
+def _validate_index_values(name: str, idx: torch.Tensor, slots: int, pad_slot_id: int) -> None:
+    values = idx.cpu()  # synchronizes: only on request
+    bad = ((values < 0) | (values >= slots)) & (values != pad_slot_id)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"{name}[{row}] = {int(values[row])} is outside the state pool [0, {slots}) "
+            f"and is not pad_slot_id ({pad_slot_id})"
+        )
+
+
+def selective_state_update(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    dst_state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    out: torch.Tensor | None = None,
+    disable_state_update: bool = False,
+    config: LaunchConfig | None = None,
+    *,
+    validate_indices: bool | None = None,
+) -> torch.Tensor:
+    """One decode step of a Mamba1 or Mamba2 SSM layer; updates ``state`` in place.
+
+    Args:
+        state: the state pool, [S, H, P, N] (Mamba2) or [S, P, N] (Mamba1); float32, bfloat16
+            or float16. Updated in place.
+        x: [B, H, P] or [B, P]. dt: like x. A: [H, P, N] or [P, N] (float32 as a rule).
+        B, C: [B, G, N] with G dividing H, or [B, N]. D, dt_bias: [H, P] or [P], or None.
+        z: like x, or None (no gating).
+        dt_softplus: apply softplus to dt + dt_bias.
+        state_batch_indices: int32/int64 [B], the slot each row reads (default: row b reads
+            slot b, which needs S >= B).
+        dst_state_batch_indices: int32/int64 [B], the slot each row writes (default: the slot
+            it reads).
+        pad_slot_id: a row whose state_batch_indices entry equals it reads and writes no slot
+            and gets zeros in out; a row whose dst entry equals it writes no slot.
+        out: preallocated [B, H, P] / [B, P] output (any strides); default: new, x's dtype.
+        disable_state_update: compute out and write no state.
+        config: force a LaunchConfig; default: this device's table, else the built-in default.
+        validate_indices: check that every index lies in [0, S) or equals pad_slot_id. Off by
+            default because it synchronizes with the GPU; the environment variable
+            SSMDECODE_VALIDATE_INDICES=1 turns it on. Unchecked indices out of range read and
+            write out of bounds.
+
+    Returns:
+        out.
+
+    Raises:
+        TypeError / ValueError naming the argument, what it got and what was expected, before
+        anything is written.
+    """
+    if not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+    if state.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"state has dtype {state.dtype}; expected float32, bfloat16 or float16")
+    if state.dim() not in (3, 4):
+        raise ValueError(
+            f"state has shape {tuple(state.shape)}; expected [S, H, P, N] (Mamba2) or [S, P, N] (Mamba1)"
+        )
+    mamba1 = state.dim() == 3
+    if mamba1:
+        slots, headdim, dstate = state.shape
+        nheads = 1
+    else:
+        slots, nheads, headdim, dstate = state.shape
+    device = state.device
+    layout = "Mamba1" if mamba1 else "Mamba2"
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != state.dim() - 1:
+        raise ValueError(
+            f"x has shape {tuple(x.shape)}; expected {'[B, P]' if mamba1 else '[B, H, P]'} "
+            f"for the {layout} state of shape {tuple(state.shape)}"
+        )
+    batch = x.shape[0]
+    if not isinstance(B, torch.Tensor):
+        raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
+    if B.dim() != (2 if mamba1 else 3):
+        raise ValueError(
+            f"B has shape {tuple(B.shape)}; expected {'[B, N]' if mamba1 else '[B, G, N]'} "
+            f"for the {layout} layout"
+        )
+    ngroups = 1 if mamba1 else B.shape[1]
+    if ngroups < 1 or nheads % ngroups:
+        raise ValueError(f"B has {ngroups} groups, which does not divide the {nheads} heads of state")
+
+    if mamba1:  # the caller's layout: no head and group dims
+        xs, a_shape, b_shape, d_shape = (batch, headdim), (headdim, dstate), (batch, dstate), (headdim,)
+    else:
+        xs, a_shape = (batch, nheads, headdim), (nheads, headdim, dstate)
+        b_shape, d_shape = (batch, ngroups, dstate), (nheads, headdim)
+    _check_tensor("x", x, xs, _FLOAT_DTYPES, device, "(batch, heads, head dim of state)")
+    for name, t in (("dt", dt), ("z", z), ("out", out)):
+        if t is not None or name == "dt":
+            _check_tensor(name, t, xs, _FLOAT_DTYPES, device, "(the shape of x)")
+    _check_tensor("A", A, a_shape, _FLOAT_DTYPES, device, "(heads, head dim, state dim)")
+    _check_tensor("B", B, b_shape, _FLOAT_DTYPES, device, "(batch, groups, state dim)")
+    _check_tensor("C", C, b_shape, _FLOAT_DTYPES, device, "(the shape of B)")
+    for name, t in (("D", D), ("dt_bias", dt_bias)):
+        if t is not None:
+            _check_tensor(name, t, d_shape, _FLOAT_DTYPES, device, "(heads, head dim)")
+    for name, idx in (("state_batch_indices", state_batch_indices),
+                      ("dst_state_batch_indices", dst_state_batch_indices)):
+        if idx is not None:
+            _check_tensor(name, idx, (batch,), _INDEX_DTYPES, device, "(one slot per batch row)")
+    if state_batch_indices is None:
+        if dst_state_batch_indices is not None:
+            raise ValueError("dst_state_batch_indices needs state_batch_indices")
+        if slots < batch:
+            raise ValueError(
+                f"state has {slots} slots but x has batch {batch}; without state_batch_indices "
+                "row b uses slot b, so the pool needs at least batch slots"
+            )
+    if config is not None and not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
+    if validate_indices is None:
+        validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
+    if validate_indices:
+        for name, idx in (("state_batch_indices", state_batch_indices),
+                          ("dst_state_batch_indices", dst_state_batch_indices)):
+            if idx is not None:
+                _validate_index_values(name, idx, slots, pad_slot_id)
+
+    if out is None:
+        out = torch.empty(xs, dtype=x.dtype, device=device)
+    if batch == 0:
+        return out
+    result = out
+    if mamba1:  # run as Mamba2 with one head and one group
+        state, x, dt, A, B, C = (state.unsqueeze(1), x.unsqueeze(1), dt.unsqueeze(1),
+                                 A.unsqueeze(0), B.unsqueeze(1), C.unsqueeze(1))
+        D, z, dt_bias, out = _unsq(D, 0), _unsq(z, 1), _unsq(dt_bias, 0), out.unsqueeze(1)
+    if config is None:
+        config = lookup_config(headdim, dstate, state.dtype, batch, device)
+    tie_hdim = (
+        dt.stride(-1) == 0
+        and A.stride(-1) == 0
+        and A.stride(-2) == 0
+        and (dt_bias is None or dt_bias.stride(-1) == 0)
+    )
+    args = (state, x, dt, A, B, C, D, z, dt_bias, out, state_batch_indices, dst_state_batch_indices,
+            pad_slot_id, dt_softplus, tie_hdim, not disable_state_update, config)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            _launch(*args)
+    else:  # CPU tensors: Triton's interpreter; no CUDA API may be touched
+        _launch(*args)
+    return result
+
+
+def _unsq(t: torch.Tensor | None, dim: int) -> torch.Tensor | None:
+    """Insert the Mamba2 head dim into an optional Mamba1 tensor."""
+    return None if t is None else t.unsqueeze(dim)

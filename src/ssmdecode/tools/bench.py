@@ -1,0 +1,136 @@
+"""`ssmdecode bench`: microseconds, TB/s and the fraction of the same-bytes ceiling of
+selective_state_update, per launch config and batch size, by the method of
+../shared/MEASURING.md (cold L2 by rotation, CUDA graph, median of 5 repeats).
+
+Bytes that must move: the state, read once and written once: 2 x batch x H x P x N x elem
+size. Each batch is held to the ceiling measured in the same run (ssmdecode.bench.ceiling);
+the large-transfer peak is reported beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import torch
+
+from ssmdecode import selective_state_update
+from ssmdecode.bench.ceiling import Ceiling, bandwidth_tbps, measure_ceiling, measure_peak
+from ssmdecode.bench.inputs import DecodeInputs, make_shape_inputs
+from ssmdecode.bench.presets import Shape
+from ssmdecode.bench.timer import Timing, cold_rotation, method, time_cold
+from ssmdecode.config import LaunchConfig
+from ssmdecode.tools import (
+    ConfigSpec,
+    add_batch_argument,
+    add_common_arguments,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    shapes_from_args,
+)
+from ssmdecode.tools.report import (
+    MEANINGLESS,
+    environment,
+    markdown_table,
+    plot_vs_batch,
+    results_dir,
+    write_outputs,
+)
+
+__all__ = ["time_config", "timing_inputs"]
+
+log = logging.getLogger(__name__)
+
+GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+CPU_BATCHES = (1, 3)
+
+
+def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int) -> DecodeInputs:
+    """Inputs whose K slot sets of batch slots hold at least 3x the L2 together."""
+    rotation = cold_rotation(shape.state_bytes(batch), device)
+    return make_shape_inputs(shape, batch, pool=rotation * batch, device=device, seed=seed)
+
+
+def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device) -> Timing:
+    """One call's time with config, call i on slot set i mod K (updates inputs.state)."""
+    return time_cold(lambda i: selective_state_update(**inputs.kwargs(i), config=config),
+                     device, rotation=inputs.rotation)
+
+
+def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling) -> dict[str, object]:
+    """One measured (config, batch) against its same-bytes ceiling."""
+    moved = 2 * shape.state_bytes(batch)
+    return {
+        "batch": batch, "us": timing.us, "tbps": bandwidth_tbps(moved, timing.us),
+        "bytes_moved": moved, "ceiling_us": ceiling.us, "ceiling_tbps": ceiling.tbps,
+        "fraction_of_ceiling": ceiling.us / timing.us, "timing": timing.to_dict(),
+    }
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench", help="time launch configs against the same-bytes ceiling",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_arguments(p)
+    add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
+    p.add_argument("--config", type=ConfigSpec.parse, nargs="+",
+                   default=[ConfigSpec("upstream"), ConfigSpec("default"), ConfigSpec("table")],
+                   help="configs: default, table, upstream or BM,W[,slot][,evict] "
+                   "(default: upstream default table)")
+    add_common_arguments(p, "folder for bench.json, bench.md and bench.png "
+                         "(default benchmarks/results/<device_key>/)")
+
+
+def run(args: argparse.Namespace) -> int:
+    device = device_from_args(args)
+    (shape,) = shapes_from_args(args, device)
+    batches = batches_from_args(args, device)
+    if device.type != "cuda":
+        print(MEANINGLESS)
+
+    peak = measure_peak(device)
+    rows: list[dict[str, object]] = []
+    ceilings: dict[int, Ceiling] = {}
+    for batch in batches:
+        inputs = timing_inputs(shape, batch, device, args.seed)
+        ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device)
+        for spec in args.config:
+            config = spec.resolve(shape, batch, device)
+            timing = time_config(inputs, config, device)
+            rows.append({"config": spec.text, "launch": config.label,
+                         "launch_config": config.to_dict(),
+                         **bench_row(shape, batch, timing, ceilings[batch])})
+            log.info("%s %s batch %d: %.2f us", spec.text, config.label, batch, timing.us)
+        del inputs
+
+    env = environment(device, args.command_line)
+    data = {
+        "environment": env,
+        "method": {**method(), "bytes_moved": "2 x batch x H x P x N x state elem size",
+                   "ceiling": "in-place x *= 1.0000001 over the same bytes, same rotation "
+                   "and timer; 'triton' is the ceiling, 'torch' (mul_) the cross-check",
+                   "inputs": "model-like (ssmdecode.bench.inputs)", "seed": args.seed},
+        "shape": shape.to_dict(),
+        "peak": peak.to_dict(),
+        "ceilings": {str(b): c.to_dict() for b, c in ceilings.items()},
+        "rows": rows,
+    }
+    table = markdown_table(
+        ["config", "launch", "batch", "us", "TB/s", "ceiling us", "ceiling TB/s",
+         "% of ceiling"],
+        [[r["config"], r["launch"], r["batch"], r["us"], r["tbps"], r["ceiling_us"],
+          r["ceiling_tbps"], 100 * r["fraction_of_ceiling"]] for r in rows],
+    )
+    markdown = (f"Shape: {shape.label}. Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
+                f"place): {peak.tbps:.2f} TB/s.\n\n{table}")
+    out_dir = results_dir(args.out, device)
+    paths = write_outputs(out_dir, "bench", data, markdown)
+    series: dict[str, dict[int, float]] = {}
+    for r in rows:
+        series.setdefault(r["config"], {})[r["batch"]] = r["tbps"]
+    paths.append(plot_vs_batch(out_dir / "bench.png", f"selective_state_update, {shape.label}",
+                               series, {b: c.tbps for b, c in ceilings.items()}, peak.tbps))
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0

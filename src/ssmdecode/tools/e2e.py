@@ -1,0 +1,347 @@
+"""`ssmdecode e2e`: selective_state_update inside whole decode steps of a Mamba2 layer stack
+(ssmdecode.models.mamba2) at one rank's shapes of a real model, with random weights.
+
+Timing (the default): for each batch size and launch config, one step of --layers layers is
+timed by the cold-L2 CUDA-graph timer (ssmdecode.bench.timer): K steps, step i on slot set i,
+the K disjoint slot sets holding at least 3x the L2 of state, so every layer reads its states
+from HBM as in serving. Reported: step time, tokens/s (= batch / step time), and the share of
+the step's CUDA kernel time spent in selective_state_update, from torch.profiler over 5 eager
+steps on cold slot sets (kernel times do not depend on how the kernels are launched; eager
+launches keep the op names in the trace). --trace PATH writes those profiles as Chrome traces
+(open in ui.perfetto.dev), one per config and batch: PATH's name gets -<config>-b<batch>.
+Configs: the upstream kernel's default, the seed's (8,1), and this device's table (the step
+gets config=None and the kernel looks the table up, as a caller would).
+
+Greedy identity (--greedy): a random-weight Mamba2 LM (embedding, the stack, final RMSNorm, LM
+head) decodes --new-tokens tokens greedily for --prompts prompts of different lengths (right-
+aligned; rows wait in the null slot until their prompt starts) under two configs (default:
+upstream against the table) and compares every generated token id and its log-prob bit for bit.
+The first config also runs twice, as a control: a difference there means the step itself is not
+reproducible and the comparison says nothing. Exit 1 on any difference.
+
+On CPU the kernels run under Triton's interpreter at a tiny shape: no CUDA graph, no kernel
+profile, and the timings mean nothing; the run only exercises the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+
+from ssmdecode.bench.presets import PRESETS, Shape
+from ssmdecode.bench.timer import cold_rotation, method, time_cold
+from ssmdecode.config import KERNEL, LaunchConfig
+from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims, Mamba2LM, greedy_generate
+from ssmdecode.tools import (
+    HEADLINE,
+    ConfigSpec,
+    add_batch_argument,
+    add_common_arguments,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    shapes_from_args,
+)
+from ssmdecode.tools.report import (
+    MEANINGLESS,
+    environment,
+    markdown_table,
+    plot_vs_batch,
+    results_dir,
+    write_outputs,
+)
+from ssmdecode.tools.verify import bit_diff
+
+__all__ = ["add_parser", "kernel_share", "run"]
+
+log = logging.getLogger(__name__)
+
+GPU_BATCHES = (1, 8, 32, 128, 512)
+CPU_BATCHES = (3,)
+PROFILED_STEPS = 5
+# CPU (interpreter) sizes: the tiny shape of ssmdecode.tools, a tiny model width, few layers.
+CPU_D_MODEL = 32
+DEFAULTS = {  # (GPU, CPU)
+    "layers": (4, 2),
+    "prompts": (8, 3),
+    "max_prompt_len": (64, 4),
+    "new_tokens": (32, 3),
+    "vocab": (32000, 64),
+}
+TIMING_CONFIGS = ("upstream", "8,1", "table")
+GREEDY_CONFIGS = ("upstream", "table")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "e2e", help="selective_state_update inside decode steps of a Mamba2 layer stack",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_arguments(p)
+    p.add_argument("--d-model", type=int,
+                   help=f"model width (default: the preset's; {CPU_D_MODEL} on CPU)")
+    p.add_argument("--layers", type=int, help="Mamba2 layers per step (default: "
+                   f"{DEFAULTS['layers'][0]} on a GPU, {DEFAULTS['layers'][1]} on CPU)")
+    add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
+    p.add_argument("--config", type=ConfigSpec.parse, nargs="+",
+                   default=[ConfigSpec(c) for c in TIMING_CONFIGS],
+                   help="configs to time: default, table, upstream or BM,W[,slot][,evict] "
+                   f"(default: {' '.join(TIMING_CONFIGS)})")
+    p.add_argument("--trace", type=Path,
+                   help="write the profiled steps as Chrome traces, PATH-<config>-b<batch>.json")
+    g = p.add_argument_group("greedy identity (--greedy)")
+    g.add_argument("--greedy", action="store_true",
+                   help="compare greedy decoding of a random-weight LM under two configs")
+    g.add_argument("--greedy-configs", type=ConfigSpec.parse, nargs=2,
+                   default=[ConfigSpec(c) for c in GREEDY_CONFIGS], metavar=("A", "B"),
+                   help=f"the two configs (default: {' '.join(GREEDY_CONFIGS)})")
+    for name, what in (("prompts", "prompts, the batch"), ("max_prompt_len", "longest prompt"),
+                       ("new_tokens", "tokens generated per prompt"), ("vocab", "vocabulary")):
+        gpu, cpu = DEFAULTS[name]
+        g.add_argument("--" + name.replace("_", "-"), type=int,
+                       help=f"{what} (default: {gpu} on a GPU, {cpu} on CPU)")
+    add_common_arguments(p, "folder for e2e.json/.md/.png or e2e-greedy.json/.md "
+                         "(default benchmarks/results/<device_key>/)")
+
+
+def _default(args: argparse.Namespace, name: str, device: torch.device) -> int:
+    """An integer option, else its GPU or CPU default; must be >= 1."""
+    value = getattr(args, name)
+    if value is None:
+        value = DEFAULTS[name][device.type != "cuda"]
+    if value < 1:
+        raise SystemExit(f"ssmdecode e2e: --{name.replace('_', '-')} must be >= 1, got {value}")
+    return value
+
+
+def _dims(args: argparse.Namespace, device: torch.device) -> Mamba2Dims:
+    """The rank's layer sizes: the shape arguments, and the width of the preset they name."""
+    (shape,) = shapes_from_args(args, device)
+    if args.d_model is not None:
+        d_model = args.d_model
+    elif args.preset:
+        d_model = PRESETS[args.preset].d_model
+    else:
+        d_model = PRESETS[HEADLINE[0]].d_model if device.type == "cuda" else CPU_D_MODEL
+    return Mamba2Dims(shape=shape, d_model=d_model)
+
+
+def _step_config(spec: ConfigSpec, shape: Shape, batch: int,
+                 device: torch.device) -> tuple[LaunchConfig | None, LaunchConfig]:
+    """(what the step is given, what the kernel runs): 'table' gives None, so the kernel looks
+    its table up itself; the second item is the config that lookup resolves to."""
+    resolved = spec.resolve(shape, batch, device)
+    return (None if spec.text == "table" else resolved), resolved
+
+
+def kernel_share(kernel_us: Mapping[str, float], steps: int) -> dict[str, float | None]:
+    """From total device time per kernel name over `steps` profiled steps: the share of it in
+    kernels whose name contains the ssmdecode kernel's, and both per step, in microseconds."""
+    total = sum(kernel_us.values())
+    ssu = sum(us for name, us in kernel_us.items() if KERNEL in name)
+    return {"ssu_share": ssu / total if total else None,
+            "ssu_us_per_step": ssu / steps if total else None,
+            "kernel_us_per_step": total / steps if total else None}
+
+
+def _trace_path(trace: Path, spec: ConfigSpec, batch: int) -> Path:
+    tag = re.sub(r"[^0-9A-Za-z]+", "_", spec.text)
+    return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
+
+
+def _profile(stack: Mamba2DecodeStack, hidden: torch.Tensor, slot_sets: torch.Tensor,
+             config: LaunchConfig | None, trace: Path | None) -> dict[str, float | None]:
+    """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
+    selective_state_update share of kernel time (None on CPU, where there are no kernels)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if hidden.is_cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(PROFILED_STEPS):
+            with torch.profiler.record_function(f"decode step {i}"):
+                stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config)
+        if hidden.is_cuda:
+            torch.cuda.synchronize(hidden.device)
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+    kernel_us: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            kernel_us[event.name] = kernel_us.get(event.name, 0.0) + event.time_range.elapsed_us()
+    return kernel_share(kernel_us, PROFILED_STEPS)
+
+
+def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpec],
+                device: torch.device, seed: int, trace: Path | None) -> list[dict[str, object]]:
+    """Every config's step time and kernel share at one batch size, on one stack whose pools
+    hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot)."""
+    shape = dims.shape
+    conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * batch
+    rotation = cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device)
+    stack = Mamba2DecodeStack(dims, layers, slots=rotation * batch + 1, device=device, seed=seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for pool in stack.ssm_state:
+        pool.normal_(generator=gen)
+    slot_sets = (torch.randperm(rotation * batch, generator=gen, device=device) + 1).view(
+        rotation, batch)
+    hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
+
+    rows: list[dict[str, object]] = []
+    for spec in specs:
+        config, resolved = _step_config(spec, shape, batch, device)
+        timing = time_cold(lambda i, c=config: stack.step(hidden, slot_sets[i], c),
+                           device, rotation=rotation)
+        path = _trace_path(trace, spec, batch) if trace is not None else None
+        share = _profile(stack, hidden, slot_sets, config, path)
+        rows.append({
+            "config": spec.text, "launch": resolved.label, "launch_config": resolved.to_dict(),
+            "batch": batch, "step_us": timing.us, "tokens_per_s": batch / (timing.us * 1e-6),
+            "vs_first": None, **share, "timing": timing.to_dict(),
+            "trace": str(path) if path is not None else None,
+        })
+        log.info("%s %s batch %d: %.2f us per step", spec.text, resolved.label, batch, timing.us)
+    for row in rows:
+        row["vs_first"] = rows[0]["step_us"] / row["step_us"]
+    return rows
+
+
+def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
+                device: torch.device) -> int:
+    rows: list[dict[str, object]] = []
+    for batch in batches_from_args(args, device):
+        rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace)
+
+    data = {
+        "environment": environment(device),
+        "method": {**method(), "step": f"{layers} Mamba2 layers (ssmdecode.models.mamba2)",
+                   "tokens_per_s": "batch / step time",
+                   "ssu_share": f"device time of kernels named *{KERNEL}* / all device time, "
+                   f"torch.profiler over {PROFILED_STEPS} eager steps on cold slot sets",
+                   "seed": args.seed},
+        "shape": dims.shape.to_dict(), "d_model": dims.d_model, "d_conv": dims.d_conv,
+        "layers": layers, "rows": rows,
+    }
+
+    def pct(v: object) -> float | None:
+        return 100 * v if isinstance(v, float) else None
+
+    table = markdown_table(
+        ["config", "launch", "batch", "step us", "tokens/s", "x vs first", "SSU % of kernels",
+         "SSU us/step"],
+        [[r["config"], r["launch"], r["batch"], r["step_us"], r["tokens_per_s"], r["vs_first"],
+          pct(r["ssu_share"]), r["ssu_us_per_step"]] for r in rows])
+    markdown = (f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers per step. "
+                f"x vs first: step time of the first config / this one.\n\n{table}")
+    out_dir = results_dir(args.out, device)
+    paths = write_outputs(out_dir, "e2e", data, markdown)
+    series: dict[str, dict[int, float]] = {}
+    for r in rows:
+        series.setdefault(r["config"], {})[r["batch"]] = r["tokens_per_s"]
+    paths.append(plot_vs_batch(out_dir / "e2e.png",
+                               f"{layers}-layer Mamba2 decode step, {dims.shape.label}",
+                               series, ylabel="tokens/s"))
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def _prompts(count: int, max_len: int, vocab: int, seed: int) -> list[list[int]]:
+    """Random prompts with lengths in [1, max_len]; the first has max_len tokens and the last
+    one token, so rows join at different steps whenever max_len > 1."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len + 1, (count,), generator=gen).tolist()
+    lengths[0], lengths[-1] = max_len, 1 if count > 1 else max_len
+    return [torch.randint(vocab, (n,), generator=gen).tolist() for n in lengths]
+
+
+def _first_difference(ids_a: torch.Tensor, ids_b: torch.Tensor, lp_a: torch.Tensor,
+                      lp_b: torch.Tensor) -> list[int] | None:
+    """[prompt, token] of the first generated position where the ids or log-prob bits differ."""
+    differ = (ids_a != ids_b) | (lp_a.view(torch.int32) != lp_b.view(torch.int32))
+    where = differ.nonzero()
+    return where[0].tolist() if len(where) else None
+
+
+def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
+                device: torch.device) -> int:
+    count = _default(args, "prompts", device)
+    max_len = _default(args, "max_prompt_len", device)
+    new_tokens = _default(args, "new_tokens", device)
+    vocab = _default(args, "vocab", device)
+    prompts = _prompts(count, max_len, vocab, args.seed)
+    lm = Mamba2LM(dims, layers, vocab, slots=count + 1, device=device, seed=args.seed)
+
+    spec_a, spec_b = args.greedy_configs
+    runs = {}
+    for key, spec in (("a", spec_a), ("control", spec_a), ("b", spec_b)):
+        config, resolved = _step_config(spec, dims.shape, count, device)
+        ids, logprobs = greedy_generate(lm, prompts, new_tokens, config)
+        runs[key] = {"spec": spec.text, "launch": resolved.label, "ids": ids.cpu(),
+                     "logprobs": logprobs.cpu()}
+
+    def compare(x: str, y: str) -> dict[str, object]:
+        a, b = runs[x], runs[y]
+        lp = bit_diff(a["logprobs"], b["logprobs"])
+        id_mismatches = int((a["ids"] != b["ids"]).sum())
+        return {"identical": id_mismatches == 0 and lp.identical,
+                "token_id_mismatches": id_mismatches, "logprob_mismatches": lp.mismatches,
+                "logprob_max_abs_diff": lp.max_abs,
+                "first_difference": _first_difference(a["ids"], b["ids"], a["logprobs"],
+                                                      b["logprobs"])}
+
+    control, result = compare("a", "control"), compare("a", "b")
+    compared = count * new_tokens
+    data = {
+        "environment": environment(device),
+        "method": {"model": f"random-weight Mamba2 LM, {layers} layers, vocab {vocab}",
+                   "decoding": "greedy from zero state; prompts right-aligned, waiting rows "
+                   "in the null slot; prefill by decode steps",
+                   "compared": "every generated token id and its float32 log-prob, bit for bit",
+                   "control": "config A run twice", "seed": args.seed},
+        "shape": dims.shape.to_dict(), "d_model": dims.d_model, "layers": layers,
+        "prompt_lengths": [len(p) for p in prompts], "new_tokens": new_tokens,
+        "configs": {k: {"spec": runs[k]["spec"], "launch": runs[k]["launch"]} for k in ("a", "b")},
+        "tokens_compared": compared, "control": control, "result": result,
+        "identical": control["identical"] and result["identical"],
+    }
+
+    def line(name: str, c: Mapping[str, object]) -> list[object]:
+        return [name, "identical" if c["identical"] else "DIFFERENT", compared,
+                c["token_id_mismatches"], c["logprob_mismatches"], c["first_difference"]]
+
+    a_name = f"{runs['a']['spec']} {runs['a']['launch']}"
+    b_name = f"{runs['b']['spec']} {runs['b']['launch']}"
+    markdown = (
+        f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, vocab {vocab}; "
+        f"{count} prompts of {min(map(len, prompts))} to {max_len} tokens, {new_tokens} new "
+        f"tokens each: {compared} token ids and {compared} log-probs compared per pair.\n\n"
+        + markdown_table(
+            ["pair", "verdict", "tokens", "id mismatches", "log-prob mismatches",
+             "first difference [prompt, token]"],
+            [line(f"{a_name} vs itself (control)", control),
+             line(f"{a_name} vs {b_name}", result)]))
+    paths = write_outputs(results_dir(args.out, device), "e2e-greedy", data, markdown)
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths)))
+    if not control["identical"]:
+        print("the control differs: the decode step is not reproducible on this machine, so "
+              "the comparison says nothing")
+    return 0 if data["identical"] else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    device = device_from_args(args)
+    dims = _dims(args, device)
+    layers = _default(args, "layers", device)
+    if device.type != "cuda":
+        print(MEANINGLESS)
+    with torch.inference_mode():
+        if args.greedy:
+            return _run_greedy(args, dims, layers, device)
+        return _run_timing(args, dims, layers, device)

@@ -1,0 +1,273 @@
+"""`ssmdecode tune`: measure this device's config table of selective_state_update.
+
+For each shape (presets or explicit; shapes that share a table key, the head dim, state dim
+and state dtype, are tuned together) and each batch bucket:
+
+1. admit: only configs whose out and written state are bit-identical to upstream_config on
+   this device, at this bucket, on every shape of the key;
+2. screen: time every admitted config once by the bench method (cold L2, CUDA graph, median
+   of 5 repeats), summed over the key's shapes;
+3. re-time the leaders (the 3 fastest, the baseline and the previous bucket's choice)
+   interleaved over several rounds, so drift hits them alike; each one's time is the median
+   of its rounds, its noise the spread of its rounds or of the repeats inside a round,
+   whichever is larger, and never less than --noise-floor;
+4. choose: keep the baseline (default_config, or upstream_config where default_config is not
+   admitted) unless the fastest leader beats it by more than the noise of both; then, if the
+   previous bucket's choice is within noise of this choice, keep the previous bucket's, so
+   neighbouring buckets do not flap between configs that measure the same.
+
+Writes the table with config.write_table into --out-dir (default: the package's configs
+folder). Entries already there that this run did not tune (other keys, other buckets) are
+kept, so a long tune can be split over runs by --batch; the first bucket of a run then
+smooths against the table's bucket below it. Every timing goes to tune.json and tune.md in
+the results folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+from tqdm import tqdm
+
+from ssmdecode.bench.presets import Shape
+from ssmdecode.bench.timer import method
+from ssmdecode.config import (
+    PACKAGE_CONFIG_DIR,
+    LaunchConfig,
+    candidate_configs,
+    default_config,
+    device_key,
+    load_table,
+    table_key,
+    upstream_config,
+    write_table,
+)
+from ssmdecode.tools import (
+    add_batch_argument,
+    add_common_arguments,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    shapes_from_args,
+)
+from ssmdecode.tools.bench import time_config, timing_inputs
+from ssmdecode.tools.report import (
+    MEANINGLESS,
+    environment,
+    markdown_table,
+    results_dir,
+    write_outputs,
+)
+from ssmdecode.tools.verify import compare_to
+
+__all__ = ["Measured", "choose"]
+
+log = logging.getLogger(__name__)
+
+GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+CPU_BUCKETS = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A leader's re-timed result at one bucket: us is the median of its rounds; spread its
+    noise, the larger of the rounds' (max - min) / median and the spread of the repeats
+    inside any one round."""
+
+    config: LaunchConfig
+    us: float
+    spread: float
+
+    @classmethod
+    def from_rounds(cls, config: LaunchConfig, rounds: Sequence[tuple[float, float]]) -> Measured:
+        """rounds: (us, spread of its repeats) of each round."""
+        times = [us for us, _ in rounds]
+        us = statistics.median(times)
+        across = (max(times) - min(times)) / us if us else 0.0
+        return cls(config, us, max(across, *(spread for _, spread in rounds)))
+
+
+def choose(
+    measured: dict[LaunchConfig, Measured],
+    baseline: LaunchConfig,
+    previous: LaunchConfig | None,
+    noise_floor: float,
+) -> tuple[LaunchConfig, str]:
+    """The config of one bucket and why: the baseline unless the fastest beats it by more
+    than the noise; then the previous bucket's choice if within noise of that."""
+    def noise(*ms: Measured) -> float:
+        return max(noise_floor, *(m.spread for m in ms))
+
+    base = measured[baseline]
+    best = min(measured.values(), key=lambda m: m.us)
+    if best.config != baseline and best.us < base.us * (1 - noise(base, best)):
+        choice, reason = best, (f"{best.config.label} beats baseline {baseline.label} by "
+                                f"{1 - best.us / base.us:.1%} > noise {noise(base, best):.1%}")
+    else:
+        choice, reason = base, (f"baseline {baseline.label}: no leader beats it by more than "
+                                "the noise")
+    if previous is not None and previous != choice.config and previous in measured:
+        prev = measured[previous]
+        if prev.us <= choice.us * (1 + noise(prev, choice)):
+            return previous, (f"{previous.label}, the previous bucket's choice, is within "
+                              f"{noise(prev, choice):.1%} of {choice.config.label}")
+    return choice.config, reason
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "tune", help="measure and write this device's config table",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_arguments(p, several=True)
+    add_batch_argument(p, GPU_BUCKETS, CPU_BUCKETS, what="batch buckets")
+    p.add_argument("--config", type=LaunchConfig.parse, nargs="+",
+                   help="candidates to consider (default: the --space); the baseline and "
+                   "upstream are always included")
+    p.add_argument("--space", choices=("basic", "full", "tune"), default="tune",
+                   help="candidate_configs space when --config is not given (default tune)")
+    p.add_argument("--leaders", type=int, default=3,
+                   help="fastest screened configs to re-time (default 3)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved re-timing rounds of the leaders (default 3)")
+    p.add_argument("--noise-floor", type=float, default=0.02,
+                   help="smallest relative gain taken as real (default 0.02)")
+    p.add_argument("--out-dir", type=Path,
+                   help="config folder the table is written into (its "
+                   "selective_state_update/<device_key>.json; default on a GPU: the "
+                   "package's; required on CPU, whose timings mean nothing)")
+    add_common_arguments(p, "folder for tune.json and tune.md "
+                         "(default benchmarks/results/<device_key>/)")
+
+
+def _tune_bucket(
+    shapes: list[Shape], bucket: int, candidates: list[LaunchConfig], previous: LaunchConfig | None,
+    args: argparse.Namespace, device: torch.device, progress: tqdm,
+) -> dict[str, object]:
+    """Admit, screen, re-time and choose at one bucket for the shapes of one table key."""
+    first = shapes[0]
+    upstream = upstream_config(first.dstate)
+
+    # 1. admit: bit-identical to upstream on every shape
+    rejected: dict[str, dict[str, object]] = {}
+    admitted = list(candidates)
+    for shape in shapes:
+        for config, comparison in compare_to(upstream, admitted, shape, bucket, device,
+                                             args.seed).items():
+            if not comparison.identical:
+                admitted.remove(config)
+                rejected[config.label] = {"shape": shape.label, **comparison.to_dict()}
+        progress.update()
+    baseline = default_config(first.dstate, first.state_dtype)
+    if baseline not in admitted:
+        log.warning("default_config %s is not bit-identical to upstream %s at batch %d on this "
+                    "device: the baseline is upstream", baseline.label, upstream.label, bucket)
+        baseline = upstream
+
+    # 2. screen every admitted config, and 3. re-time the leaders in interleaved rounds
+    inputs = [timing_inputs(shape, bucket, device, args.seed) for shape in shapes]
+
+    def measure(config: LaunchConfig) -> tuple[float, float]:
+        """(us summed over the key's shapes, the largest spread of their repeats)."""
+        timings = [time_config(i, config, device) for i in inputs]
+        return sum(t.us for t in timings), max(t.spread for t in timings)
+
+    screen = {config: measure(config)[0] for config in admitted}
+    progress.update()
+    ranked = sorted(admitted, key=screen.__getitem__)
+    leaders = list(dict.fromkeys([*ranked[: args.leaders], baseline,
+                                  *([previous] if previous in screen else [])]))
+    rounds: dict[LaunchConfig, list[tuple[float, float]]] = {c: [] for c in leaders}
+    for r in range(args.rounds):
+        for config in leaders[r % len(leaders):] + leaders[: r % len(leaders)]:
+            rounds[config].append(measure(config))
+    progress.update()
+    measured = {c: Measured.from_rounds(c, rounds[c]) for c in leaders}
+
+    # 4. choose
+    choice, reason = choose(measured, baseline, previous, args.noise_floor)
+    log.info("batch %d: %s (%s)", bucket, choice.label, reason)
+    return {
+        "batch": bucket, "choice": choice.to_dict(), "choice_label": choice.label,
+        "reason": reason, "baseline": baseline.label,
+        "admitted": [c.label for c in admitted], "rejected": rejected,
+        "screen_us": {c.label: us for c, us in screen.items()},
+        "leaders": {c.label: {"rounds_us": [us for us, _ in rounds[c]], "us": measured[c].us,
+                              "spread": measured[c].spread} for c in leaders},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    device = device_from_args(args)
+    shapes = shapes_from_args(args, device)
+    buckets = sorted(set(batches_from_args(args, device)))
+    if device.type != "cuda":
+        if args.out_dir is None:
+            raise SystemExit("ssmdecode tune: on CPU the timings mean nothing; pass --out-dir "
+                             "to write the table somewhere other than the package")
+        print(MEANINGLESS)
+    out_dir = args.out_dir or PACKAGE_CONFIG_DIR
+    groups: dict[str, list[Shape]] = {}
+    for shape in dict.fromkeys(shapes):
+        key = table_key(shape.headdim, shape.dstate, shape.state_dtype)
+        groups.setdefault(key, []).append(shape)
+
+    dev_key = device_key(device)
+    existing = load_table(dev_key, out_dir) or {}
+    progress = tqdm(total=sum(len(g) + 2 for g in groups.values()) * len(buckets), desc="tune",
+                    unit="step")
+    report: dict[str, list[dict[str, object]]] = {}
+    entries = dict(existing)
+    for key, group in groups.items():
+        first = group[0]
+        candidates = list(dict.fromkeys(
+            [default_config(first.dstate, first.state_dtype), upstream_config(first.dstate),
+             *(args.config or candidate_configs(first.headdim, first.dstate, first.state_dtype,
+                                                args.space))]))
+        earlier = existing.get(key, {})
+        below = [b for b in earlier if b < buckets[0]]
+        previous = earlier[max(below)] if below else None  # a split run smooths like one run
+        report[key] = []
+        for bucket in buckets:
+            progress.set_postfix(key=key, batch=bucket)
+            result = _tune_bucket(group, bucket, candidates, previous, args, device, progress)
+            previous = LaunchConfig.from_dict(result["choice"])
+            report[key].append(result)
+        entries[key] = {**earlier, **{r["batch"]: LaunchConfig.from_dict(r["choice"])
+                                      for r in report[key]}}
+    progress.close()
+
+    env = environment(device, args.command_line)
+    table = write_table(dev_key, entries, {
+        "device": env["device"], "made_by": args.command_line, "date": env["date_utc"],
+        "torch": torch.__version__, "triton": triton.__version__,
+        "timing_meaningful": env["timing_meaningful"],
+    }, out_dir)
+    kept = {key: [b for b in sorted(old) if key not in groups or b not in buckets]
+            for key, old in existing.items()}
+    data = {
+        "environment": env,
+        "method": {**method(), "admission": "bit-identical to upstream_config (out and whole "
+                   "state pool) on this device at the bucket, on every shape of the key",
+                   "leaders": args.leaders, "rounds": args.rounds,
+                   "noise_floor": args.noise_floor, "seed": args.seed},
+        "shapes": {key: [s.to_dict() for s in group] for key, group in groups.items()},
+        "table": str(table),
+        "kept_from_existing_table": {k: b for k, b in kept.items() if b},
+        "keys": report,
+    }
+    rows = [[key, r["batch"], r["choice_label"], r["baseline"], len(r["admitted"]),
+             len(r["rejected"]), r["leaders"][r["choice_label"]]["us"], r["reason"]]
+            for key, results in report.items() for r in results]
+    markdown = markdown_table(["key", "batch", "choice", "baseline", "admitted", "rejected",
+                               "us", "why"], rows)
+    paths = write_outputs(results_dir(args.out, device), "tune", data, markdown)
+    print(markdown)
+    print(f"wrote table {table}; report " + ", ".join(map(str, paths)))
+    return 0

@@ -1,0 +1,140 @@
+"""`ssmdecode tune` end to end on CPU (timings meaningless, logic exercised), and its choice
+rule on made-up measurements."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssmdecode import cli
+from ssmdecode.bench.timer import Timing
+from ssmdecode.config import LaunchConfig, load_table, table_key, write_table
+from ssmdecode.tools import tune
+from ssmdecode.tools.tune import Measured, choose
+from test_cli_verify import perturb_out_of
+
+TINY = ["--heads", "2", "--headdim", "4", "--dstate", "8"]
+KEY = table_key(4, 8, torch.float32)
+UPSTREAM = LaunchConfig(32, 4)  # upstream_config and default_config at dstate 8
+
+
+def fake_timer(monkeypatch: pytest.MonkeyPatch, us_of: dict[LaunchConfig, float]) -> None:
+    """Replace the tuner's timer: config -> fixed microseconds (10 for any other config)."""
+    def fake_time(inputs, config: LaunchConfig, device) -> Timing:
+        us = us_of.get(config, 10.0)
+        return Timing(us, (us,), 1, 1, 1, False)
+
+    monkeypatch.setattr(tune, "time_config", fake_time)
+
+
+def test_tune_writes_a_table_and_a_report(tmp_path: Path, capsys) -> None:
+    code = cli.main(["tune", *TINY, "--batch", "1", "3", "--config", "4,1", "2,2",
+                     "--rounds", "2", "--out-dir", str(tmp_path / "cfg"),
+                     "--out", str(tmp_path / "results")])
+    assert code == 0
+    table = load_table("cpu", tmp_path / "cfg")
+    assert set(table) == {KEY} and set(table[KEY]) == {1, 3}
+    raw = json.loads((tmp_path / "cfg" / "selective_state_update" / "cpu.json").read_text())
+    assert raw["made_by"].startswith("ssmdecode tune") and raw["timing_meaningful"] is False
+    for field in ("device", "date", "torch", "triton"):
+        assert raw[field]
+    report = json.loads((tmp_path / "results" / "tune.json").read_text())
+    assert report["environment"]["timing_meaningful"] is False
+    (bucket1, bucket3) = report["keys"][KEY]
+    assert bucket1["baseline"] == "(32,4)"
+    assert sorted(bucket1["admitted"]) == ["(2,2)", "(32,4)", "(4,1)"]
+    assert all(len(v["rounds_us"]) == 2 for v in bucket1["leaders"].values())
+    assert LaunchConfig.from_dict(bucket3["choice"]) == table[KEY][3]
+    assert "mean nothing" in capsys.readouterr().out
+
+
+def test_tune_refuses_to_write_a_cpu_table_into_the_package(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--out-dir"):
+        cli.main(["tune", *TINY, "--batch", "1", "--out", str(tmp_path)])
+
+
+def test_tune_admits_only_bit_identical_configs(tmp_path: Path, monkeypatch) -> None:
+    bad, good = LaunchConfig(2, 2), LaunchConfig(4, 1)
+    perturb_out_of(monkeypatch, bad)
+    fake_timer(monkeypatch, {bad: 1.0, good: 5.0})  # bad would win by far
+    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2",
+                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert load_table("cpu", tmp_path)[KEY] == {2: good}
+    (bucket,) = json.loads((tmp_path / "tune.json").read_text())["keys"][KEY]
+    assert list(bucket["rejected"]) == ["(2,2)"]
+    assert not bucket["rejected"]["(2,2)"]["out"]["identical"]
+    assert "(2,2)" not in bucket["screen_us"]
+
+
+def test_tune_groups_shapes_of_one_key_and_keeps_other_keys(tmp_path: Path, monkeypatch) -> None:
+    other = table_key(64, 128, torch.float32)
+    write_table("cpu", {other: {8: LaunchConfig(8, 1)}}, {"made_by": "earlier"}, tmp_path)
+    fake_timer(monkeypatch, {})
+    code = cli.main(["tune", "--preset", "nemotron3-super", "--preset", "codestral-mamba-7b",
+                     "--tp", "8", *TINY, "--batch", "1", "--config", "4,1",
+                     "--out-dir", str(tmp_path), "--out", str(tmp_path)])
+    assert code == 0
+    report = json.loads((tmp_path / "tune.json").read_text())
+    assert [s["name"] for s in report["shapes"][KEY]] == ["nemotron3-super/tp8",
+                                                         "codestral-mamba-7b/tp8"]
+    assert report["kept_from_existing_table"] == {other: [8]}
+    table = load_table("cpu", tmp_path)
+    assert table[other] == {8: LaunchConfig(8, 1)} and table[KEY] == {1: UPSTREAM}
+
+
+# --- the choice rule --------------------------------------------------------------------------
+
+BASE, FAST, OTHER = LaunchConfig(8, 1), LaunchConfig(4, 1), LaunchConfig(16, 2)
+
+
+def measured(**us: tuple[float, float]) -> dict[LaunchConfig, Measured]:
+    configs = {"base": BASE, "fast": FAST, "other": OTHER}
+    return {configs[k]: Measured(configs[k], v[0], v[1]) for k, v in us.items()}
+
+
+def test_choose_keeps_the_baseline_within_noise() -> None:
+    m = measured(base=(100.0, 0.0), fast=(98.5, 0.0))
+    assert choose(m, BASE, None, noise_floor=0.02)[0] == BASE
+
+
+def test_choose_takes_a_gain_larger_than_the_noise() -> None:
+    m = measured(base=(100.0, 0.0), fast=(95.0, 0.0))
+    config, reason = choose(m, BASE, None, noise_floor=0.02)
+    assert config == FAST and "beats baseline" in reason
+
+
+def test_choose_widens_the_noise_to_the_spread_of_the_rounds() -> None:
+    m = measured(base=(100.0, 0.06), fast=(95.0, 0.01))
+    assert choose(m, BASE, None, noise_floor=0.02)[0] == BASE
+
+
+def test_choose_keeps_the_previous_buckets_choice_within_noise() -> None:
+    m = measured(base=(100.0, 0.0), fast=(90.0, 0.0), other=(91.0, 0.0))
+    config, reason = choose(m, BASE, OTHER, noise_floor=0.02)
+    assert config == OTHER and "previous bucket" in reason
+    m = measured(base=(100.0, 0.0), fast=(90.0, 0.0), other=(95.0, 0.0))
+    assert choose(m, BASE, OTHER, noise_floor=0.02)[0] == FAST
+
+
+def test_measured_noise_is_the_larger_of_rounds_and_repeats() -> None:
+    m = Measured.from_rounds(BASE, [(10.0, 0.01), (12.0, 0.0), (11.0, 0.02)])
+    assert (m.us, m.spread) == (11.0, pytest.approx(2 / 11))
+    m = Measured.from_rounds(BASE, [(10.0, 0.3), (10.0, 0.0)])
+    assert m.spread == 0.3
+
+
+def test_a_tune_split_over_runs_keeps_and_smooths_against_earlier_buckets(
+        tmp_path: Path, monkeypatch) -> None:
+    earlier = LaunchConfig(4, 1)
+    write_table("cpu", {KEY: {1: earlier}}, {"made_by": "earlier"}, tmp_path)
+    # At bucket 2 (2,2) is fastest, but the earlier bucket's (4,1) is within 2% of it.
+    fake_timer(monkeypatch, {UPSTREAM: 10.0, earlier: 5.05, LaunchConfig(2, 2): 5.0})
+    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2",
+                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert load_table("cpu", tmp_path)[KEY] == {1: earlier, 2: earlier}
+    report = json.loads((tmp_path / "tune.json").read_text())
+    assert report["kept_from_existing_table"] == {KEY: [1]}
+    assert "previous bucket" in report["keys"][KEY][0]["reason"]

@@ -1,0 +1,168 @@
+"""Launch configs and per-device tables: parse, defaults, load, validate, lookup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssmdecode import config as cfgmod
+from ssmdecode.config import (
+    LaunchConfig,
+    TableError,
+    candidate_configs,
+    clear_config_cache,
+    default_config,
+    load_table,
+    lookup_config,
+    nearest_bucket,
+    table_key,
+    upstream_config,
+    write_table,
+)
+
+
+@pytest.fixture
+def table_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty SSMDECODE_CONFIG_DIR, and lookups that see a GPU called FAKE_GPU."""
+    monkeypatch.setenv("SSMDECODE_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setattr(cfgmod, "device_key", lambda device=None: "FAKE_GPU")
+    clear_config_cache()
+    yield tmp_path
+    clear_config_cache()
+
+
+def _write(table_dir: Path, data: object) -> Path:
+    path = table_dir / "selective_state_update" / "FAKE_GPU.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def _table(entries: dict) -> dict:
+    return {"kernel": "selective_state_update", "device": "Fake GPU", "entries": entries}
+
+
+KEY = "headdim=64 dstate=128 state=float32"
+
+
+def test_parse_and_label_round_trip() -> None:
+    for text in ("8,1", "(16,4,slot)", "4,2,slot,evict", " 2 , 8 "):
+        cfg = LaunchConfig.parse(text)
+        assert LaunchConfig.parse(cfg.label) == cfg
+        assert LaunchConfig.from_dict(cfg.to_dict()) == cfg
+    assert LaunchConfig.parse("16,4,evict") == LaunchConfig(16, 4, evict_first=True)
+    with pytest.raises(ValueError, match="unknown flag"):
+        LaunchConfig.parse("8,1,fast")
+    with pytest.raises(ValueError, match="expected 'BLOCK_M,WARPS"):
+        LaunchConfig.parse("8")
+
+
+def test_upstream_and_default_configs() -> None:
+    assert [upstream_config(n).label for n in (16, 32, 64, 128, 256)] == [
+        "(32,4)", "(16,4)", "(8,4)", "(4,4)", "(4,8)"]
+    assert default_config(128, torch.float32) == LaunchConfig(8, 1)  # the seed's change
+    assert default_config(96, torch.float32) == LaunchConfig(8, 1)
+    assert default_config(128, torch.bfloat16) == LaunchConfig(4, 4)  # another row-sum order
+    assert default_config(64, torch.float32) == upstream_config(64)
+    assert default_config(256, torch.float32) == upstream_config(256)
+
+
+def test_candidate_spaces() -> None:
+    basic = candidate_configs(64, 128, torch.float32, "basic")
+    full = candidate_configs(64, 128, torch.float32, "full")
+    tune = candidate_configs(64, 128, torch.float32)
+    assert len(basic) == 7 * 5  # block_m 1..64 x warps 1..16, as the seed swept
+    assert set(basic) < set(full) and set(tune) < set(full)
+    for space in (basic, full, tune):
+        assert len(space) == len(set(space))
+    for label in ("(4,4)", "(8,1)", "(2,8)", "(64,16)"):
+        assert LaunchConfig.parse(label) in basic
+    for label in ("(8,2,slot,evict)", "(4,1,slot)", "(4,4)"):
+        assert LaunchConfig.parse(label) in tune
+    # (2,8) holds 1 state element per thread: no 16-byte vector, and another row-sum order
+    assert LaunchConfig(2, 8) not in tune
+    assert max(c.block_m for c in candidate_configs(12, 24, torch.float32, "basic")) == 16
+    with pytest.raises(ValueError, match="space must be"):
+        candidate_configs(64, 128, torch.float32, "all")
+
+
+def test_nearest_bucket() -> None:
+    buckets = [1, 8, 64, 512]
+    assert nearest_bucket(buckets, 1) == 1
+    assert nearest_bucket(buckets, 2) == 1  # log2 2 = 1: nearer 1 (0) than 8 (3)
+    assert nearest_bucket(buckets, 3) == 8  # log2 3 = 1.58: nearer 8 (3) than 1 (0)
+    assert nearest_bucket(buckets, 5) == 8
+    assert nearest_bucket(buckets, 100) == 64
+    assert nearest_bucket(buckets, 181) == 64  # log2 181 = 7.4998: just nearer 64
+    assert nearest_bucket(buckets, 4096) == 512
+
+
+def test_table_key() -> None:
+    assert table_key(64, 128, torch.float32) == KEY
+    assert table_key(128, 64, "bfloat16") == "headdim=128 dstate=64 state=bfloat16"
+    with pytest.raises(ValueError, match="state dtype 'float64'"):
+        table_key(64, 128, torch.float64)
+
+
+def test_lookup_uses_table_then_default(table_dir: Path) -> None:
+    _write(table_dir, _table({KEY: {"8": {"block_m": 8, "num_warps": 2},
+                                    "512": {"block_m": 16, "num_warps": 1, "slot_major": True}}}))
+    assert lookup_config(64, 128, torch.float32, 4) == LaunchConfig(8, 2)
+    assert lookup_config(64, 128, torch.float32, 1000) == LaunchConfig(16, 1, slot_major=True)
+    # a shape the table does not hold: the built-in default
+    assert lookup_config(64, 64, torch.float32, 8) == default_config(64)
+    assert lookup_config(64, 128, torch.bfloat16, 8) == default_config(128, torch.bfloat16)
+
+
+def test_unknown_device_gets_default(table_dir: Path) -> None:
+    assert load_table("FAKE_GPU") is None
+    assert lookup_config(64, 128, torch.float32, 512) == default_config(128)
+
+
+def test_cpu_has_no_table() -> None:
+    assert cfgmod.device_key("cpu") == "cpu"
+    assert lookup_config(64, 128, torch.float32, 8, "cpu") == default_config(128)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ([], "field '<root>': expected a JSON object"),
+        ({"kernel": "other", "entries": {}}, "field 'kernel'"),
+        (_table({}), "field 'entries'"),
+        (_table({"hd=64": {"8": {"block_m": 8, "num_warps": 1}}}), "field 'entries.hd=64'"),
+        (_table({KEY: {"eight": {"block_m": 8, "num_warps": 1}}}), f"field 'entries.{KEY}.eight'"),
+        (_table({KEY: {"8": {"block_m": 6, "num_warps": 1}}}), "block_m must be a power of two"),
+        (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "stages": 2}}}), "unknown LaunchConfig field"),
+        (_table({KEY: {"8": [8, 1]}}), "expected a config object"),
+    ],
+)
+def test_malformed_table_names_file_and_field(table_dir: Path, data: object, message: str) -> None:
+    path = _write(table_dir, data)
+    with pytest.raises(TableError, match=message) as info:
+        lookup_config(64, 128, torch.float32, 8)
+    assert str(path) in str(info.value)
+
+
+def test_write_table_round_trip_is_sorted_and_reviewable(table_dir: Path) -> None:
+    entries = {KEY: {512: LaunchConfig(16, 1, True), 8: LaunchConfig(8, 2)},
+               "headdim=64 dstate=64 state=float32": {1: LaunchConfig(16, 1)}}
+    path = write_table("FAKE_GPU", entries, {"device": "Fake GPU", "date": "2026-11-29"})
+    text = path.read_text()
+    assert text.endswith("}\n")
+    data = json.loads(text)
+    assert list(data["entries"]) == sorted(entries)
+    assert list(data["entries"][KEY]) == ["8", "512"]
+    assert load_table("FAKE_GPU") == {k: dict(v) for k, v in entries.items()}
+    assert lookup_config(64, 128, torch.float32, 600) == LaunchConfig(16, 1, True)
+
+
+def test_shipped_tables_are_valid() -> None:
+    folder = cfgmod.PACKAGE_CONFIG_DIR / "selective_state_update"
+    for path in sorted(folder.glob("*.json")):
+        table = load_table(path.stem, cfgmod.PACKAGE_CONFIG_DIR)
+        assert table, f"{path} holds no entries"

@@ -1,0 +1,93 @@
+"""`ssmdecode e2e` on CPU (interpreter, tiny shape): the timing report with its traces, the
+greedy identity check passing, and failing with exit 1 when one config changes a log-prob."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssmdecode.cli import main
+from ssmdecode.config import LaunchConfig
+from ssmdecode.tools import e2e
+
+
+def test_kernel_share() -> None:
+    kernels = {"_selective_state_update_kernel": 30.0, "ampere_bf16_gemm": 60.0, "silu": 10.0}
+    assert e2e.kernel_share(kernels, steps=5) == {
+        "ssu_share": 0.3, "ssu_us_per_step": 6.0, "kernel_us_per_step": 20.0}
+    assert e2e.kernel_share({}, steps=5) == {
+        "ssu_share": None, "ssu_us_per_step": None, "kernel_us_per_step": None}
+
+
+def test_timing_report_and_traces(tmp_path: Path) -> None:
+    trace = tmp_path / "traces" / "step.json"
+    assert main(["e2e", "--batch", "2", "--out", str(tmp_path), "--trace", str(trace)]) == 0
+    data = json.loads((tmp_path / "e2e.json").read_text())
+    assert [r["config"] for r in data["rows"]] == ["upstream", "8,1", "table"]
+    assert data["layers"] == 2 and not data["environment"]["timing_meaningful"]
+    for row in data["rows"]:
+        assert row["batch"] == 2 and row["step_us"] > 0 and row["ssu_share"] is None
+        assert row["tokens_per_s"] == pytest.approx(2 / (row["step_us"] * 1e-6))
+        assert "traceEvents" in json.loads(Path(row["trace"]).read_text())
+    assert data["rows"][1]["launch"] == "(8,1)" and data["rows"][0]["vs_first"] == 1.0
+    assert (tmp_path / "e2e.png").stat().st_size > 0
+    assert "mean nothing" in (tmp_path / "e2e.md").read_text()
+
+
+def test_greedy_identical(tmp_path: Path) -> None:
+    """upstream (32,4) against (4,1): two programs per row instead of one; same bits."""
+    argv = ["e2e", "--greedy", "--greedy-configs", "upstream", "4,1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "e2e-greedy.json").read_text())
+    assert data["identical"] and data["control"]["identical"]
+    assert data["tokens_compared"] == 3 * 3
+    assert data["prompt_lengths"][0] == 4 and data["prompt_lengths"][-1] == 1
+    assert data["configs"]["b"]["launch"] == "(4,1)"
+
+
+def test_greedy_difference_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config that moves one log-prob by one ULP is caught, and where."""
+    real = e2e.greedy_generate
+
+    def nudged(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, logprobs = real(*args, **kwargs)
+        if args[-1] == LaunchConfig(4, 1):
+            logprobs[1, 2] = torch.nextafter(logprobs[1, 2], torch.tensor(0.0))
+        return ids, logprobs
+
+    monkeypatch.setattr(e2e, "greedy_generate", nudged)
+    argv = ["e2e", "--greedy", "--greedy-configs", "upstream", "4,1", "--out", str(tmp_path)]
+    assert main(argv) == 1
+    data = json.loads((tmp_path / "e2e-greedy.json").read_text())
+    assert data["control"]["identical"] and not data["identical"]
+    assert data["result"]["logprob_mismatches"] == 1
+    assert data["result"]["token_id_mismatches"] == 0
+    assert data["result"]["first_difference"] == [1, 2]
+
+
+@pytest.mark.gpu
+def test_gpu_timing_share_and_traces(tmp_path: Path) -> None:
+    """On a GPU: graphs captured, steps timed, and the kernel profile finds the ssmdecode
+    kernel among the step's kernels."""
+    trace = tmp_path / "step.json"
+    argv = ["e2e", "--batch", "8", "--layers", "2", "--out", str(tmp_path), "--trace", str(trace)]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "e2e.json").read_text())
+    assert data["environment"]["timing_meaningful"]
+    for row in data["rows"]:
+        assert row["timing"]["timing_meaningful"] and row["step_us"] > 0
+        assert 0 < row["ssu_share"] < 1
+        assert 0 < row["ssu_us_per_step"] < row["kernel_us_per_step"]
+        assert Path(row["trace"]).stat().st_size > 0
+
+
+@pytest.mark.gpu
+def test_gpu_greedy_upstream_vs_table(tmp_path: Path) -> None:
+    argv = ["e2e", "--greedy", "--prompts", "4", "--max-prompt-len", "16", "--new-tokens", "8",
+            "--layers", "2", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "e2e-greedy.json").read_text())
+    assert data["identical"] and data["tokens_compared"] == 4 * 8
