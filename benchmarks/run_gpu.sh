@@ -7,6 +7,8 @@
 #
 #   OUT=/tmp/run bash benchmarks/run_gpu.sh test golden tune sweep bench e2e verify
 #
+# Where the tree was copied without .git, set SSMDECODE_GIT_COMMIT to the commit it holds, so
+# every report names it.
 # Stages:
 #   test    pytest -m gpu (every GPU-marked test)
 #   golden  the 18 golden cases: ../shared/golden/check.py, or $GOLDEN/check.py

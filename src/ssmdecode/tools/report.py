@@ -31,8 +31,14 @@ MEANINGLESS = ("CPU run under Triton's interpreter: the timings mean nothing abo
                "this run only exercises the code.")
 
 
+GIT_COMMIT_ENV = "SSMDECODE_GIT_COMMIT"
+
+
 def _git_commit() -> str | None:
-    """HEAD of the git checkout around this package, or None outside one."""
+    """HEAD of the git checkout around this package; $SSMDECODE_GIT_COMMIT where the code runs
+    from a copy of the tree without its .git (benchmarks/run_gpu.sh sets it); else None."""
+    if os.environ.get(GIT_COMMIT_ENV):
+        return os.environ[GIT_COMMIT_ENV]
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent, timeout=10, check=True)
