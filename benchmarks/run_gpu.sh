@@ -66,8 +66,10 @@ stage_e2e() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --greedy --out "$R/e2e-greedy"
 }
 stage_verify() {
+  # The seed's whole grid moves about 4 TB (heads 128 x batch 1024 alone is a 4 GiB pool per
+  # point), over 10 minutes on an H200: VERIFY_ARGS narrows it, VERIFY_NAME names the folder.
   # shellcheck disable=SC2086
-  "${SSM[@]}" verify ${VERIFY_ARGS:-} --out "$R/verify"
+  "${SSM[@]}" verify ${VERIFY_ARGS:-} --out "$R/${VERIFY_NAME:-verify}"
 }
 
 declare -a SUMMARY
