@@ -14,6 +14,8 @@
 #   golden  the 18 golden cases: ../shared/golden/check.py, or $GOLDEN/check.py
 #   tune    ssmdecode tune, headline shape, into $OUT/results/configs (copy the table into
 #           src/ssmdecode/configs/ to ship it)
+#   tune_shapes  the same for dstate 64 and 256, head dim 128 and a bf16 state, added to the
+#           shipped table
 #   sweep   ssmdecode sweep: every (BLOCK_M, warps) of the upstream grid at batch 8, 128, 512
 #   bench   ssmdecode bench: the headline shape, upstream configs vs the table, 11 batches;
 #           and the issue-4 shapes (dstate 64 and 256, head dim 128, bf16 state)
@@ -49,12 +51,30 @@ stage_tune() {
   "${SSM[@]}" tune "${HEADLINE[@]}" --config "${TUNE_CONFIGS[@]}" --batch 64 128 256 512 1024 \
       --out-dir "$R/configs" --out "$R/tune-large"
 }
+# The issue-4 shapes beside the headline, each its own table key: candidates from every
+# identity class the upstream configs of these shapes fall in (dstate 256: two warps across N;
+# a 2-byte state: 4 elements a thread), fewer buckets, fewer re-timing rounds.
+SHAPE_CONFIGS=(4,1,slot,evict 8,1,slot,evict 8,2,slot,evict 8,4,slot,evict 16,1,slot
+               16,1,slot,evict 16,2,slot,evict 16,4,slot,evict 32,2,slot,evict 32,4,slot,evict
+               32,8,slot,evict 8,2,evict 16,4,evict 1,2,slot,evict 2,4,slot,evict
+               8,16,slot,evict 1,1,slot,evict 2,2,slot,evict 4,4,slot,evict 8,8,slot,evict
+               16,16,slot,evict 8,8,evict)
+SHAPES=("--dstate 64" "--dstate 256" "--headdim 128" "--state-dtype bfloat16")
+stage_tune_shapes() {
+  mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/"  # add to the shipped table
+  local shape
+  for shape in "${SHAPES[@]}"; do
+    # shellcheck disable=SC2086
+    "${SSM[@]}" tune "${HEADLINE[@]}" $shape --config "${SHAPE_CONFIGS[@]}" --batch 1 8 64 256 1024 \
+        --leaders 2 --rounds 2 --out-dir "$R/configs" --out "$R/tune${shape// /}" || return
+  done
+}
 stage_sweep() { "${SSM[@]}" sweep "${HEADLINE[@]}" --space basic --batch 8 128 512 --out "$R/sweep"; }
 stage_bench() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
       --out "$R/bench" || return
   local shape
-  for shape in "--dstate 64" "--dstate 256" "--headdim 128" "--state-dtype bfloat16"; do
+  for shape in "${SHAPES[@]}"; do
     # shellcheck disable=SC2086
     "${SSM[@]}" bench "${HEADLINE[@]}" $shape --batch 8 128 256 512 1024 \
         --config upstream default table --out "$R/bench-${shape// /}" || return
