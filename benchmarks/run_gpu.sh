@@ -59,7 +59,8 @@ SHAPE_CONFIGS=(4,1,slot,evict 8,1,slot,evict 8,2,slot,evict 8,4,slot,evict 16,1,
                32,8,slot,evict 8,2,evict 16,4,evict 1,2,slot,evict 2,4,slot,evict
                8,16,slot,evict 1,1,slot,evict 2,2,slot,evict 4,4,slot,evict 8,8,slot,evict
                16,16,slot,evict 8,8,evict)
-SHAPES=("--dstate 64" "--dstate 256" "--headdim 128" "--state-dtype bfloat16")
+# SHAPES_LIST (';'-separated) narrows the shapes, e.g. SHAPES_LIST="--dstate 256".
+IFS=';' read -ra SHAPES <<< "${SHAPES_LIST:---dstate 64;--dstate 256;--headdim 128;--state-dtype bfloat16}"
 stage_tune_shapes() {
   mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/"  # add to the shipped table
   local shape

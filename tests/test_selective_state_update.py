@@ -219,8 +219,10 @@ def _configs_the_tables_can_pick(case: Case) -> set[LaunchConfig]:
 
 
 def _run_bits(kw: dict, state0: torch.Tensor, config: LaunchConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """out (stored as float32, so a changed row-sum order cannot round away) and the state."""
     kw["state"].copy_(state0)
-    out = selective_state_update(**kw, config=config)
+    out = torch.full(kw["x"].shape, float("nan"), dtype=torch.float32, device=kw["x"].device)
+    selective_state_update(**kw, out=out, config=config)
     return bits(out).clone(), bits(kw["state"]).clone()
 
 
