@@ -37,8 +37,9 @@ from ssmdecode.tools.report import (
     results_dir,
     write_outputs,
 )
+from ssmdecode.tools.verify import fresh_inputs, reference_result, run_config, tolerance_check
 
-__all__ = ["time_config", "timing_inputs"]
+__all__ = ["check_against_reference", "time_config", "timing_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,25 @@ def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling) -> dic
     }
 
 
+def check_against_reference(
+    shape: Shape, batch: int, specs: list[ConfigSpec], device: torch.device, seed: int
+) -> list[tuple[str, bool, str]]:
+    """Correctness before speed: each config's out and written state against the float64
+    reference at one batch, within verify's tolerances. (label, within, summary) per config."""
+    inputs = fresh_inputs(shape, batch, device, seed)
+    want = reference_result(inputs)
+    results = []
+    for spec in specs:
+        config = spec.resolve(shape, batch, device)
+        got = run_config(inputs, config)
+        out, state = tolerance_check(got[0], want[0]), tolerance_check(got[1], want[1])
+        results.append((f"{spec.text} {config.label}", out.within and state.within,
+                        f"vs float64 reference at batch {batch}: out max abs diff "
+                        f"{out.max_abs:.2e} ({out.worst_excess:.2f}x tolerance), state "
+                        f"{state.max_abs:.2e} ({state.worst_excess:.2f}x)"))
+    return results
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench", help="time launch configs against the same-bytes ceiling",
@@ -88,6 +108,13 @@ def run(args: argparse.Namespace) -> int:
     batches = batches_from_args(args, device)
     if device.type != "cuda":
         print(MEANINGLESS)
+
+    checks = check_against_reference(shape, min(batches), args.config, device, args.seed)
+    for label, ok, line in checks:
+        print(f"{'ok  ' if ok else 'FAIL'} {label}: {line}")
+    if not all(ok for _, ok, _ in checks):
+        print("the kernel disagrees with the float64 reference: not timing it")
+        return 1
 
     peak = measure_peak(device)
     rows: list[dict[str, object]] = []
@@ -133,4 +160,6 @@ def run(args: argparse.Namespace) -> int:
                                series, {b: c.tbps for b, c in ceilings.items()}, peak.tbps))
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
+    if device.type != "cuda":
+        print(MEANINGLESS + " Timings need a GPU.")
     return 0
