@@ -91,3 +91,24 @@ def test_gpu_greedy_upstream_vs_table(tmp_path: Path) -> None:
     assert main(argv) == 0
     data = json.loads((tmp_path / "e2e-greedy.json").read_text())
     assert data["identical"] and data["tokens_compared"] == 4 * 8
+
+
+def test_kernel_times_leave_out_user_annotations() -> None:
+    """record_function ranges show on the GPU timeline as annotations spanning whole eager
+    steps; counting them made the kernel total several times the graphed step."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from ssmdecode.tools.e2e import kernel_times
+
+    def event(name: str, us: float, device: DeviceType, annotation: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation,
+                               time_range=SimpleNamespace(elapsed_us=lambda: us))
+
+    events = [event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
+              event("gemm", 20.0, DeviceType.CUDA),
+              event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
+              event("decode step 0", 400.0, DeviceType.CUDA, annotation=True),
+              event("aten::mm", 30.0, DeviceType.CPU)]
+    assert kernel_times(events) == {"_selective_state_update_kernel": 10.0, "gemm": 20.0}

@@ -28,8 +28,9 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.autograd import DeviceType
@@ -58,7 +59,7 @@ from ssmdecode.tools.report import (
 )
 from ssmdecode.tools.verify import bit_diff
 
-__all__ = ["add_parser", "kernel_share", "run"]
+__all__ = ["add_parser", "kernel_share", "kernel_times", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -170,11 +171,18 @@ def _profile(stack: Mamba2DecodeStack, hidden: torch.Tensor, slot_sets: torch.Te
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace))
+    return kernel_share(kernel_times(prof.events()), PROFILED_STEPS)
+
+
+def kernel_times(events: Iterable[Any]) -> dict[str, float]:
+    """Device microseconds per kernel name from torch.profiler events. The "decode step i"
+    ranges also appear on the GPU timeline, as user annotations that span each eager step,
+    launch gaps included: they are not kernels and are left out."""
     kernel_us: dict[str, float] = {}
-    for event in prof.events():
-        if event.device_type == DeviceType.CUDA:
+    for event in events:
+        if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
             kernel_us[event.name] = kernel_us.get(event.name, 0.0) + event.time_range.elapsed_us()
-    return kernel_share(kernel_us, PROFILED_STEPS)
+    return kernel_us
 
 
 def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpec],
@@ -202,7 +210,10 @@ def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpe
         rows.append({
             "config": spec.text, "launch": resolved.label, "launch_config": resolved.to_dict(),
             "batch": batch, "step_us": timing.us, "tokens_per_s": batch / (timing.us * 1e-6),
-            "vs_first": None, **share, "timing": timing.to_dict(),
+            "vs_first": None, **share,
+            "ssu_share_of_step": (share["ssu_us_per_step"] / timing.us
+                                  if share["ssu_us_per_step"] is not None else None),
+            "timing": timing.to_dict(),
             "trace": str(path) if path is not None else None,
         })
         log.info("%s %s batch %d: %.2f us per step", spec.text, resolved.label, batch, timing.us)
@@ -218,11 +229,13 @@ def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
         rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace)
 
     data = {
-        "environment": environment(device),
+        "environment": environment(device, args.command_line),
         "method": {**method(), "step": f"{layers} Mamba2 layers (ssmdecode.models.mamba2)",
                    "tokens_per_s": "batch / step time",
-                   "ssu_share": f"device time of kernels named *{KERNEL}* / all device time, "
-                   f"torch.profiler over {PROFILED_STEPS} eager steps on cold slot sets",
+                   "ssu_share": f"device time of kernels named *{KERNEL}* / all kernel device "
+                   f"time, torch.profiler over {PROFILED_STEPS} eager steps on cold slot sets",
+                   "ssu_share_of_step": "the profiled selective_state_update time per step / "
+                   "the graphed step time",
                    "seed": args.seed},
         "shape": dims.shape.to_dict(), "d_model": dims.d_model, "d_conv": dims.d_conv,
         "layers": layers, "rows": rows,
@@ -233,9 +246,9 @@ def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
 
     table = markdown_table(
         ["config", "launch", "batch", "step us", "tokens/s", "x vs first", "SSU % of kernels",
-         "SSU us/step"],
+         "SSU us/step", "SSU % of step"],
         [[r["config"], r["launch"], r["batch"], r["step_us"], r["tokens_per_s"], r["vs_first"],
-          pct(r["ssu_share"]), r["ssu_us_per_step"]] for r in rows])
+          pct(r["ssu_share"]), r["ssu_us_per_step"], pct(r["ssu_share_of_step"])] for r in rows])
     markdown = (f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers per step. "
                 f"x vs first: step time of the first config / this one.\n\n{table}")
     out_dir = results_dir(args.out, device)
@@ -298,7 +311,7 @@ def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
     control, result = compare("a", "control"), compare("a", "b")
     compared = count * new_tokens
     data = {
-        "environment": environment(device),
+        "environment": environment(device, args.command_line),
         "method": {"model": f"random-weight Mamba2 LM, {layers} layers, vocab {vocab}",
                    "decoding": "greedy from zero state; prompts right-aligned, waiting rows "
                    "in the null slot; prefill by decode steps",
