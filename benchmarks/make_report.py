@@ -17,7 +17,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-UPSTREAM_NAMES = {"upstream", "default"}  # + explicit BM,W configs: the upstream grid
 
 
 def load(path: Path) -> dict:

@@ -87,8 +87,8 @@ stage_e2e() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --greedy --out "$R/e2e-greedy"
 }
 stage_verify() {
-  # The seed's whole grid moves about 4 TB (heads 128 x batch 1024 alone is a 4 GiB pool per
-  # point), over 10 minutes on an H200: VERIFY_ARGS narrows it, VERIFY_NAME names the folder.
+  # The seed's whole 920-point grid took about 10 s on the H200 (logs/run7-verify.log);
+  # VERIFY_ARGS narrows or moves it (e.g. "--dstate 256"), VERIFY_NAME names the folder.
   # shellcheck disable=SC2086
   "${SSM[@]}" verify ${VERIFY_ARGS:-} --out "$R/${VERIFY_NAME:-verify}"
 }

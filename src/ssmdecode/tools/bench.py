@@ -37,7 +37,7 @@ from ssmdecode.tools.report import (
     results_dir,
     write_outputs,
 )
-from ssmdecode.tools.verify import fresh_inputs, reference_result, run_config, tolerance_check
+from ssmdecode.tools.verify import against_reference, fresh_inputs, reference_result
 
 __all__ = ["check_against_reference", "time_config", "timing_inputs"]
 
@@ -79,8 +79,8 @@ def check_against_reference(
     results = []
     for spec in specs:
         config = spec.resolve(shape, batch, device)
-        got = run_config(inputs, config)
-        out, state = tolerance_check(got[0], want[0]), tolerance_check(got[1], want[1])
+        checks = against_reference(inputs, config, want)
+        out, state = checks["out"], checks["state"]
         results.append((f"{spec.text} {config.label}", out.within and state.within,
                         f"vs float64 reference at batch {batch}: out max abs diff "
                         f"{out.max_abs:.2e} ({out.worst_excess:.2f}x tolerance), state "

@@ -32,8 +32,8 @@ from ssmdecode.reference import selective_state_update_reference
 from ssmdecode.tools import ConfigSpec, add_common_arguments, device_from_args
 from ssmdecode.tools.report import environment, markdown_table, results_dir, write_outputs
 
-__all__ = ["BitDiff", "Comparison", "bit_diff", "compare_results", "compare_to", "fresh_inputs",
-           "run_config"]
+__all__ = ["BitDiff", "Comparison", "against_reference", "bit_diff", "compare_results",
+           "compare_to", "fresh_inputs", "reference_result", "run_config"]
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,16 @@ def reference_result(inputs: DecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return selective_state_update_reference(**kwargs, compute_dtype=torch.float64)
 
 
+def against_reference(
+    inputs: DecodeInputs, config: LaunchConfig, want: tuple[torch.Tensor, torch.Tensor],
+    *, last: bool = False,
+) -> dict[str, ToleranceCheck]:
+    """out and the written state of one call with config against want, the float64
+    reference_result of the same inputs: {"out": ..., "state": ...}."""
+    got = run_config(inputs, config, last=last)
+    return {"out": tolerance_check(got[0], want[0]), "state": tolerance_check(got[1], want[1])}
+
+
 # ---------------------------------------------------------------------------------------------
 # the subcommand
 
@@ -271,10 +281,7 @@ def run(args: argparse.Namespace) -> int:
             point: dict[str, object] = {"heads": shape.nheads, "batch": batch, "seed": seed,
                                         "a": cfg_a.label}
             if args.tolerance:
-                want = reference_result(inputs)
-                got = run_config(inputs, cfg_a, last=True)
-                checks = {"out": tolerance_check(got[0], want[0]),
-                          "state": tolerance_check(got[1], want[1])}
+                checks = against_reference(inputs, cfg_a, reference_result(inputs), last=True)
                 ok = all(c.within for c in checks.values())
                 point["result"] = {"ok": ok, **{k: asdict(c) for k, c in checks.items()}}
             else:
