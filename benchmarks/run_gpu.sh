@@ -21,6 +21,12 @@
 #           and the issue-4 shapes (dstate 64 and 256, head dim 128, bf16 state)
 #   e2e     ssmdecode e2e at two presets, and the greedy identity check
 #   verify  ssmdecode verify of the table against upstream (VERIFY_ARGS narrows the grid)
+#   sweep_upstream  the MEASURING.md configs swept on the upstream kernel (`--kernel mamba_ssm`,
+#           needs mamba_ssm importable, e.g. from a folder on PYTHONPATH or ./.upstream) and on
+#           ssmdecode's, in the same run
+#   verify_ordered  the ordered row sum: configs whose own layout changes the bits, on the
+#           920-point grid at each issue-4 shape
+#   explore benchmarks/explore.py: tile masks on/off, ordered and flat variants (EXPLORE_SHAPES)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -38,7 +44,11 @@ TUNE_CONFIGS=(2,1,slot,evict 2,2,slot,evict 4,1,slot,evict 4,2,slot,evict 4,4,sl
 BUCKETS=(1 2 4 8 16 32 64 128 256 512 1024)
 UPSTREAM_BEST=(upstream default 4,1 8,2 16,4 16,8)
 
-stage_test() { python3 -m pytest -m gpu -q -p no:cacheprovider tests; }
+stage_test() {
+  # the GPU tests, and the ordered row sum's bit-exact tests compiled for the GPU
+  python3 -m pytest -m gpu -q -p no:cacheprovider tests &&
+  python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py
+}
 stage_golden() {
   local g=${GOLDEN:-../shared/golden}
   [ -f "$g/check.py" ] || g=.golden
@@ -91,6 +101,46 @@ stage_verify() {
   # VERIFY_ARGS narrows or moves it (e.g. "--dstate 256"), VERIFY_NAME names the folder.
   # shellcheck disable=SC2086
   "${SSM[@]}" verify ${VERIFY_ARGS:-} --out "$R/${VERIFY_NAME:-verify}"
+}
+
+MEASURING_CONFIGS=(4,4 4,1 8,1 8,2 16,4 16,8 2,8)
+stage_sweep_upstream() {
+  [ -d .upstream ] && export PYTHONPATH=$PWD/.upstream:$PYTHONPATH
+  "${SSM[@]}" sweep "${HEADLINE[@]}" --kernel mamba_ssm --config "${MEASURING_CONFIGS[@]}" \
+      --batch 8 128 512 --out "$R/sweep-mamba_ssm" &&
+  "${SSM[@]}" sweep "${HEADLINE[@]}" --config "${MEASURING_CONFIGS[@]}" \
+      --batch 8 128 512 --out "$R/sweep-ssmdecode"
+}
+stage_verify_ordered() {
+  local spec rc=0
+  # (4,8) and (2,8) hold 2 and 1 fp32 a thread: their own row sum differs from upstream
+  for spec in "4,8,slot,evict,ordered|" "2,8,slot,evict,ordered|" "16,1,slot,evict,ordered,flat|" \
+              "16,4,slot,evict,ordered|--state-dtype bfloat16" \
+              "8,1,slot,evict,ordered,flat|--state-dtype bfloat16" \
+              "8,1,slot,evict,ordered|--dstate 256" "16,2,slot,evict,ordered,flat|--dstate 256" \
+              "16,1,slot,evict,ordered,flat|--dstate 64" "8,1,slot,evict,ordered,flat|--headdim 128"; do
+    # shellcheck disable=SC2086
+    "${SSM[@]}" verify --a "${spec%%|*}" ${spec#*|} --out "$R/verify-ordered/${spec//[|, -]/_}" || rc=1
+  done
+  return $rc
+}
+stage_explore() {
+  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")
+  "${X[@]}" --batch 8 128 512 --masks both --out "$R/explore-masks" \
+      --config 8,1 4,1,slot,evict 16,1,slot,evict &&
+  "${X[@]}" --batch 8 128 512 --out "$R/explore-ordered" \
+      --config 4,1,slot,evict 16,1,slot,evict 4,1,slot,evict,ordered 16,1,slot,evict,ordered \
+      4,1,slot,evict,ordered,flat 8,1,slot,evict,ordered,flat 16,1,slot,evict,ordered,flat \
+      16,2,slot,evict,ordered,flat 32,2,slot,evict,ordered,flat 8,4,slot,evict,ordered,flat \
+      2,2,slot,evict,ordered 4,4,slot,evict,ordered 4,8,slot,evict,ordered &&
+  "${X[@]}" --state-dtype bfloat16 --batch 128 512 1024 --out "$R/explore-bf16" \
+      --config 4,4 8,8,slot,evict 16,4,slot,evict,ordered 16,4,slot,evict,ordered,flat \
+      8,1,slot,evict,ordered,flat 16,1,slot,evict,ordered,flat 32,4,slot,evict,ordered,flat \
+      16,2,slot,evict,ordered,flat 32,2,slot,evict,ordered,flat &&
+  "${X[@]}" --dstate 256 --batch 128 512 1024 --out "$R/explore-dstate256" \
+      --config 4,8 16,2,slot,evict 8,1,slot,evict,ordered 8,1,slot,evict,ordered,flat \
+      16,2,slot,evict,ordered,flat 4,1,slot,evict,ordered,flat 16,4,slot,evict,ordered,flat \
+      8,2,slot,evict,ordered,flat
 }
 
 declare -a SUMMARY

@@ -3,13 +3,20 @@ bit-identical to upstream is marked and never recommended, even when it is the f
 
 from __future__ import annotations
 
+import inspect
 import json
+import sys
+import types
 from pathlib import Path
 
+import pytest
+import torch
+
+from conftest import Case, make_inputs
 from ssmdecode import cli
 from ssmdecode.bench.timer import Timing
 from ssmdecode.config import LaunchConfig
-from ssmdecode.tools import sweep
+from ssmdecode.tools import kernels, sweep
 from test_cli_verify import perturb_out_of
 
 TINY = ["--heads", "2", "--headdim", "4", "--dstate", "8"]
@@ -38,7 +45,7 @@ def test_sweep_never_recommends_a_config_that_changes_bits(tmp_path: Path, monke
     bad = LaunchConfig(2, 2, slot_major=True)
     perturb_out_of(monkeypatch, bad)
 
-    def fake_time(inputs, config: LaunchConfig, device) -> Timing:
+    def fake_time(inputs, config: LaunchConfig, device, fn=None) -> Timing:
         us = 1.0 if config == bad else 10.0 + config.block_m  # bad is by far the fastest
         return Timing(us, (us,), 1, 1, 1, False)
 
@@ -52,3 +59,64 @@ def test_sweep_never_recommends_a_config_that_changes_bits(tmp_path: Path, monke
     by_label = {c["label"]: c["batches"]["3"] for c in data["configs"]}
     assert not by_label["(2,2,slot)"]["identical"] and by_label["(2,2,slot)"]["us"] == 1.0
     assert "1.00 ≠" in (tmp_path / "sweep.md").read_text()
+
+
+def test_kernel_mamba_ssm_needs_mamba_ssm(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "mamba_ssm", None)  # not importable
+    with pytest.raises(SystemExit, match="needs mamba_ssm installed"):
+        cli.main(["sweep", *TINY, "--batch", "1", "--kernel", "mamba_ssm", "--out", str(tmp_path)])
+
+
+def _fake_mamba_kernel(params: list[str], launches: list) -> object:
+    """Stands in for mamba_ssm's jitted kernel: records each launch."""
+    def fn(*args): ...
+    fn.__signature__ = inspect.Signature(
+        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launches.append((grid, args, kw))
+    kernel = Kernel()
+    kernel.fn = fn
+    return kernel
+
+
+MAMBA_PARAMS = (  # mamba_ssm 2.x's kernel, less the heuristics' constexprs
+    "state_ptr", "x_ptr", "dt_ptr", "dt_bias_ptr", "A_ptr", "B_ptr", "C_ptr", "D_ptr", "z_ptr",
+    "out_ptr", "state_batch_indices_ptr", "batch", "nheads", "dim", "dstate",
+    "nheads_ngroups_ratio", "stride_state_batch", "stride_state_head", "stride_state_dim",
+    "stride_state_dstate", "stride_x_batch", "stride_x_head", "stride_x_dim", "stride_dt_batch",
+    "stride_dt_head", "stride_dt_dim", "stride_dt_bias_head", "stride_dt_bias_dim",
+    "stride_A_head", "stride_A_dim", "stride_A_dstate", "stride_B_batch", "stride_B_group",
+    "stride_B_dstate", "stride_C_batch", "stride_C_group", "stride_C_dstate", "stride_D_head",
+    "stride_D_dim", "stride_z_batch", "stride_z_head", "stride_z_dim", "stride_out_batch",
+    "stride_out_head", "stride_out_dim", "DT_SOFTPLUS", "TIE_HDIM", "BLOCK_SIZE_M",
+)
+
+
+def test_mamba_ssm_launcher_passes_the_kernels_arguments(monkeypatch) -> None:
+    launches: list = []
+    module = types.ModuleType("mamba_ssm.ops.triton.selective_state_update")
+    module._selective_scan_update_kernel = _fake_mamba_kernel(MAMBA_PARAMS, launches)
+    monkeypatch.setitem(sys.modules, "mamba_ssm.ops.triton.selective_state_update", module)
+    fn = kernels.kernel_function("mamba_ssm")
+    kw = make_inputs(Case(batch=3, nheads=4, headdim=12, dstate=24, ngroups=2))
+    kw.pop("dst_state_batch_indices", None)
+    kw.pop("pad_slot_id", None)
+    out = torch.empty_like(kw["x"])
+    assert fn(**kw, out=out, config=LaunchConfig(8, 2)) is out
+    ((grid, args, options),) = launches
+    assert grid == (2, 3, 4)  # (row blocks of P 12 by 8, batch, heads): the upstream order
+    assert len(args) == len(MAMBA_PARAMS)  # every parameter but the heuristics' constexprs
+    assert args[MAMBA_PARAMS.index("BLOCK_SIZE_M")] == 8 and options == {"num_warps": 2}
+    assert args[MAMBA_PARAMS.index("nheads_ngroups_ratio")] == 2
+    with pytest.raises(ValueError, match="upstream grid"):
+        fn(**kw, out=out, config=LaunchConfig(8, 2, slot_major=True))
+
+
+def test_mamba_ssm_of_another_version_is_refused(monkeypatch) -> None:
+    module = types.ModuleType("mamba_ssm.ops.triton.selective_state_update")
+    module._selective_scan_update_kernel = _fake_mamba_kernel(MAMBA_PARAMS[:20], [])
+    monkeypatch.setitem(sys.modules, "mamba_ssm.ops.triton.selective_state_update", module)
+    with pytest.raises(ValueError, match="lacks"):
+        kernels.kernel_function("mamba_ssm")

@@ -23,7 +23,7 @@ UPSTREAM = LaunchConfig(32, 4)  # upstream_config and default_config at dstate 8
 
 def fake_timer(monkeypatch: pytest.MonkeyPatch, us_of: dict[LaunchConfig, float]) -> None:
     """Replace the tuner's timer: config -> fixed microseconds (10 for any other config)."""
-    def fake_time(inputs, config: LaunchConfig, device) -> Timing:
+    def fake_time(inputs, config: LaunchConfig, device, fn=None) -> Timing:
         us = us_of.get(config, 10.0)
         return Timing(us, (us,), 1, 1, 1, False)
 

@@ -48,12 +48,21 @@ class LaunchConfig:
     evict_first: cache hints. The state streams evict-first in L2 (each state is touched once
         per step, so caching it only evicts the small inputs every program reads), and the slot
         indices evict-last (every layer of a step reads them, and the state load waits on them).
+    ordered_sum: the row sum over N spelled out in the upstream order (4 columns in a thread,
+        then a butterfly over lanes, then warps), so that its bits no longer depend on the
+        register layout of the tile. Lets tiles with 8 elements a thread, or one warp at
+        dstate 256, keep the upstream bits. For 16 <= dstate <= 256.
+    flat: read and write each program's state as one 1-D run of block_m * N elements instead
+        of a [block_m, N] tile (needs ordered_sum: the layout of the tile changes). A state
+        whose rows are not contiguous runs the same config as a tile.
     """
 
     block_m: int
     num_warps: int
     slot_major: bool = False
     evict_first: bool = False
+    ordered_sum: bool = False
+    flat: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "num_warps"):
@@ -64,14 +73,17 @@ class LaunchConfig:
                 raise ValueError(f"LaunchConfig.{name} must be a power of two, got {value}")
         if self.num_warps > _MAX_WARPS:
             raise ValueError(f"LaunchConfig.num_warps must be <= {_MAX_WARPS}, got {self.num_warps}")
-        for name in ("slot_major", "evict_first"):
+        for name, _ in _FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.flat and not self.ordered_sum:
+            raise ValueError("LaunchConfig.flat needs ordered_sum=True: a 1-D state stream changes "
+                             "the tile's register layout, so only an ordered row sum keeps the bits")
 
     @property
     def label(self) -> str:
-        """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict)"."""
-        flags = [f for f, on in (("slot", self.slot_major), ("evict", self.evict_first)) if on]
+        """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered,flat)"."""
+        flags = [flag for name, flag in _FLAGS if getattr(self, name)]
         return "(" + ",".join([str(self.block_m), str(self.num_warps), *flags]) + ")"
 
     def to_dict(self) -> dict[str, Any]:
@@ -87,14 +99,22 @@ class LaunchConfig:
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
-        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict"."""
+        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered,flat"."""
         parts = [p.strip() for p in text.strip().strip("()").split(",") if p.strip()]
+        known = [flag for _, flag in _FLAGS]
         if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-            raise ValueError(f"config {text!r}: expected 'BLOCK_M,WARPS[,slot][,evict]'")
+            raise ValueError(f"config {text!r}: expected 'BLOCK_M,WARPS' then any of the flags "
+                             f"{','.join(known)}")
         flags = set(parts[2:])
-        if flags - {"slot", "evict"}:
-            raise ValueError(f"config {text!r}: unknown flag(s) {sorted(flags - {'slot', 'evict'})}")
-        return cls(int(parts[0]), int(parts[1]), "slot" in flags, "evict" in flags)
+        if flags - set(known):
+            raise ValueError(f"config {text!r}: unknown flag(s) {sorted(flags - set(known))}; "
+                             f"known: {', '.join(known)}")
+        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS})
+
+
+# LaunchConfig's boolean fields and their flags in labels, in label order.
+_FLAGS = (("slot_major", "slot"), ("evict_first", "evict"), ("ordered_sum", "ordered"),
+          ("flat", "flat"))
 
 
 def upstream_config(dstate: int) -> LaunchConfig:
@@ -129,23 +149,30 @@ def candidate_configs(
     space="basic": every (block_m, num_warps) of the upstream grid, block_m 1 .. next power of
         two of the head dim, 1 to 16 warps: the space the seed swept.
     space="full": basic, each also with the slot-major grid and the cache hints.
-    space="tune": full, less what cannot be fast: under 4 state elements per thread (no
-        16-byte vector; on an H200 exactly these changed the row-sum order at dstate 128) or
-        over 64 (register-bound occupancy: (16,1) used 130 registers a thread, 12 warps/SM).
+    space="tune": the slot-major grid with cache hints (on the H200 these led at every batch),
+        with the layout's own row sum, the ordered row sum, and the ordered flat stream; 4 to
+        64 state elements a thread (under 4 there is no 16-byte vector; over 64 registers bound
+        occupancy: (16,1) used 130 registers a thread, 12 warps/SM).
     Whether a candidate keeps the upstream bits is decided by measurement on the GPU, not here.
     """
     if space not in ("basic", "full", "tune"):
         raise ValueError(f"space must be 'basic', 'full' or 'tune', got {space!r}")
     top = max(1, 1 << (headdim - 1).bit_length())
     block_n = 1 << max(dstate - 1, 0).bit_length()
+    ordered = 16 <= block_n <= 256
     out = []
     for block_m in (1 << i for i in range(top.bit_length())):
         for num_warps in (1, 2, 4, 8, 16):
-            per_thread = block_m * block_n // (32 * num_warps)
-            if space == "tune" and not 4 <= per_thread <= 64:
+            if space == "tune":
+                if not 4 <= block_m * block_n // (32 * num_warps) <= 64:
+                    continue
+                out.append(LaunchConfig(block_m, num_warps, True, True))
+                if ordered:
+                    out.append(LaunchConfig(block_m, num_warps, True, True, True))
+                    out.append(LaunchConfig(block_m, num_warps, True, True, True, True))
                 continue
-            for slot_major in (False, True) if space != "basic" else (False,):
-                for evict_first in (False, True) if space != "basic" else (False,):
+            for slot_major in (False, True) if space == "full" else (False,):
+                for evict_first in (False, True) if space == "full" else (False,):
                     out.append(LaunchConfig(block_m, num_warps, slot_major, evict_first))
     del state_dtype  # the same space for every dtype; identity is measured per dtype
     return out

@@ -54,6 +54,56 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 VALIDATE_INDICES_ENV = "SSMDECODE_VALIDATE_INDICES"
 
 
+# The row sum over N in the upstream order, spelled out so that no register layout can change it.
+# Upstream's default configs all hold 4 consecutive state columns a thread along N (a 16-byte
+# fp32 vector, or 4 of 8 bf16 because the tile is that small), so Triton 3.6 reduces each row:
+#   1. in a thread, its 4 columns left to right: ((c0 + c1) + c2) + c3;
+#   2. across the lanes of a warp that share the row, a butterfly from the widest distance:
+#      lane i adds lane i ^ L/2, then i ^ L/4, ... down to i ^ 1 (L = min(N/4, 32) lanes);
+#   3. across warps (N = 256: two warps a row), the two partial sums.
+# `_rowsum_upstream_order` computes exactly that tree with reshapes and splits, whatever layout
+# the compiler picks for the tile, so a config with 8 elements a thread, one warp, or a 1-D
+# state stream keeps the upstream bits. Measured on the H200 against the golden digests and
+# the 920-point verify (benchmarks/results/NVIDIA_H200/).
+ORDERED_MIN_N = 16
+ORDERED_MAX_N = 256
+
+
+@triton.jit
+def _fold_half(s, R: tl.constexpr, W: tl.constexpr, L: tl.constexpr):
+    """[R, W, L] -> [R, W, L // 2]: element i plus element i + L // 2 (one butterfly level)."""
+    t = tl.permute(tl.reshape(s, (R, W, 2, L // 2)), (0, 1, 3, 2))
+    lo, hi = tl.split(t)
+    return lo + hi
+
+
+@triton.jit
+def _rowsum_upstream_order(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """sum(t, axis=1) of a [BLOCK_M, BLOCK_N] fp32 tile, 16 <= BLOCK_N <= 256, in the order of
+    the upstream kernel's default configs (see the comment above)."""
+    G: tl.constexpr = BLOCK_N // 4  # groups of 4 columns, one per lane upstream
+    L: tl.constexpr = 32 if G > 32 else G  # lanes of a warp that share a row
+    W: tl.constexpr = G // L  # warps that share a row
+    c02, c13 = tl.split(tl.reshape(t, (BLOCK_M, G, 2, 2)))  # columns 4g + {0, 2} and 4g + {1, 3}
+    c0, c2 = tl.split(c02)
+    c1, c3 = tl.split(c13)
+    s = tl.reshape(((c0 + c1) + c2) + c3, (BLOCK_M, W, L))
+    if L >= 32:
+        s = _fold_half(s, BLOCK_M, W, 32)
+    if L >= 16:
+        s = _fold_half(s, BLOCK_M, W, 16)
+    if L >= 8:
+        s = _fold_half(s, BLOCK_M, W, 8)
+    if L >= 4:
+        s = _fold_half(s, BLOCK_M, W, 4)
+    s = _fold_half(s, BLOCK_M, W, 2)
+    if W == 2:
+        w0, w1 = tl.split(tl.reshape(s, (BLOCK_M, 2)))
+        return w0 + w1
+    else:
+        return tl.reshape(s, (BLOCK_M,))
+
+
 @triton.heuristics(
     {
         "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
@@ -92,11 +142,15 @@ def _selective_state_update_kernel(
     HAS_Z: tl.constexpr,
     HAS_SRC_IDX: tl.constexpr,
     HAS_DST_IDX: tl.constexpr,
+    EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
+    EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
     # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SLOT_MAJOR: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
+    ORDERED_SUM: tl.constexpr,
+    FLAT: tl.constexpr,  # the state tile as one 1-D run (rows contiguous, EVEN_M and EVEN_N)
 ):
     # One program: BLOCK_M rows of the head dim of one (request, head), all N state columns.
     if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
@@ -128,20 +182,33 @@ def _selective_state_update_kernel(
     o_n = tl.arange(0, BLOCK_N)
     m_m = o_m < headdim
     m_n = o_n < dstate
-    m_tile = m_m[:, None] & m_n[None, :]
+    # Masks of the state tile: rows and columns only where the tile overhangs, the pad slot
+    # only with indices; None when nothing can be out of bounds (unpredicated 16-byte accesses).
+    m_tile = None
+    if not EVEN_M:
+        m_tile = m_m[:, None]
+    if not EVEN_N:
+        m_tile = m_n[None, :] if m_tile is None else m_tile & m_n[None, :]
     m_read = m_tile
-    m_write = m_tile
     if HAS_SRC_IDX:
-        m_read = m_tile & (i_src != pad_slot_id)
-        m_write = m_read
+        m_read = (i_src != pad_slot_id) if m_tile is None else m_tile & (i_src != pad_slot_id)
+    m_write = m_read
     if HAS_DST_IDX:
-        m_write = m_write & (i_dst != pad_slot_id)
+        m_write = (i_dst != pad_slot_id) if m_write is None else m_write & (i_dst != pad_slot_id)
 
-    o_tile = i_h * stride_state_h + o_m[:, None] * stride_state_p + o_n[None, :] * stride_state_n
+    if FLAT:  # one contiguous run of BLOCK_M * BLOCK_N elements
+        o_tile = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M * BLOCK_N)
+    else:
+        o_tile = i_h * stride_state_h + o_m[:, None] * stride_state_p + o_n[None, :] * stride_state_n
     p_src = p_state + i_src * stride_state_s + o_tile
     p_dst = p_state + i_dst * stride_state_s + o_tile
 
-    b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    if m_read is None:
+        b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
+    else:
+        b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    if FLAT:
+        b_state = tl.reshape(b_state, (BLOCK_M, BLOCK_N))
     b_x = tl.load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p,
                   mask=m_m, other=0.0).to(tl.float32)
     if TIE_HDIM:
@@ -161,7 +228,7 @@ def _selective_state_update_kernel(
         if DT_SOFTPLUS:
             b_dt = tl.where(b_dt <= 20.0, tl.log(tl.exp(b_dt) + 1), b_dt)
         b_A = tl.load(p_A + i_h * stride_A_h + o_m[:, None] * stride_A_p + o_n[None, :] * stride_A_n,
-                      mask=m_tile, other=0.0).to(tl.float32)
+                      mask=m_m[:, None] & m_n[None, :], other=0.0).to(tl.float32)
         b_dA = tl.exp(b_A * b_dt[:, None])
     b_B = tl.load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n,
                   mask=m_n, other=0.0).to(tl.float32)
@@ -180,9 +247,16 @@ def _selective_state_update_kernel(
         b_dB = b_B[None, :] * b_dt[:, None]
     b_state = b_state * b_dA + b_dB * b_x[:, None]
     if WRITE_STATE:
-        tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
-                 eviction_policy=STATE_EVICT)
-    b_out = tl.sum(b_state * b_C[None, :], axis=1)
+        if FLAT:
+            tl.store(p_dst, tl.reshape(b_state, (BLOCK_M * BLOCK_N,)).to(p_state.dtype.element_ty),
+                     mask=m_write, eviction_policy=STATE_EVICT)
+        else:
+            tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
+                     eviction_policy=STATE_EVICT)
+    if ORDERED_SUM:
+        b_out = _rowsum_upstream_order(b_state * b_C[None, :], BLOCK_M, BLOCK_N)
+    else:
+        b_out = tl.sum(b_state * b_C[None, :], axis=1)
     if HAS_D:
         b_out += b_x * b_D
     if HAS_Z:
@@ -202,6 +276,18 @@ def _launch(
     batch, nheads, headdim = x.shape
     dstate = state.shape[-1]
     ngroups = B.shape[1]
+    block_n = triton.next_power_of_2(dstate)
+    even_m = headdim % config.block_m == 0
+    even_n = dstate == block_n
+    if config.ordered_sum and not ORDERED_MIN_N <= block_n <= ORDERED_MAX_N:
+        raise ValueError(
+            f"config {config.label} sums rows in the upstream order, which is defined for "
+            f"{ORDERED_MIN_N} <= dstate <= {ORDERED_MAX_N}; got dstate {dstate}"
+        )
+    # The flat stream needs each head's [P, N] state to be one contiguous run the tile divides;
+    # otherwise the same config runs as a 2-D tile (its row sum is ordered, so the bits agree).
+    flat = (config.flat and even_m and even_n and state.stride(3) == 1
+            and state.stride(2) == dstate)
     n_mblocks = triton.cdiv(headdim, config.block_m)
     grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
 
@@ -217,11 +303,20 @@ def _launch(
         DT_SOFTPLUS=dt_softplus,
         TIE_HDIM=tie_hdim,
         WRITE_STATE=write_state,
+        EVEN_M=even_m and (_EVEN_TILES or flat),  # a flat run is even by construction
+        EVEN_N=even_n and (_EVEN_TILES or flat),
         BLOCK_M=config.block_m,
         SLOT_MAJOR=config.slot_major,
         EVICT_FIRST=config.evict_first,
+        ORDERED_SUM=config.ordered_sum,
+        FLAT=flat,
         num_warps=config.num_warps,
     )
+
+
+# Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
+# only so that an exploration can measure what it is worth (benchmarks/explore.py).
+_EVEN_TILES = True
 
 
 def _check_tensor(name: str, t: object, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 
 import torch
 
@@ -53,10 +54,13 @@ def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int) -> 
     return make_shape_inputs(shape, batch, pool=rotation * batch, device=device, seed=seed)
 
 
-def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device) -> Timing:
-    """One call's time with config, call i on slot set i mod K (updates inputs.state)."""
-    return time_cold(lambda i: selective_state_update(**inputs.kwargs(i), config=config),
-                     device, rotation=inputs.rotation)
+def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device,
+                fn: Callable[..., torch.Tensor] | None = None) -> Timing:
+    """One call's time with config, call i on slot set i mod K (updates inputs.state). fn:
+    the kernel (ssmdecode.tools.kernels.kernel_function; default ssmdecode's)."""
+    fn = fn or selective_state_update
+    return time_cold(lambda i: fn(**inputs.kwargs(i), config=config), device,
+                     rotation=inputs.rotation)
 
 
 def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling) -> dict[str, object]:

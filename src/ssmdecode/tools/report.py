@@ -63,8 +63,33 @@ def environment(device: torch.device, command: str | None = None) -> dict[str, o
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env.update(device=props.name, sm_count=props.multi_processor_count,
-                   l2_bytes=l2_bytes(device))
+                   l2_bytes=l2_bytes(device), clocks=gpu_clocks(device))
     return env
+
+
+def gpu_clocks(device: torch.device) -> dict[str, int] | None:
+    """The SM and memory clocks (MHz) and temperature now, through NVML when it is installed
+    (nvidia-ml-py), else None. The tools call environment() after their measurements, so this
+    is the clock the card held at the end of the run: latency-bound configs move with it
+    while streaming ones move with the memory clock."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        # NVML counts every GPU of the host; CUDA those it may see. Same index where (as on
+        # a lent single-GPU machine) CUDA_VISIBLE_DEVICES does not reorder them.
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return {
+            "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "max_sm_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+        }
+    except Exception:  # NVML is optional: no clocks rather than no report
+        return None
 
 
 def results_dir(out: Path | None, device: torch.device) -> Path:

@@ -6,6 +6,10 @@ differs is marked and never recommended (on an H200, (2,4), (2,8) and (4,8) diff
 (4,4) at dstate 128). Then every config is timed by the bench method (cold L2, CUDA graph,
 median of 5), the non-identical ones too, marked. The table gives microseconds per call,
 configs x batches, with the fastest identical config of each batch.
+
+--kernel mamba_ssm sweeps the upstream kernel of an installed mamba_ssm instead, through the
+same harness (upstream-grid configs only): the way to hold this instrument against figures
+measured on the upstream kernel, such as ../shared/MEASURING.md's H200 table.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ssmdecode.tools import (
     shapes_from_args,
 )
 from ssmdecode.tools.bench import bench_row, time_config, timing_inputs
+from ssmdecode.tools.kernels import KERNELS, kernel_function
 from ssmdecode.tools.report import (
     MEANINGLESS,
     environment,
@@ -48,13 +53,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_shape_arguments(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
     p.add_argument("--config", type=LaunchConfig.parse, nargs="+",
-                   help="sweep only these BM,W[,slot][,evict] configs (default: the --space); "
-                   "upstream and default are always included")
+                   help="sweep only these BM,W[,slot][,evict][,ordered][,flat] configs "
+                   "(default: the --space); upstream and default are always included")
     p.add_argument("--space", choices=("basic", "full", "tune"), default="basic",
                    help="candidate_configs space when --config is not given: basic = every "
                    "(BLOCK_M, warps) of the upstream grid, as the seed swept; full = basic with "
-                   "the slot-major grid and cache hints; tune = full less configs that cannot "
-                   "be fast (default basic)")
+                   "the slot-major grid and cache hints; tune = the tuner's space (default "
+                   "basic)")
+    p.add_argument("--kernel", choices=KERNELS, default="ssmdecode",
+                   help="the kernel swept: ssmdecode's, or the Triton kernel of an installed "
+                   "mamba_ssm (upstream-grid configs only), for comparison (default ssmdecode)")
     add_common_arguments(p, "folder for sweep.json, sweep.md and sweep.png "
                          "(default benchmarks/results/<device_key>/)")
 
@@ -68,6 +76,17 @@ def run(args: argparse.Namespace) -> int:
     swept = args.config or candidate_configs(shape.headdim, shape.dstate, shape.state_dtype,
                                              args.space)
     configs = list(dict.fromkeys([upstream, default, *swept]))
+    fn = None  # ssmdecode's selective_state_update, as verify and bench call it
+    if args.kernel != "ssmdecode":
+        try:
+            fn = kernel_function(args.kernel)
+        except ValueError as e:
+            raise SystemExit(f"--kernel: {e}") from None
+        bad = [c.label for c in configs
+               if c.slot_major or c.evict_first or c.ordered_sum or c.flat]
+        if bad:
+            raise SystemExit(f"--kernel {args.kernel} runs upstream-grid configs only; "
+                             f"got {', '.join(bad)}")
     if device.type != "cuda":
         print(MEANINGLESS)
 
@@ -79,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     for batch in batches:
         progress.set_postfix(batch=batch, phase="bits")
         for config, comparison in compare_to(upstream, configs, shape, batch, device,
-                                             args.seed).items():
+                                             args.seed, fn=fn).items():
             results[config][batch] = {"identical": comparison.identical,
                                       "comparison": comparison.to_dict()}
         progress.update(len(configs))
@@ -88,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = timing_inputs(shape, batch, device, args.seed)
         ceiling = measure_ceiling(shape.state_bytes(batch), device)
         for config in configs:
-            timing = time_config(inputs, config, device)
+            timing = time_config(inputs, config, device, fn)
             results[config][batch].update(bench_row(shape, batch, timing, ceiling))
             progress.update()
         del inputs
@@ -108,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
     data = {
         "environment": environment(device, args.command_line),
-        "method": {**method(), "reference": upstream.label, "default": default.label,
+        "method": {**method(), "kernel": args.kernel, "reference": upstream.label,
+                   "default": default.label,
                    "identity": "out and the whole state pool after one call, bit for bit, "
                    "same inputs and initial state as the reference", "seed": args.seed},
         "shape": shape.to_dict(),
@@ -117,13 +137,14 @@ def run(args: argparse.Namespace) -> int:
         "configs": [{"config": c.to_dict(), "label": c.label,
                      "batches": {str(b): r for b, r in results[c].items()}} for c in configs],
     }
-    markdown = _markdown(shape.label, configs, upstream, default, batches, results, summary)
+    title = shape.label if args.kernel == "ssmdecode" else f"{shape.label}, kernel {args.kernel}"
+    markdown = _markdown(title, configs, upstream, default, batches, results, summary)
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "sweep", data, markdown)
     plotted = dict.fromkeys([upstream, default, *winners])
     series = {c.label: {b: results[c][b]["tbps"] for b in batches} for c in plotted}
     ceilings = {s["batch"]: s["ceiling"]["tbps"] for s in summary}
-    paths.append(plot_vs_batch(out_dir / "sweep.png", f"sweep, {shape.label}", series,
+    paths.append(plot_vs_batch(out_dir / "sweep.png", f"sweep, {title}", series,
                                ceilings, peak.tbps))
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -118,17 +119,18 @@ def fresh_inputs(shape: Shape, batch: int, device: torch.device, seed: int) -> D
 
 def run_config(
     inputs: DecodeInputs, config: LaunchConfig, *, last: bool = False,
-    out_dtype: torch.dtype | None = None,
+    out_dtype: torch.dtype | None = None, fn: Callable[..., torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, state pool) after one call with config, with a NaN-poisoned out so unwritten
     output shows. The call runs on a copy of inputs' initial state, so the inputs stay
     reusable; last=True runs on inputs.state itself (the inputs' last use), which saves
     copying the pool: at the seed grid's largest points the pool is 4 GiB. out_dtype: the
-    dtype out is stored in (default: the inputs', as a model stores it)."""
+    dtype out is stored in (default: the inputs', as a model stores it). fn: the kernel
+    (ssmdecode.tools.kernels.kernel_function; default ssmdecode's)."""
     state = inputs.state if last else inputs.state.clone()
     out = torch.full(inputs.out.shape, float("nan"), dtype=out_dtype or inputs.out.dtype,
                      device=inputs.out.device)
-    selective_state_update(**inputs.kwargs(0, state=state, out=out), config=config)
+    (fn or selective_state_update)(**inputs.kwargs(0, state=state, out=out), config=config)
     return out, state
 
 
@@ -149,12 +151,13 @@ STRICT_OUT_DTYPE = torch.float32
 def compare_to(
     reference: LaunchConfig, configs: list[LaunchConfig], shape: Shape, batch: int,
     device: torch.device, seed: int, out_dtype: torch.dtype = STRICT_OUT_DTYPE,
+    fn: Callable[..., torch.Tensor] | None = None,
 ) -> dict[LaunchConfig, Comparison]:
     """Each config against reference, bit for bit, every run from the same fresh inputs and
     initial state, out stored in out_dtype (default float32: the strict check)."""
     inputs = fresh_inputs(shape, batch, device, seed)
-    want = run_config(inputs, reference, out_dtype=out_dtype)
-    return {config: compare_results(want, run_config(inputs, config, out_dtype=out_dtype))
+    want = run_config(inputs, reference, out_dtype=out_dtype, fn=fn)
+    return {config: compare_results(want, run_config(inputs, config, out_dtype=out_dtype, fn=fn))
             for config in configs}
 
 

@@ -1,0 +1,77 @@
+"""Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with the
+tile-mask switch (`_EVEN_TILES`) off and on, the GPU clocks sampled after each row, and the
+same-bytes ceiling of each batch; JSON and a short table. Uses the bench method's timer.
+
+    python benchmarks/explore.py --preset nemotron3-super --tp 8 --batch 8 128 512 \
+        --config 16,1,slot,evict 16,1,slot,evict,ordered,flat --masks both --out DIR
+
+Not a results tool: the committed results come from `ssmdecode bench|sweep|tune`. This is for
+asking one question of the kernel and writing down the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from ssmdecode.bench.ceiling import measure_ceiling
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops import selective_state_update as ssu_module
+from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
+from ssmdecode.tools.bench import time_config, timing_inputs
+from ssmdecode.tools.report import environment, gpu_clocks
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_arguments(p)
+    p.add_argument("--batch", type=int, nargs="+", default=[8, 128, 512])
+    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True)
+    p.add_argument("--masks", choices=("even", "masked", "both"), default="even",
+                   help="tile masks dropped where the tile divides (even, the shipped code), "
+                   "always kept (masked), or both, interleaved")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--device", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    device = device_from_args(args)
+    (shape,) = shapes_from_args(args, device)
+    modes = {"even": [True], "masked": [False], "both": [True, False]}[args.masks]
+    rows = []
+    for batch in args.batch:
+        inputs = timing_inputs(shape, batch, device, args.seed)
+        ceiling = measure_ceiling(shape.state_bytes(batch), device)
+        times: dict[tuple[str, bool], list[float]] = {}
+        for _ in range(args.rounds):
+            for config in args.config:
+                for even in modes:
+                    ssu_module._EVEN_TILES = even
+                    t = time_config(inputs, config, device)
+                    times.setdefault((config.label, even), []).append(t.us)
+        ssu_module._EVEN_TILES = True
+        clocks = gpu_clocks(device) if device.type == "cuda" else None
+        for (label, even), us in times.items():
+            best = min(us)
+            rows.append({"batch": batch, "config": label, "even_tiles": even, "us": best,
+                         "rounds_us": us, "ceiling_us": ceiling.us,
+                         "fraction_of_ceiling": ceiling.us / best, "clocks_after": clocks})
+        del inputs
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
+    (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
+    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'us':>8} {'of ceiling':>10} {'ceiling':>8}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
+              f"{r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} {r['ceiling_us']:8.2f}")
+    spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
+    print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
