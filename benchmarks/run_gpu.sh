@@ -127,7 +127,7 @@ stage_verify_ordered() {
 stage_explore() {
   local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")
   "${X[@]}" --batch 8 128 512 --masks both --out "$R/explore-masks" \
-      --config 8,1 4,1,slot,evict 16,1,slot,evict &&
+      --config 8,1 16,1,slot,evict &&
   "${X[@]}" --batch 8 128 512 --out "$R/explore-ordered" \
       --config 4,1,slot,evict 16,1,slot,evict 4,1,slot,evict,ordered 16,1,slot,evict,ordered \
       4,1,slot,evict,ordered,flat 8,1,slot,evict,ordered,flat 16,1,slot,evict,ordered,flat \

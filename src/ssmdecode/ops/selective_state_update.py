@@ -56,15 +56,22 @@ VALIDATE_INDICES_ENV = "SSMDECODE_VALIDATE_INDICES"
 
 # The row sum over N in the upstream order, spelled out so that no register layout can change it.
 # Upstream's default configs all hold 4 consecutive state columns a thread along N (a 16-byte
-# fp32 vector, or 4 of 8 bf16 because the tile is that small), so Triton 3.6 reduces each row:
-#   1. in a thread, its 4 columns left to right: ((c0 + c1) + c2) + c3;
+# fp32 vector, or 4 of 8 bf16 because the tile is that small), so Triton 3.6 reduces each row
+# of the product state * C:
+#   1. in a thread, its 4 columns left to right, acc = p0, then acc + p1, acc + p2, acc + p3;
+#      each add has a product as an operand, and with Triton's default fp fusion LLVM turns
+#      it into an fma, fusing the left operand when both are products:
+#      fma(s3, C3, fma(s2, C2, fma(s0, C0, p1))), only p1 = s1 * C1 rounded on its own;
 #   2. across the lanes of a warp that share the row, a butterfly from the widest distance:
 #      lane i adds lane i ^ L/2, then i ^ L/4, ... down to i ^ 1 (L = min(N/4, 32) lanes);
 #   3. across warps (N = 256: two warps a row), the two partial sums.
-# `_rowsum_upstream_order` computes exactly that tree with reshapes and splits, whatever layout
-# the compiler picks for the tile, so a config with 8 elements a thread, one warp, or a 1-D
-# state stream keeps the upstream bits. Measured on the H200 against the golden digests and
-# the 920-point verify (benchmarks/results/NVIDIA_H200/).
+# `_rowsum_upstream_order` computes exactly that tree, with the fmas written out (tl.fma), and
+# reshapes and splits that fix every operand whatever layout the compiler picks for the tile:
+# a config with 8 elements a thread, one warp, or a 1-D state stream keeps the upstream bits.
+# A tree of plain adds of the products is NOT layout-proof: where a layout conversion sits
+# between the multiply and the add, no fma forms (seen on the H200: bits differed by layout).
+# Checked on the H200 against tl.sum in the upstream layout (tests/test_ordered_sum.py), the
+# golden digests and the 920-point verify (benchmarks/results/NVIDIA_H200/).
 ORDERED_MIN_N = 16
 ORDERED_MAX_N = 256
 
@@ -78,30 +85,47 @@ def _fold_half(s, R: tl.constexpr, W: tl.constexpr, L: tl.constexpr):
 
 
 @triton.jit
-def _rowsum_upstream_order(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """sum(t, axis=1) of a [BLOCK_M, BLOCK_N] fp32 tile, 16 <= BLOCK_N <= 256, in the order of
-    the upstream kernel's default configs (see the comment above)."""
+def _split4(t, shape: tl.constexpr):
+    """The columns 4g, 4g + 1, 4g + 2, 4g + 3 of t (last dim 4 G), each with last dim G."""
+    t02, t13 = tl.split(tl.reshape(t, shape))
+    t0, t2 = tl.split(t02)
+    t1, t3 = tl.split(t13)
+    return t0, t1, t2, t3
+
+
+@triton.jit
+def _rowsum_upstream_order(s, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           FUSE_LEFT: tl.constexpr = True):
+    """sum(s * c[None, :], axis=1) for a [BLOCK_M, BLOCK_N] fp32 tile s and a [BLOCK_N] fp32
+    vector c, 16 <= BLOCK_N <= 256, in the order and with the fmas of the upstream kernel's
+    default configs (see the comment above). FUSE_LEFT=False fuses the other product of the
+    first add instead, fma(s1, c1, s0 * c0): not upstream's; tests show the difference."""
     G: tl.constexpr = BLOCK_N // 4  # groups of 4 columns, one per lane upstream
     L: tl.constexpr = 32 if G > 32 else G  # lanes of a warp that share a row
     W: tl.constexpr = G // L  # warps that share a row
-    c02, c13 = tl.split(tl.reshape(t, (BLOCK_M, G, 2, 2)))  # columns 4g + {0, 2} and 4g + {1, 3}
-    c0, c2 = tl.split(c02)
-    c1, c3 = tl.split(c13)
-    s = tl.reshape(((c0 + c1) + c2) + c3, (BLOCK_M, W, L))
+    s0, s1, s2, s3 = _split4(s, (BLOCK_M, G, 2, 2))
+    c0, c1, c2, c3 = _split4(c, (G, 2, 2))
+    if FUSE_LEFT:
+        acc = tl.fma(s0, c0[None, :], s1 * c1[None, :])
+    else:
+        acc = tl.fma(s1, c1[None, :], s0 * c0[None, :])
+    acc = tl.fma(s2, c2[None, :], acc)
+    acc = tl.fma(s3, c3[None, :], acc)
+    acc = tl.reshape(acc, (BLOCK_M, W, L))
     if L >= 32:
-        s = _fold_half(s, BLOCK_M, W, 32)
+        acc = _fold_half(acc, BLOCK_M, W, 32)
     if L >= 16:
-        s = _fold_half(s, BLOCK_M, W, 16)
+        acc = _fold_half(acc, BLOCK_M, W, 16)
     if L >= 8:
-        s = _fold_half(s, BLOCK_M, W, 8)
+        acc = _fold_half(acc, BLOCK_M, W, 8)
     if L >= 4:
-        s = _fold_half(s, BLOCK_M, W, 4)
-    s = _fold_half(s, BLOCK_M, W, 2)
+        acc = _fold_half(acc, BLOCK_M, W, 4)
+    acc = _fold_half(acc, BLOCK_M, W, 2)
     if W == 2:
-        w0, w1 = tl.split(tl.reshape(s, (BLOCK_M, 2)))
+        w0, w1 = tl.split(tl.reshape(acc, (BLOCK_M, 2)))
         return w0 + w1
     else:
-        return tl.reshape(s, (BLOCK_M,))
+        return tl.reshape(acc, (BLOCK_M,))
 
 
 @triton.heuristics(
@@ -254,7 +278,7 @@ def _selective_state_update_kernel(
             tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
                      eviction_policy=STATE_EVICT)
     if ORDERED_SUM:
-        b_out = _rowsum_upstream_order(b_state * b_C[None, :], BLOCK_M, BLOCK_N)
+        b_out = _rowsum_upstream_order(b_state, b_C, BLOCK_M, BLOCK_N)
     else:
         b_out = tl.sum(b_state * b_C[None, :], axis=1)
     if HAS_D:
