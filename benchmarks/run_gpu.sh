@@ -26,7 +26,7 @@
 #           ssmdecode's, in the same run
 #   verify_ordered  the ordered row sum: configs whose own layout changes the bits, on the
 #           920-point grid at each issue-4 shape
-#   explore benchmarks/explore.py: tile masks on/off, ordered and flat variants (EXPLORE_SHAPES)
+#   explore benchmarks/explore.py: the current question (see stage_explore)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -35,12 +35,14 @@ mkdir -p "$R"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 SSM=(python3 -m ssmdecode)
 HEADLINE=(--preset nemotron3-super --tp 8)
-# Tune candidates: the slot-major grid with cache hints, and the hints alone, at 4..64 state
-# elements per thread (the shapes that led the full-space runs of 2026-11-29; see
-# docs/performance.md), plus the tuner's own upstream and default.
-TUNE_CONFIGS=(2,1,slot,evict 2,2,slot,evict 4,1,slot,evict 4,2,slot,evict 4,4,slot,evict
-              8,1,slot,evict 8,2,slot,evict 8,4,slot,evict 16,1,slot 16,1,slot,evict
-              16,4,slot,evict 2,1,evict 4,1,evict 8,2,evict 8,4,evict 16,4,evict)
+# Tune candidates: the slot-major grid with cache hints, with the layout's row sum and with
+# the ordered one (one warp: with more, the compiler transposes the whole tile for the ordered
+# sum; see docs/performance.md), and the hints alone for small batches; 4 to 64 state
+# elements a thread. The tuner adds upstream and default itself.
+TUNE_CONFIGS=(2,1,slot,evict 2,2,slot,evict 4,1,slot,evict 4,2,slot,evict 8,1,slot,evict
+              8,2,slot,evict 8,4,slot,evict 16,1,slot,evict 16,4,slot,evict 2,1,evict 4,1,evict
+              2,1,slot,evict,ordered 4,1,slot,evict,ordered 8,1,slot,evict,ordered
+              16,1,slot,evict,ordered)
 BUCKETS=(1 2 4 8 16 32 64 128 256 512 1024)
 UPSTREAM_BEST=(upstream default 4,1 8,2 16,4 16,8)
 
@@ -61,14 +63,14 @@ stage_tune() {
   "${SSM[@]}" tune "${HEADLINE[@]}" --config "${TUNE_CONFIGS[@]}" --batch 64 128 256 512 1024 \
       --out-dir "$R/configs" --out "$R/tune-large"
 }
-# The issue-4 shapes beside the headline, each its own table key: candidates from every
-# identity class the upstream configs of these shapes fall in (dstate 256: two warps across N;
-# a 2-byte state: 4 elements a thread), fewer buckets, fewer re-timing rounds.
-SHAPE_CONFIGS=(4,1,slot,evict 8,1,slot,evict 8,2,slot,evict 8,4,slot,evict 16,1,slot
-               16,1,slot,evict 16,2,slot,evict 16,4,slot,evict 32,2,slot,evict 32,4,slot,evict
-               32,8,slot,evict 8,2,evict 16,4,evict 1,2,slot,evict 2,4,slot,evict
-               8,16,slot,evict 1,1,slot,evict 2,2,slot,evict 4,4,slot,evict 8,8,slot,evict
-               16,16,slot,evict 8,8,evict)
+# The issue-4 shapes beside the headline, each its own table key: the slot-major grid with
+# hints in each identity class of these shapes' upstream configs (dstate 256: two warps across
+# N; a 2-byte state: 4 elements a thread), and one-warp tiles with the ordered row sum, which
+# keep the upstream bits in any layout.
+SHAPE_CONFIGS=(4,1,slot,evict 8,1,slot,evict 8,2,slot,evict 16,1,slot,evict 16,2,slot,evict
+               16,4,slot,evict 4,4,slot,evict 8,8,slot,evict 8,8,evict 2,1,slot,evict,ordered
+               4,1,slot,evict,ordered 8,1,slot,evict,ordered 16,1,slot,evict,ordered
+               32,1,slot,evict,ordered)
 # SHAPES_LIST (';'-separated) narrows the shapes, e.g. SHAPES_LIST="--dstate 256".
 IFS=';' read -ra SHAPES <<< "${SHAPES_LIST:---dstate 64;--dstate 256;--headdim 128;--state-dtype bfloat16}"
 stage_tune_shapes() {
@@ -113,12 +115,11 @@ stage_sweep_upstream() {
 }
 stage_verify_ordered() {
   local spec rc=0
-  # (4,8) and (2,8) hold 2 and 1 fp32 a thread: their own row sum differs from upstream
-  for spec in "4,8,slot,evict,ordered|" "2,8,slot,evict,ordered|" "16,1,slot,evict,ordered,flat|" \
-              "16,4,slot,evict,ordered|--state-dtype bfloat16" \
-              "8,1,slot,evict,ordered,flat|--state-dtype bfloat16" \
-              "8,1,slot,evict,ordered|--dstate 256" "16,2,slot,evict,ordered,flat|--dstate 256" \
-              "16,1,slot,evict,ordered,flat|--dstate 64" "8,1,slot,evict,ordered,flat|--headdim 128"; do
+  # (4,8) holds 2 fp32 a thread: its own row sum differs from upstream's
+  for spec in "4,8,slot,evict,ordered|" "16,1,slot,evict,ordered|" \
+              "16,1,slot,evict,ordered|--state-dtype bfloat16" \
+              "8,1,slot,evict,ordered|--state-dtype bfloat16" \
+              "8,1,slot,evict,ordered|--dstate 256" "32,1,slot,evict,ordered|--dstate 64"; do
     # shellcheck disable=SC2086
     "${SSM[@]}" verify --a "${spec%%|*}" ${spec#*|} --out "$R/verify-ordered/${spec//[|, -]/_}" || rc=1
   done
@@ -126,21 +127,9 @@ stage_verify_ordered() {
 }
 stage_explore() {
   local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")
-  "${X[@]}" --batch 8 128 512 --masks both --out "$R/explore-masks" \
-      --config 8,1 16,1,slot,evict &&
-  "${X[@]}" --batch 8 128 512 --out "$R/explore-ordered" \
-      --config 4,1,slot,evict 16,1,slot,evict 4,1,slot,evict,ordered 16,1,slot,evict,ordered \
-      4,1,slot,evict,ordered,flat 8,1,slot,evict,ordered,flat 16,1,slot,evict,ordered,flat \
-      16,2,slot,evict,ordered,flat 32,2,slot,evict,ordered,flat 8,4,slot,evict,ordered,flat \
-      2,2,slot,evict,ordered 4,4,slot,evict,ordered 4,8,slot,evict,ordered &&
   "${X[@]}" --state-dtype bfloat16 --batch 128 512 1024 --out "$R/explore-bf16" \
-      --config 4,4 8,8,slot,evict 16,4,slot,evict,ordered 16,4,slot,evict,ordered,flat \
-      8,1,slot,evict,ordered,flat 16,1,slot,evict,ordered,flat 32,4,slot,evict,ordered,flat \
-      16,2,slot,evict,ordered,flat 32,2,slot,evict,ordered,flat &&
-  "${X[@]}" --dstate 256 --batch 128 512 1024 --out "$R/explore-dstate256" \
-      --config 4,8 16,2,slot,evict 8,1,slot,evict,ordered 8,1,slot,evict,ordered,flat \
-      16,2,slot,evict,ordered,flat 4,1,slot,evict,ordered,flat 16,4,slot,evict,ordered,flat \
-      8,2,slot,evict,ordered,flat
+      --config 4,4 8,8,slot,evict 4,1,slot,evict,ordered 8,1,slot,evict,ordered \
+      16,1,slot,evict,ordered 32,1,slot,evict,ordered
 }
 
 declare -a SUMMARY

@@ -54,10 +54,9 @@ def test_parse_and_label_round_trip() -> None:
         assert LaunchConfig.parse(cfg.label) == cfg
         assert LaunchConfig.from_dict(cfg.to_dict()) == cfg
     assert LaunchConfig.parse("16,4,evict") == LaunchConfig(16, 4, evict_first=True)
-    assert LaunchConfig.parse("8,1,flat,ordered") == LaunchConfig(8, 1, ordered_sum=True, flat=True)
-    assert LaunchConfig(8, 1, ordered_sum=True, flat=True).label == "(8,1,ordered,flat)"
-    with pytest.raises(ValueError, match="flat needs ordered_sum"):
-        LaunchConfig(8, 1, flat=True)
+    assert LaunchConfig.parse("8,1,ordered,slot") == LaunchConfig(8, 1, slot_major=True,
+                                                                  ordered_sum=True)
+    assert LaunchConfig(8, 1, ordered_sum=True).label == "(8,1,ordered)"
     with pytest.raises(ValueError, match="unknown flag"):
         LaunchConfig.parse("8,1,fast")
     with pytest.raises(ValueError, match="expected 'BLOCK_M,WARPS"):
@@ -84,7 +83,7 @@ def test_candidate_spaces() -> None:
         assert len(space) == len(set(space))
     for label in ("(4,4)", "(8,1)", "(2,8)", "(64,16)"):
         assert LaunchConfig.parse(label) in basic
-    for label in ("(8,2,slot,evict)", "(4,4,slot,evict,ordered)", "(16,1,slot,evict,ordered,flat)"):
+    for label in ("(8,2,slot,evict)", "(4,4,slot,evict,ordered)", "(16,1,slot,evict,ordered)"):
         assert LaunchConfig.parse(label) in tune
     assert all(c.slot_major and c.evict_first for c in tune)
     # (2,8) holds 1 state element per thread: no 16-byte vector, and another row-sum order

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from conftest import DEVICE, HAS_GPU, Case, bits, make_inputs
-from ssmdecode import LaunchConfig, selective_state_update, selective_state_update_reference
+from ssmdecode import LaunchConfig, selective_state_update
 from ssmdecode.config import upstream_config
 from ssmdecode.ops.selective_state_update import _rowsum_upstream_order
 
@@ -120,8 +120,7 @@ def test_gpu_rowsum_in_any_layout_is_tl_sum_in_the_upstream_layout(block_n: int)
 
 ORDERED = [
     LaunchConfig(16, 4, slot_major=True, evict_first=True, ordered_sum=True),
-    LaunchConfig(16, 4, slot_major=True, evict_first=True, ordered_sum=True, flat=True),
-    LaunchConfig(8, 1, ordered_sum=True, flat=True),
+    LaunchConfig(8, 1, ordered_sum=True),
 ]
 
 
@@ -130,29 +129,12 @@ ORDERED = [
     Case(batch=2, nheads=2, ngroups=1, headdim=16, dstate=32, tie=True),
     Case(batch=2, nheads=2, ngroups=2, headdim=12, dstate=24, pad_rows=(1,)),  # masked tile
     Case(batch=2, nheads=2, ngroups=1, headdim=16, dstate=16, state="bf16", dst=True),
+    Case(batch=2, nheads=2, ngroups=1, headdim=8, dstate=16, has_D=False, has_z=False),
 ], ids=lambda c: c.id)
-def test_ordered_and_flat_configs_match_reference(case: Case, config: LaunchConfig) -> None:
+def test_ordered_configs_match_reference(case: Case, config: LaunchConfig) -> None:
+    """The grouped [BLOCK_M, N / 4, 4] tile: untied dt and A, masks, padding, dst slots."""
     from test_selective_state_update import run_and_check
     run_and_check(case, config)
-
-
-def test_flat_falls_back_to_a_tile_when_rows_are_not_contiguous() -> None:
-    """A state pool whose rows are padded (stride(2) > N) runs the flat config as a 2-D tile
-    with the same bits as the contiguous pool."""
-    case = Case(batch=2, nheads=2, ngroups=1, headdim=16, dstate=16, tie=True, has_z=False)
-    config = LaunchConfig(16, 4, ordered_sum=True, flat=True)
-    kw = make_inputs(case)
-    padded = torch.full((*kw["state"].shape[:3], 2 * case.dstate), float("nan"), device=DEVICE)
-    padded[..., : case.dstate] = kw["state"]
-    view = padded[..., : case.dstate]
-    ref_out, ref_state = selective_state_update_reference(**kw)
-    out_flat = selective_state_update(**kw, config=config).clone()
-    out_view = selective_state_update(**{**kw, "state": view}, config=config)
-    assert torch.equal(bits(out_view), bits(out_flat))
-    torch.testing.assert_close(out_view.double(), ref_out, rtol=1.6e-2, atol=5e-2)
-    assert torch.equal(bits(view), bits(kw["state"]))
-    assert padded[..., case.dstate:].isnan().all(), "wrote into the row padding"
-    torch.testing.assert_close(view.double(), ref_state, rtol=1e-4, atol=1e-4)
 
 
 def test_ordered_sum_outside_its_dstate_range_is_a_clear_error() -> None:

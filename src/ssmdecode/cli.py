@@ -58,6 +58,10 @@ def _load_tools() -> dict[str, ModuleType | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    if not sys.stderr.isatty():
+        # Progress bars into a log file: a line every 30 s, not a carriage return per step
+        # (tqdm reads TQDM_* from the environment; an explicit setting wins).
+        os.environ.setdefault("TQDM_MININTERVAL", "30")
     log.setLevel(logging.INFO)
     interpreter_error = _use_interpreter_without_gpu()
     tools = _load_tools()  # imports the kernels: after the interpreter switch

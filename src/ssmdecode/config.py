@@ -52,9 +52,6 @@ class LaunchConfig:
         then a butterfly over lanes, then warps), so that its bits no longer depend on the
         register layout of the tile. Lets tiles with 8 elements a thread, or one warp at
         dstate 256, keep the upstream bits. For 16 <= dstate <= 256.
-    flat: read and write each program's state as one 1-D run of block_m * N elements instead
-        of a [block_m, N] tile (needs ordered_sum: the layout of the tile changes). A state
-        whose rows are not contiguous runs the same config as a tile.
     """
 
     block_m: int
@@ -62,7 +59,6 @@ class LaunchConfig:
     slot_major: bool = False
     evict_first: bool = False
     ordered_sum: bool = False
-    flat: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "num_warps"):
@@ -76,13 +72,10 @@ class LaunchConfig:
         for name, _ in _FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        if self.flat and not self.ordered_sum:
-            raise ValueError("LaunchConfig.flat needs ordered_sum=True: a 1-D state stream changes "
-                             "the tile's register layout, so only an ordered row sum keeps the bits")
 
     @property
     def label(self) -> str:
-        """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered,flat)"."""
+        """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered)"."""
         flags = [flag for name, flag in _FLAGS if getattr(self, name)]
         return "(" + ",".join([str(self.block_m), str(self.num_warps), *flags]) + ")"
 
@@ -99,7 +92,7 @@ class LaunchConfig:
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
-        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered,flat"."""
+        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered"."""
         parts = [p.strip() for p in text.strip().strip("()").split(",") if p.strip()]
         known = [flag for _, flag in _FLAGS]
         if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
@@ -113,8 +106,7 @@ class LaunchConfig:
 
 
 # LaunchConfig's boolean fields and their flags in labels, in label order.
-_FLAGS = (("slot_major", "slot"), ("evict_first", "evict"), ("ordered_sum", "ordered"),
-          ("flat", "flat"))
+_FLAGS = (("slot_major", "slot"), ("evict_first", "evict"), ("ordered_sum", "ordered"))
 
 
 def upstream_config(dstate: int) -> LaunchConfig:
@@ -150,7 +142,7 @@ def candidate_configs(
         two of the head dim, 1 to 16 warps: the space the seed swept.
     space="full": basic, each also with the slot-major grid and the cache hints.
     space="tune": the slot-major grid with cache hints (on the H200 these led at every batch),
-        with the layout's own row sum, the ordered row sum, and the ordered flat stream; 4 to
+        with the layout's own row sum and with the ordered row sum; 4 to
         64 state elements a thread (under 4 there is no 16-byte vector; over 64 registers bound
         occupancy: (16,1) used 130 registers a thread, 12 warps/SM).
     Whether a candidate keeps the upstream bits is decided by measurement on the GPU, not here.
@@ -169,7 +161,6 @@ def candidate_configs(
                 out.append(LaunchConfig(block_m, num_warps, True, True))
                 if ordered:
                     out.append(LaunchConfig(block_m, num_warps, True, True, True))
-                    out.append(LaunchConfig(block_m, num_warps, True, True, True, True))
                 continue
             for slot_major in (False, True) if space == "full" else (False,):
                 for evict_first in (False, True) if space == "full" else (False,):

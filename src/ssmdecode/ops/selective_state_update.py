@@ -67,7 +67,7 @@ VALIDATE_INDICES_ENV = "SSMDECODE_VALIDATE_INDICES"
 #   3. across warps (N = 256: two warps a row), the two partial sums.
 # `_rowsum_upstream_order` computes exactly that tree, with the fmas written out (tl.fma), and
 # reshapes and splits that fix every operand whatever layout the compiler picks for the tile:
-# a config with 8 elements a thread, one warp, or a 1-D state stream keeps the upstream bits.
+# a config with 8 elements a thread, or one warp at dstate 256, keeps the upstream bits.
 # A tree of plain adds of the products is NOT layout-proof: where a layout conversion sits
 # between the multiply and the add, no fma forms (seen on the H200: bits differed by layout).
 # Checked on the H200 against tl.sum in the upstream layout (tests/test_ordered_sum.py), the
@@ -96,8 +96,9 @@ def _split4(t, shape: tl.constexpr):
 @triton.jit
 def _rowsum_upstream_order(s, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            FUSE_LEFT: tl.constexpr = True):
-    """sum(s * c[None, :], axis=1) for a [BLOCK_M, BLOCK_N] fp32 tile s and a [BLOCK_N] fp32
-    vector c, 16 <= BLOCK_N <= 256, in the order and with the fmas of the upstream kernel's
+    """sum(s * c[None, :], axis=1) for an fp32 tile s of BLOCK_M rows of BLOCK_N columns
+    ([BLOCK_M, BLOCK_N] or grouped [BLOCK_M, BLOCK_N / 4, 4]) and an fp32 vector c of BLOCK_N
+    ([BLOCK_N] or [BLOCK_N / 4, 4]), 16 <= BLOCK_N <= 256, in the order and with the fmas of the upstream kernel's
     default configs (see the comment above). FUSE_LEFT=False fuses the other product of the
     first add instead, fma(s1, c1, s0 * c0): not upstream's; tests show the difference."""
     G: tl.constexpr = BLOCK_N // 4  # groups of 4 columns, one per lane upstream
@@ -174,7 +175,6 @@ def _selective_state_update_kernel(
     SLOT_MAJOR: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
-    FLAT: tl.constexpr,  # the state tile as one 1-D run (rows contiguous, EVEN_M and EVEN_N)
 ):
     # One program: BLOCK_M rows of the head dim of one (request, head), all N state columns.
     if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
@@ -202,17 +202,26 @@ def _selective_state_update_kernel(
     else:
         i_dst = i_src
 
+    # The state tile: [BLOCK_M, BLOCK_N], or with the ordered row sum [BLOCK_N / 4, BLOCK_M, 4]
+    # (groups of 4 columns, rows, a group's columns). Triton lays a tile out by contiguity, and
+    # the grouped tile gets upstream's layout for every state dtype: 4 consecutive columns a
+    # thread, lanes along the groups (ties in contiguity go to the lower dim, hence the groups
+    # first). As a 2-D tile a bf16 state takes 8 columns a thread, a 16-byte vector, and the
+    # ordered sum then made the compiler hold whole rows in a thread: 255 registers, spills.
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_n = tl.arange(0, BLOCK_N)
+    if ORDERED_SUM:
+        o_n = (tl.arange(0, BLOCK_N // 4)[:, None] * 4 + tl.arange(0, 4)[None, :])[:, None, :]
+    else:
+        o_n = tl.arange(0, BLOCK_N)
     m_m = o_m < headdim
     m_n = o_n < dstate
     # Masks of the state tile: rows and columns only where the tile overhangs, the pad slot
     # only with indices; None when nothing can be out of bounds (unpredicated 16-byte accesses).
     m_tile = None
     if not EVEN_M:
-        m_tile = m_m[:, None]
+        m_tile = _rows(m_m, ORDERED_SUM)
     if not EVEN_N:
-        m_tile = m_n[None, :] if m_tile is None else m_tile & m_n[None, :]
+        m_tile = _cols(m_n, ORDERED_SUM) if m_tile is None else m_tile & _cols(m_n, ORDERED_SUM)
     m_read = m_tile
     if HAS_SRC_IDX:
         m_read = (i_src != pad_slot_id) if m_tile is None else m_tile & (i_src != pad_slot_id)
@@ -220,10 +229,8 @@ def _selective_state_update_kernel(
     if HAS_DST_IDX:
         m_write = (i_dst != pad_slot_id) if m_write is None else m_write & (i_dst != pad_slot_id)
 
-    if FLAT:  # one contiguous run of BLOCK_M * BLOCK_N elements
-        o_tile = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M * BLOCK_N)
-    else:
-        o_tile = i_h * stride_state_h + o_m[:, None] * stride_state_p + o_n[None, :] * stride_state_n
+    o_tile = (i_h * stride_state_h + _rows(o_m, ORDERED_SUM) * stride_state_p
+              + _cols(o_n, ORDERED_SUM) * stride_state_n)
     p_src = p_state + i_src * stride_state_s + o_tile
     p_dst = p_state + i_dst * stride_state_s + o_tile
 
@@ -231,8 +238,6 @@ def _selective_state_update_kernel(
         b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
     else:
         b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
-    if FLAT:
-        b_state = tl.reshape(b_state, (BLOCK_M, BLOCK_N))
     b_x = tl.load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p,
                   mask=m_m, other=0.0).to(tl.float32)
     if TIE_HDIM:
@@ -251,9 +256,11 @@ def _selective_state_update_kernel(
                             mask=m_m, other=0.0).to(tl.float32)
         if DT_SOFTPLUS:
             b_dt = tl.where(b_dt <= 20.0, tl.log(tl.exp(b_dt) + 1), b_dt)
-        b_A = tl.load(p_A + i_h * stride_A_h + o_m[:, None] * stride_A_p + o_n[None, :] * stride_A_n,
-                      mask=m_m[:, None] & m_n[None, :], other=0.0).to(tl.float32)
-        b_dA = tl.exp(b_A * b_dt[:, None])
+        b_A = tl.load(p_A + i_h * stride_A_h + _rows(o_m, ORDERED_SUM) * stride_A_p
+                      + _cols(o_n, ORDERED_SUM) * stride_A_n,
+                      mask=_rows(m_m, ORDERED_SUM) & _cols(m_n, ORDERED_SUM),
+                      other=0.0).to(tl.float32)
+        b_dA = tl.exp(b_A * _rows(b_dt, ORDERED_SUM))
     b_B = tl.load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n,
                   mask=m_n, other=0.0).to(tl.float32)
     b_C = tl.load(p_C + i_b * stride_C_b + i_g * stride_C_g + o_n * stride_C_n,
@@ -268,17 +275,13 @@ def _selective_state_update_kernel(
     if TIE_HDIM:
         b_dB = b_B * b_dt
     else:
-        b_dB = b_B[None, :] * b_dt[:, None]
-    b_state = b_state * b_dA + b_dB * b_x[:, None]
+        b_dB = _cols(b_B, ORDERED_SUM) * _rows(b_dt, ORDERED_SUM)
+    b_state = b_state * b_dA + b_dB * _rows(b_x, ORDERED_SUM)
     if WRITE_STATE:
-        if FLAT:
-            tl.store(p_dst, tl.reshape(b_state, (BLOCK_M * BLOCK_N,)).to(p_state.dtype.element_ty),
-                     mask=m_write, eviction_policy=STATE_EVICT)
-        else:
-            tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
-                     eviction_policy=STATE_EVICT)
+        tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
+                 eviction_policy=STATE_EVICT)
     if ORDERED_SUM:
-        b_out = _rowsum_upstream_order(b_state, b_C, BLOCK_M, BLOCK_N)
+        b_out = _rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
     else:
         b_out = tl.sum(b_state * b_C[None, :], axis=1)
     if HAS_D:
@@ -288,6 +291,26 @@ def _selective_state_update_kernel(
     if HAS_SRC_IDX:
         b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
+
+
+@triton.jit
+def _rows(v, GROUPED: tl.constexpr):
+    """A [BLOCK_M] vector over the rows, broadcastable over the tile: [BLOCK_M, 1], or
+    [1, BLOCK_M, 1] for the grouped tile of the ordered sum."""
+    if GROUPED:
+        return v[None, :, None]
+    else:
+        return v[:, None]
+
+
+@triton.jit
+def _cols(v, GROUPED: tl.constexpr):
+    """A vector over the columns ([BLOCK_N], or [BLOCK_N / 4, 1, 4] grouped), broadcastable
+    over the tile."""
+    if GROUPED:
+        return v
+    else:
+        return v[None, :]
 
 
 def _launch(
@@ -308,10 +331,6 @@ def _launch(
             f"config {config.label} sums rows in the upstream order, which is defined for "
             f"{ORDERED_MIN_N} <= dstate <= {ORDERED_MAX_N}; got dstate {dstate}"
         )
-    # The flat stream needs each head's [P, N] state to be one contiguous run the tile divides;
-    # otherwise the same config runs as a 2-D tile (its row sum is ordered, so the bits agree).
-    flat = (config.flat and even_m and even_n and state.stride(3) == 1
-            and state.stride(2) == dstate)
     n_mblocks = triton.cdiv(headdim, config.block_m)
     grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
 
@@ -327,13 +346,12 @@ def _launch(
         DT_SOFTPLUS=dt_softplus,
         TIE_HDIM=tie_hdim,
         WRITE_STATE=write_state,
-        EVEN_M=even_m and (_EVEN_TILES or flat),  # a flat run is even by construction
-        EVEN_N=even_n and (_EVEN_TILES or flat),
+        EVEN_M=even_m and _EVEN_TILES,
+        EVEN_N=even_n and _EVEN_TILES,
         BLOCK_M=config.block_m,
         SLOT_MAJOR=config.slot_major,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
-        FLAT=flat,
         num_warps=config.num_warps,
     )
 

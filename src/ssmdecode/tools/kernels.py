@@ -4,7 +4,7 @@
 `mamba_ssm.ops.triton.selective_state_update._selective_scan_update_kernel`, the version with
 heads, groups, state_batch_indices and TIE_HDIM: mamba_ssm 2.x) through a launcher here that
 takes the block size and warps from the config being swept, as ../shared/MEASURING.md's
-override did. Only upstream-grid configs apply to it (no slot/evict/ordered/flat). It lets a
+override did. Only upstream-grid configs apply to it (no slot/evict/ordered). It lets a
 user hold this harness against the figures measured on the upstream kernel, and see what the
 two kernels do differently at the same config.
 """
@@ -58,7 +58,7 @@ def _mamba_ssm_launcher() -> Callable[..., torch.Tensor]:
                z: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
                dt_softplus: bool = False, state_batch_indices: torch.Tensor | None = None,
                out: torch.Tensor, config: LaunchConfig) -> torch.Tensor:
-        if config.slot_major or config.evict_first or config.ordered_sum or config.flat:
+        if config.slot_major or config.evict_first or config.ordered_sum:
             raise ValueError(f"config {config.label}: the mamba_ssm kernel has only the "
                              "upstream grid (BLOCK_M, warps)")
         batch, nheads, headdim = x.shape

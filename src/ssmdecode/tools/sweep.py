@@ -53,7 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_shape_arguments(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
     p.add_argument("--config", type=LaunchConfig.parse, nargs="+",
-                   help="sweep only these BM,W[,slot][,evict][,ordered][,flat] configs "
+                   help="sweep only these BM,W[,slot][,evict][,ordered] configs "
                    "(default: the --space); upstream and default are always included")
     p.add_argument("--space", choices=("basic", "full", "tune"), default="basic",
                    help="candidate_configs space when --config is not given: basic = every "
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(f"--kernel: {e}") from None
         bad = [c.label for c in configs
-               if c.slot_major or c.evict_first or c.ordered_sum or c.flat]
+               if c.slot_major or c.evict_first or c.ordered_sum]
         if bad:
             raise SystemExit(f"--kernel {args.kernel} runs upstream-grid configs only; "
                              f"got {', '.join(bad)}")

@@ -1,0 +1,146 @@
+"""What the compiler makes of a launch config, without a GPU: compile selective_state_update's
+kernel for a target (default sm_90, the H100/H200) as a real call would specialize it, and
+print registers, spills, shared memory and a few PTX facts per config.
+
+    python benchmarks/compile_info.py --preset nemotron3-super --tp 8 \
+        --config 16,1,slot,evict 16,1,slot,evict,ordered,flat [--ptx DIR]
+
+Registers bound occupancy (65536 a multiprocessor), and occupancy bounds the bytes in flight
+of a memory-bound kernel; this answers "how many registers does (32,1) take with a bf16
+state" in a second, where a GPU run costs minutes. Triton's own ptxas compiles here; nothing
+runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile for the target, never interpret
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ssmdecode.bench.inputs import make_shape_inputs
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops import selective_state_update as ssu
+from ssmdecode.tools import add_shape_arguments, shapes_from_args
+
+_TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+                 torch.int32: "i32", torch.int64: "i64"}
+
+
+def _capture(kwargs: dict, config: LaunchConfig) -> tuple[dict, dict]:
+    """The launcher's arguments and keyword arguments for this call, captured, not launched."""
+    seen: dict = {}
+
+    class Capture:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.update(args=args, kw=kw, grid=grid)
+            return launch
+
+    real = ssu._selective_state_update_kernel
+    ssu._selective_state_update_kernel = Capture()
+    try:
+        ssu.selective_state_update(**kwargs, config=config)
+    finally:
+        ssu._selective_state_update_kernel = real
+    return seen, {}
+
+
+def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget):
+    seen, _ = _capture(kwargs, config)
+    heur = ssu._selective_state_update_kernel
+    jit = heur.fn
+    names = jit.arg_names
+    args = dict(zip(names, seen["args"], strict=False))
+    kw = dict(seen["kw"])
+    options = {"num_warps": kw.pop("num_warps")}
+    args.update(kw)
+    for name, fn in heur.values.items():  # the heuristics' constexprs
+        args[name] = fn(args)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(names):
+        value = args[name]
+        param = jit.params[i]
+        if param.is_constexpr:
+            signature[name] = "constexpr"
+            constexprs[name] = value
+        elif value is None:
+            signature[name] = "constexpr"
+            constexprs[name] = None
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + _TRITON_TYPES[value.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            if value == 1:  # Triton specializes ints equal to 1 as constants
+                signature[name] = "constexpr"
+                constexprs[name] = 1
+            else:
+                signature[name] = "i64" if abs(value) >= 2**31 else "i32"
+                if value % 16 == 0:
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            raise TypeError(f"{name}: cannot type {value!r}")
+    src = ASTSource(fn=jit, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=target, options=options)
+
+
+def _resource_usage(cubin: bytes) -> tuple[int, int]:
+    """(registers a thread, spill stores in bytes) of a cubin, read by Triton's cuobjdump (a
+    kernel's own n_regs is only known once it is loaded on a GPU)."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    regs = int(re.search(r"REG:(\d+)", text).group(1))
+    spills = int(re.search(r"STACK:(\d+)", text).group(1))
+    return regs, spills
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_arguments(p)
+    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90)")
+    p.add_argument("--ptx", type=Path, help="also write each config's PTX here")
+    args = p.parse_args()
+    (shape,) = shapes_from_args(args, torch.device("cuda"))  # the GPU shape defaults
+    inputs = make_shape_inputs(shape, args.batch, pool=args.batch, device=torch.device("cpu"),
+                               seed=0)
+    kwargs = inputs.kwargs(0)
+    target = GPUTarget("cuda", args.arch, 32)
+    print(f"shape {shape.label}, sm_{args.arch}")
+    print(f"{'config':<34} {'regs':>5} {'stack':>6} {'smem B':>7} {'warps/SM':>8} "
+          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6}")
+    for config in args.config:
+        c = compile_config(kwargs, config, target)
+        ptx = c.asm["ptx"]
+        regs, spills = _resource_usage(c.asm["cubin"])
+        per_warp = -(-regs * 32 // 256) * 256  # allocation granule: 256 registers a warp
+        warps = min(64, 65536 // per_warp // config.num_warps * config.num_warps,
+                     32 * config.num_warps)
+        print(f"{config.label:<34} {regs:>5} {spills:>6} {c.metadata.shared:>7} {warps:>8} "
+              f"{len(re.findall(r'bar.sync|barrier.sync', ptx)):>8} "
+              f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6}")
+        if args.ptx:
+            args.ptx.mkdir(parents=True, exist_ok=True)
+            (args.ptx / f"{config.label}.ptx").write_text(ptx)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
