@@ -70,6 +70,9 @@ VALIDATE_INDICES_ENV = "SSMDECODE_VALIDATE_INDICES"
 # a config with 8 elements a thread, or one warp at dstate 256, keeps the upstream bits.
 # A tree of plain adds of the products is NOT layout-proof: where a layout conversion sits
 # between the multiply and the add, no fma forms (seen on the H200: bits differed by layout).
+# Nor is the state update s * dA + dB * x: LLVM fuses it to fma(s, dA, dB * x) in the usual
+# layouts, but (32,1) at dstate 64 wrote other state bits on the H200; with the ordered sum the
+# kernel writes that fma out too.
 # Checked on the H200 against tl.sum in the upstream layout (tests/test_ordered_sum.py), the
 # golden digests and the 920-point verify (benchmarks/results/NVIDIA_H200/).
 ORDERED_MIN_N = 16
@@ -276,7 +279,10 @@ def _selective_state_update_kernel(
         b_dB = b_B * b_dt
     else:
         b_dB = _cols(b_B, ORDERED_SUM) * _rows(b_dt, ORDERED_SUM)
-    b_state = b_state * b_dA + b_dB * _rows(b_x, ORDERED_SUM)
+    if ORDERED_SUM:  # the fma LLVM forms from the line below, written out: layout-proof
+        b_state = tl.fma(b_state, b_dA, b_dB * _rows(b_x, ORDERED_SUM))
+    else:
+        b_state = b_state * b_dA + b_dB * _rows(b_x, ORDERED_SUM)
     if WRITE_STATE:
         tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
                  eviction_policy=STATE_EVICT)
