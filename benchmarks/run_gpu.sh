@@ -21,6 +21,8 @@
 #           and the issue-4 shapes (dstate 64 and 256, head dim 128, bf16 state)
 #   e2e     ssmdecode e2e at two presets, and the greedy identity check
 #   verify  ssmdecode verify of the table against upstream (VERIFY_ARGS narrows the grid)
+#   verify_all  the same for every key of the shipped table (headline and SHAPES_LIST)
+#   bench_shapes  the issue-4 shapes of stage bench only
 #   sweep_upstream  the MEASURING.md configs swept on the upstream kernel (`--kernel mamba_ssm`,
 #           needs mamba_ssm importable, e.g. from a folder on PYTHONPATH or ./.upstream) and on
 #           ssmdecode's, in the same run
@@ -86,6 +88,9 @@ stage_sweep() { "${SSM[@]}" sweep "${HEADLINE[@]}" --space basic --batch 8 128 5
 stage_bench() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
       --out "$R/bench" || return
+  stage_bench_shapes
+}
+stage_bench_shapes() {
   local shape
   for shape in "${SHAPES[@]}"; do
     # shellcheck disable=SC2086
@@ -97,6 +102,15 @@ stage_e2e() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 8 64 128 256 512 --out "$R/e2e-nemotron3-super-tp8" &&
   "${SSM[@]}" e2e --preset mamba2-2.7b --batch 8 64 128 256 512 --out "$R/e2e-mamba2-2.7b" || return
   "${SSM[@]}" e2e "${HEADLINE[@]}" --greedy --out "$R/e2e-greedy"
+}
+stage_verify_all() {
+  # every key of the shipped table: the headline and the issue-4 shapes
+  local shape rc=0
+  VERIFY_NAME=verify VERIFY_ARGS="" stage_verify || rc=1
+  for shape in "${SHAPES[@]}"; do
+    VERIFY_NAME="verify${shape// /}" VERIFY_ARGS="$shape" stage_verify || rc=1
+  done
+  return $rc
 }
 stage_verify() {
   # The seed's whole 920-point grid took about 10 s on the H200 (logs/run7-verify.log);
