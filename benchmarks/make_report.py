@@ -42,7 +42,7 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
 def is_upstream_grid(row: dict) -> bool:
     """A config the upstream kernel can launch: its grid order, no cache hints."""
     cfg = row["launch_config"]
-    return not cfg["slot_major"] and not cfg["evict_first"]
+    return not (cfg["slot_major"] or cfg["evict_first"] or cfg.get("ordered_sum"))
 
 
 def bench_section(data: dict, title: str, bar: float | None) -> str:
@@ -107,8 +107,10 @@ def e2e_section(folder: Path) -> str:
                  f"{100 * r['ssu_us_per_step'] / r['step_us']:.0f}%"] for r in data["rows"]]
         shape = data["shape"]
         parts += [f"#### e2e: {shape['name']}, {data['layers']} Mamba2 layers, d_model {data['d_model']}",
-                  "", table(["batch", "config", "step us", "tokens/s", "vs upstream",
-                             "SSU us per step (profiled)", "SSU share of the step"], rows), "",
+                  "", "The config column names the launch config each row ran (the table of the "
+                  "day of the run, which may differ from the one shipped now).", "",
+                  table(["batch", "config", "step us", "tokens/s", "vs upstream",
+                         "SSU us per step (profiled)", "SSU share of the step"], rows), "",
                   provenance(data), ""]
     for path in sorted(folder.glob("e2e-*/e2e-greedy.json")):
         data = load(path)
@@ -134,6 +136,44 @@ def sweep_section(folder: Path) -> str:
                       body, "", provenance(data)])
 
 
+def kernels_section(folder: Path) -> str:
+    """The same configs swept on the upstream kernel (`--kernel mamba_ssm`) and on ssmdecode's,
+    in one run: what the harness gives for each kernel side by side."""
+    paths = [folder / "sweep-mamba_ssm" / "sweep.json", folder / "sweep-ssmdecode" / "sweep.json"]
+    if not all(p.exists() for p in paths):
+        return ""
+    upstream, ours = (load(p) for p in paths)
+    batches = [s["batch"] for s in upstream["summary"]]
+    ours_by = {c["label"]: c for c in ours["configs"]}
+    rows = []
+    for c in upstream["configs"]:
+        o = ours_by[c["label"]]
+        cells = []
+        for b in map(str, batches):
+            mark = "" if c["batches"][b]["identical"] else " ≠"
+            cells.append(f"{c['batches'][b]['us']:.2f}{mark} / {o['batches'][b]['us']:.2f}")
+        rows.append([c["label"], *cells])
+    clocks = upstream["environment"].get("clocks") or {}
+    ratio = {k: (next(c for c in d["configs"] if c["label"] == "(8,1)")["batches"]["512"]["us"]
+                 / next(c for c in d["configs"] if c["label"] == "(4,4)")["batches"]["512"]["us"])
+             for k, d in (("upstream", upstream), ("ours", ours)) if "512" in d["configs"][0]["batches"]}
+    text = ["#### The upstream kernel and ssmdecode's through the same harness, same run", "",
+            "`ssmdecode sweep --kernel mamba_ssm` times the published mamba_ssm Triton kernel "
+            "(carried to the GPU for the run, not part of this repository) with each config; "
+            "each cell is upstream kernel / ssmdecode, microseconds, ≠ where the config's bits "
+            "differ from that kernel's (4,4).", "",
+            table(["config", *[f"batch {b}" for b in batches]], rows), ""]
+    if ratio:
+        text.append(f"(8,1)/(4,4) at batch 512: {ratio.get('upstream', 0):.2f} on the upstream "
+                    f"kernel, {ratio.get('ours', 0):.2f} on ssmdecode's.")
+    if clocks:
+        text.append(f"Clocks at the end of the upstream sweep: SM {clocks['sm_mhz']} MHz (max "
+                    f"{clocks['max_sm_mhz']}), memory {clocks['mem_mhz']} MHz, "
+                    f"{clocks['temperature_c']} C.")
+    text += ["", provenance(upstream)]
+    return "\n".join(text)
+
+
 def build(folder: Path, links_from: Path) -> str:
     """The report of a results folder; image links relative to the folder links_from."""
     parts = [f"### Measured on {folder.name}", ""]
@@ -144,7 +184,8 @@ def build(folder: Path, links_from: Path) -> str:
         data = load(path)
         flags = data["environment"]["command"].split(" --tp 8 ")[-1].split(" --batch")[0]
         parts += [bench_section(data, f"Headline with {flags}", 0.90), ""]
-    parts += [verify_section(folder), "", sweep_section(folder), "", e2e_section(folder)]
+    parts += [verify_section(folder), "", sweep_section(folder), "", kernels_section(folder), "",
+              e2e_section(folder)]
     plots = [p.relative_to(links_from) for p in sorted(folder.glob("*/*.png"))]
     if plots:
         parts += ["#### Plots", ""] + [f"![{p.parent.name}]({p})" for p in plots]
