@@ -23,9 +23,9 @@
 #   verify  ssmdecode verify of the table against upstream (VERIFY_ARGS narrows the grid)
 #   verify_all  the same for every key of the shipped table (headline and SHAPES_LIST)
 #   bench_shapes  the issue-4 shapes of stage bench only
-#   sweep_upstream  the MEASURING.md configs swept on the upstream kernel (`--kernel mamba_ssm`,
-#           needs mamba_ssm importable, e.g. from a folder on PYTHONPATH or ./.upstream) and on
-#           ssmdecode's, in the same run
+#   sweep_upstream  the MEASURING.md configs swept on the upstream kernels (`--kernel mamba_ssm`,
+#           `--kernel sglang`, each when importable, e.g. from ./.upstream) and on ssmdecode's,
+#           in the same run
 #   verify_ordered  the ordered row sum: configs whose own layout changes the bits, on the
 #           920-point grid at each issue-4 shape
 #   explore benchmarks/explore.py: the current question (see stage_explore)
@@ -121,11 +121,19 @@ stage_verify() {
 
 MEASURING_CONFIGS=(4,4 4,1 8,1 8,2 16,4 16,8 2,8)
 stage_sweep_upstream() {
+  # each upstream kernel that can be imported (installed, or a folder in ./.upstream), then
+  # ssmdecode's with the same configs
   [ -d .upstream ] && export PYTHONPATH=$PWD/.upstream:$PYTHONPATH
-  "${SSM[@]}" sweep "${HEADLINE[@]}" --kernel mamba_ssm --config "${MEASURING_CONFIGS[@]}" \
-      --batch 8 128 512 --out "$R/sweep-mamba_ssm" &&
+  local kernel module rc=0
+  for kernel in mamba_ssm sglang; do
+    module=$(python3 -c "from ssmdecode.tools.kernels import _MODULES; print(_MODULES['$kernel'])")
+    python3 -c "import $module" 2>/dev/null || { echo "no $kernel kernel here: skipped"; continue; }
+    "${SSM[@]}" sweep "${HEADLINE[@]}" --kernel "$kernel" --config "${MEASURING_CONFIGS[@]}" \
+        --batch 8 128 512 --out "$R/sweep-$kernel" || rc=1
+  done
   "${SSM[@]}" sweep "${HEADLINE[@]}" --config "${MEASURING_CONFIGS[@]}" \
-      --batch 8 128 512 --out "$R/sweep-ssmdecode"
+      --batch 8 128 512 --out "$R/sweep-ssmdecode" || rc=1
+  return $rc
 }
 stage_verify_ordered() {
   local spec rc=0

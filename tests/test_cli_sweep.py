@@ -107,16 +107,39 @@ def test_mamba_ssm_launcher_passes_the_kernels_arguments(monkeypatch) -> None:
     assert fn(**kw, out=out, config=LaunchConfig(8, 2)) is out
     ((grid, args, options),) = launches
     assert grid == (2, 3, 4)  # (row blocks of P 12 by 8, batch, heads): the upstream order
-    assert len(args) == len(MAMBA_PARAMS)  # every parameter but the heuristics' constexprs
-    assert args[MAMBA_PARAMS.index("BLOCK_SIZE_M")] == 8 and options == {"num_warps": 2}
-    assert args[MAMBA_PARAMS.index("nheads_ngroups_ratio")] == 2
+    assert args == () and set(options) == {*MAMBA_PARAMS, "num_warps"}  # every one, by name
+    assert options["BLOCK_SIZE_M"] == 8 and options["num_warps"] == 2
+    assert options["nheads_ngroups_ratio"] == 2 and options["x_ptr"] is kw["x"]
+    assert options["stride_B_group"] == kw["B"].stride(1)
     with pytest.raises(ValueError, match="upstream grid"):
         fn(**kw, out=out, config=LaunchConfig(8, 2, slot_major=True))
 
 
+def test_sglang_launcher_gives_the_token_dim(monkeypatch) -> None:
+    """sglang's (and vLLM's) kernel loops over T tokens: the per-token tensors get T = 1."""
+    launches: list = []
+    params = [*MAMBA_PARAMS, "T", "pad_slot_id", "stride_x_T", "DISABLE_STATE_UPDATE"]
+    module = types.ModuleType("sglang.srt.layers.attention.mamba.ops.mamba_ssm")
+    module._selective_scan_update_kernel = _fake_mamba_kernel(params, launches)
+    monkeypatch.setitem(sys.modules, "sglang.srt.layers.attention.mamba.ops.mamba_ssm", module)
+    kw = make_inputs(Case(batch=3, nheads=4, headdim=12, dstate=24, ngroups=2))
+    kw.pop("dst_state_batch_indices", None)
+    kw.pop("pad_slot_id", None)
+    out = torch.empty_like(kw["x"])
+    kernels.kernel_function("sglang")(**kw, out=out, config=LaunchConfig(4, 4))
+    ((_, _, options),) = launches
+    assert options["T"] == 1 and options["x_ptr"].shape == (3, 1, 4, 12)
+    assert options["stride_x_T"] == kw["x"].unsqueeze(1).stride(1)
+    assert options["pad_slot_id"] == -1 and options["DISABLE_STATE_UPDATE"] is False
+
+
 def test_mamba_ssm_of_another_version_is_refused(monkeypatch) -> None:
     module = types.ModuleType("mamba_ssm.ops.triton.selective_state_update")
-    module._selective_scan_update_kernel = _fake_mamba_kernel(MAMBA_PARAMS[:20], [])
+    module._selective_scan_update_kernel = _fake_mamba_kernel([*MAMBA_PARAMS, "stride_new"], [])
     monkeypatch.setitem(sys.modules, "mamba_ssm.ops.triton.selective_state_update", module)
-    with pytest.raises(ValueError, match="lacks"):
-        kernels.kernel_function("mamba_ssm")
+    fn = kernels.kernel_function("mamba_ssm")
+    kw = make_inputs(Case(batch=1, nheads=2, headdim=4, dstate=8, ngroups=1))
+    kw.pop("dst_state_batch_indices", None)
+    kw.pop("pad_slot_id", None)
+    with pytest.raises(ValueError, match="stride_new"):
+        fn(**kw, out=torch.empty_like(kw["x"]), config=LaunchConfig(4, 4))

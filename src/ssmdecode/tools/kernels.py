@@ -1,12 +1,14 @@
-"""Which kernel the tools measure: ssmdecode's, or for comparison the upstream one.
+"""Which kernel the tools measure: ssmdecode's, or for comparison an upstream one.
 
-`--kernel mamba_ssm` times the Triton kernel of an installed mamba_ssm (its
-`mamba_ssm.ops.triton.selective_state_update._selective_scan_update_kernel`, the version with
-heads, groups, state_batch_indices and TIE_HDIM: mamba_ssm 2.x) through a launcher here that
-takes the block size and warps from the config being swept, as ../shared/MEASURING.md's
-override did. Only upstream-grid configs apply to it (no slot/evict/ordered). It lets a
-user hold this harness against the figures measured on the upstream kernel, and see what the
-two kernels do differently at the same config.
+`--kernel mamba_ssm` and `--kernel sglang` time the Triton kernel of an installed package:
+mamba_ssm's `mamba_ssm.ops.triton.selective_state_update._selective_scan_update_kernel` (the
+2.x version with heads, groups and state_batch_indices), or sglang's
+`sglang.srt.layers.attention.mamba.ops.mamba_ssm._selective_scan_update_kernel` (the copy that
+serving engines carry, with a loop over T tokens, pad_slot_id and intermediate states; vLLM's
+is the same family). A launcher here passes each kernel parameter by name and takes the block
+size and warps from the config being swept, as ../shared/MEASURING.md's override did. Only
+upstream-grid configs apply (no slot/evict/ordered). This holds the harness against figures
+measured on an upstream kernel, and shows what two kernels do differently at one config.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from ssmdecode.config import LaunchConfig
 
 __all__ = ["KERNELS", "kernel_function"]
 
-KERNELS = ("ssmdecode", "mamba_ssm")
-_MAMBA_MODULE = "mamba_ssm.ops.triton.selective_state_update"
-_MAMBA_KERNEL = "_selective_scan_update_kernel"
-# Parameters the launcher below passes; a kernel without them is another version.
-_MAMBA_PARAMS = ("state_batch_indices_ptr", "nheads_ngroups_ratio", "TIE_HDIM", "BLOCK_SIZE_M")
+KERNELS = ("ssmdecode", "mamba_ssm", "sglang")
+_MODULES = {
+    "mamba_ssm": "mamba_ssm.ops.triton.selective_state_update",
+    "sglang": "sglang.srt.layers.attention.mamba.ops.mamba_ssm",
+}
+_KERNEL = "_selective_scan_update_kernel"
 
 
 def kernel_function(name: str) -> Callable[..., torch.Tensor]:
@@ -35,23 +38,22 @@ def kernel_function(name: str) -> Callable[..., torch.Tensor]:
     named kernel."""
     if name == "ssmdecode":
         return selective_state_update
-    if name == "mamba_ssm":
-        return _mamba_ssm_launcher()
-    raise ValueError(f"kernel must be one of {', '.join(KERNELS)}; got {name!r}")
+    if name not in _MODULES:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}; got {name!r}")
+    return _upstream_launcher(name, _MODULES[name])
 
 
-def _mamba_ssm_launcher() -> Callable[..., torch.Tensor]:
+def _upstream_launcher(name: str, module_name: str) -> Callable[..., torch.Tensor]:
     try:
-        module = importlib.import_module(_MAMBA_MODULE)
+        module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"--kernel mamba_ssm needs mamba_ssm installed (import {_MAMBA_MODULE} "
+        raise ValueError(f"--kernel {name} needs {name} installed (import {module_name} "
                          f"failed: {e})") from None
-    kernel = getattr(module, _MAMBA_KERNEL, None)
-    params = _param_names(kernel) if kernel is not None else []
-    missing = [p for p in _MAMBA_PARAMS if p not in params]
-    if missing:
-        raise ValueError(f"{_MAMBA_MODULE}.{_MAMBA_KERNEL} lacks {missing}: this launcher "
-                         "knows the mamba_ssm 2.x kernel (heads, groups, state_batch_indices)")
+    kernel = getattr(module, _KERNEL, None)
+    if kernel is None:
+        raise ValueError(f"{module_name} has no {_KERNEL}")
+    params = _param_names(kernel)
+    derived = _heuristic_names(kernel)
 
     def launch(*, state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None = None,
@@ -59,27 +61,59 @@ def _mamba_ssm_launcher() -> Callable[..., torch.Tensor]:
                dt_softplus: bool = False, state_batch_indices: torch.Tensor | None = None,
                out: torch.Tensor, config: LaunchConfig) -> torch.Tensor:
         if config.slot_major or config.evict_first or config.ordered_sum:
-            raise ValueError(f"config {config.label}: the mamba_ssm kernel has only the "
-                             "upstream grid (BLOCK_M, warps)")
+            raise ValueError(f"config {config.label}: the {name} kernel has only the upstream "
+                             "grid (BLOCK_M, warps)")
+        values = _argument_values(params, state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                                  state_batch_indices, out, config.block_m)
+        missing = [p for p in params if p not in values and p not in derived]
+        if missing:
+            raise ValueError(f"{module_name}.{_KERNEL} takes {missing}, which this launcher "
+                             "does not know: another version of the kernel")
         batch, nheads, headdim = x.shape
-        dstate = state.shape[-1]
-        tie_hdim = (A.stride(-1) == 0 and A.stride(-2) == 0 and dt.stride(-1) == 0
-                    and (dt_bias is None or dt_bias.stride(-1) == 0))
-        zs = z.stride() if z is not None else (0, 0, 0)
         grid = (triton.cdiv(headdim, config.block_m), batch, nheads)
-        kernel[grid](
-            state, x, dt, dt_bias, A, B, C, D, z, out, state_batch_indices,
-            batch, nheads, headdim, dstate, nheads // B.shape[1],
-            *state.stride(), *x.stride(), *dt.stride(),
-            *(dt_bias.stride() if dt_bias is not None else (0, 0)),
-            *A.stride(), *B.stride(), *C.stride(),
-            *(D.stride() if D is not None else (0, 0)), *zs, *out.stride(),
-            dt_softplus, tie_hdim, config.block_m,
-            num_warps=config.num_warps,
-        )
+        kernel[grid](**{p: values[p] for p in params if p not in derived},
+                     num_warps=config.num_warps)
         return out
 
     return launch
+
+
+def _argument_values(params: list[str], state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                     idx, out, block_m) -> dict[str, object]:
+    """Every parameter the upstream kernels of this family take, by name, for one call in the
+    Mamba2 layout; with a token dim T (sglang, vLLM) the per-token tensors get T = 1."""
+    multi_token = "T" in params
+    if multi_token:
+        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
+        z = z.unsqueeze(1) if z is not None else None
+
+    def strides(prefix: str, t: torch.Tensor | None, dims: tuple[str, ...]) -> dict[str, int]:
+        return {f"stride_{prefix}_{d}": (t.stride(i) if t is not None else 0)
+                for i, d in enumerate(dims)}
+
+    per_token = ("batch", "T", "head", "dim") if multi_token else ("batch", "head", "dim")
+    groups = ("batch", "T", "group", "dstate") if multi_token else ("batch", "group", "dstate")
+    tie_hdim = (A.stride(-1) == 0 and A.stride(-2) == 0 and dt.stride(-1) == 0
+                and (dt_bias is None or dt_bias.stride(-1) == 0))
+    values: dict[str, object] = {
+        "state_ptr": state, "x_ptr": x, "dt_ptr": dt, "dt_bias_ptr": dt_bias, "A_ptr": A,
+        "B_ptr": B, "C_ptr": C, "D_ptr": D, "z_ptr": z, "out_ptr": out,
+        "state_batch_indices_ptr": idx, "pad_slot_id": -1,
+        "intermediate_states_buffer": None, "cache_steps": 0,
+        "retrieve_parent_token_ptr": None, "intermediate_state_indices_ptr": None,
+        "batch": x.shape[0], "T": 1, "nheads": state.shape[1], "dim": state.shape[2],
+        "dstate": state.shape[3], "nheads_ngroups_ratio": state.shape[1] // B.shape[-2],
+        **strides("state", state, ("batch", "head", "dim", "dstate")),
+        **strides("x", x, per_token), **strides("dt", dt, per_token),
+        **strides("z", z, per_token), **strides("out", out, per_token),
+        **strides("B", B, groups), **strides("C", C, groups),
+        **strides("dt_bias", dt_bias, ("head", "dim")), **strides("D", D, ("head", "dim")),
+        **strides("A", A, ("head", "dim", "dstate")),
+        "stride_retrieve_parent_token_batch": 0, "stride_retrieve_parent_token_T": 0,
+        "DT_SOFTPLUS": dt_softplus, "TIE_HDIM": tie_hdim, "BLOCK_SIZE_M": block_m,
+        "DISABLE_STATE_UPDATE": False,
+    }
+    return values
 
 
 def _param_names(kernel: object) -> list[str]:
@@ -91,3 +125,12 @@ def _param_names(kernel: object) -> list[str]:
     while hasattr(kernel, "fn"):
         kernel = kernel.fn
     return list(inspect.signature(kernel).parameters) if callable(kernel) else []
+
+
+def _heuristic_names(kernel: object) -> set[str]:
+    """The parameters that @triton.heuristics wrappers compute themselves."""
+    names: set[str] = set()
+    while hasattr(kernel, "fn"):
+        names |= set(getattr(kernel, "values", {}) or {})
+        kernel = kernel.fn
+    return names

@@ -7,9 +7,10 @@ differs is marked and never recommended (on an H200, (2,4), (2,8) and (4,8) diff
 median of 5), the non-identical ones too, marked. The table gives microseconds per call,
 configs x batches, with the fastest identical config of each batch.
 
---kernel mamba_ssm sweeps the upstream kernel of an installed mamba_ssm instead, through the
-same harness (upstream-grid configs only): the way to hold this instrument against figures
-measured on the upstream kernel, such as ../shared/MEASURING.md's H200 table.
+--kernel mamba_ssm (or sglang) sweeps the upstream Triton kernel of an installed mamba_ssm (or
+sglang) instead, through the same harness (upstream-grid configs only): the way to hold this
+instrument against figures measured on an upstream kernel, such as ../shared/MEASURING.md's
+H200 table.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "basic)")
     p.add_argument("--kernel", choices=KERNELS, default="ssmdecode",
                    help="the kernel swept: ssmdecode's, or the Triton kernel of an installed "
-                   "mamba_ssm (upstream-grid configs only), for comparison (default ssmdecode)")
+                   "mamba_ssm or sglang (upstream-grid configs only), for comparison (default "
+                   "ssmdecode)")
     add_common_arguments(p, "folder for sweep.json, sweep.md and sweep.png "
                          "(default benchmarks/results/<device_key>/)")
 
