@@ -29,6 +29,7 @@
 #   verify_ordered  the ordered row sum: configs whose own layout changes the bits, on the
 #           920-point grid at each issue-4 shape
 #   explore benchmarks/explore.py: the current question (see stage_explore)
+#   explore_persistent  benchmarks/explore_persistent.py: the persistent pipelined prototype
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -146,6 +147,13 @@ stage_verify_ordered() {
     "${SSM[@]}" verify --a "${spec%%|*}" ${spec#*|} --out "$R/verify-ordered/${spec//[|, -]/_}" || rc=1
   done
   return $rc
+}
+stage_explore_persistent() {
+  # the persistent, software-pipelined prototype against the table and the ceiling (bits first)
+  python3 benchmarks/explore_persistent.py "${HEADLINE[@]}" --batch 8 128 512 \
+      --variant 4,1 4,2 4,3 8,2 8,3 16,2 --out "$R/explore-persistent" &&
+  python3 benchmarks/explore_persistent.py "${HEADLINE[@]}" --state-dtype bfloat16 \
+      --batch 128 512 --variant 4,3 8,3 16,2 --out "$R/explore-persistent-bf16"
 }
 stage_explore() {
   local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")
