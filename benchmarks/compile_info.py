@@ -36,28 +36,36 @@ _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "
                  torch.int32: "i32", torch.int64: "i64"}
 
 
-def _capture(kwargs: dict, config: LaunchConfig) -> tuple[dict, dict]:
-    """The launcher's arguments and keyword arguments for this call, captured, not launched."""
+_KERNELS = ("_selective_state_update_kernel", "_selective_state_update_persistent_kernel")
+
+
+def _capture(kwargs: dict, config: LaunchConfig) -> dict:
+    """The kernel the launcher picks for this call, with its arguments: captured, not launched."""
     seen: dict = {}
 
     class Capture:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
         def __getitem__(self, grid):
             def launch(*args, **kw):
-                seen.update(args=args, kw=kw, grid=grid)
+                seen.update(kernel=self.name, args=args, kw=kw, grid=grid)
             return launch
 
-    real = ssu._selective_state_update_kernel
-    ssu._selective_state_update_kernel = Capture()
+    real = {name: getattr(ssu, name) for name in _KERNELS}
+    for name in _KERNELS:
+        setattr(ssu, name, Capture(name))
     try:
         ssu.selective_state_update(**kwargs, config=config)
     finally:
-        ssu._selective_state_update_kernel = real
-    return seen, {}
+        for name, kernel in real.items():
+            setattr(ssu, name, kernel)
+    return seen
 
 
 def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget):
-    seen, _ = _capture(kwargs, config)
-    heur = ssu._selective_state_update_kernel
+    seen = _capture(kwargs, config)
+    heur = getattr(ssu, seen["kernel"])
     jit = heur.fn
     names = jit.arg_names
     args = dict(zip(names, seen["args"], strict=False))
@@ -125,7 +133,7 @@ def main() -> int:
     target = GPUTarget("cuda", args.arch, 32)
     print(f"shape {shape.label}, sm_{args.arch}")
     print(f"{'config':<34} {'regs':>5} {'stack':>6} {'smem B':>7} {'warps/SM':>8} "
-          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6}")
+          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8}")
     for config in args.config:
         c = compile_config(kwargs, config, target)
         ptx = c.asm["ptx"]
@@ -135,7 +143,8 @@ def main() -> int:
                      32 * config.num_warps)
         print(f"{config.label:<34} {regs:>5} {spills:>6} {c.metadata.shared:>7} {warps:>8} "
               f"{len(re.findall(r'bar.sync|barrier.sync', ptx)):>8} "
-              f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6}")
+              f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6} "
+              f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8}")
         if args.ptx:
             args.ptx.mkdir(parents=True, exist_ok=True)
             (args.ptx / f"{config.label}.ptx").write_text(ptx)

@@ -143,7 +143,8 @@ def test_cpu_has_no_table() -> None:
         (_table({"hd=64": {"8": {"block_m": 8, "num_warps": 1}}}), "field 'entries.hd=64'"),
         (_table({KEY: {"eight": {"block_m": 8, "num_warps": 1}}}), f"field 'entries.{KEY}.eight'"),
         (_table({KEY: {"8": {"block_m": 6, "num_warps": 1}}}), "block_m must be a power of two"),
-        (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "stages": 2}}}), "unknown LaunchConfig field"),
+        (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "prefetch": 2}}}), "unknown LaunchConfig field"),
+        (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "stages": 2}}}), "needs slot_major"),
         (_table({KEY: {"8": [8, 1]}}), "expected a config object"),
     ],
 )

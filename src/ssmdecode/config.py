@@ -52,6 +52,12 @@ class LaunchConfig:
         then a butterfly over lanes, then warps), so that its bits no longer depend on the
         register layout of the tile. Lets tiles with 8 elements a thread, or one warp at
         dstate 256, keep the upstream bits. For 16 <= dstate <= 256.
+    stages: 0, one tile a program; k >= 1, a persistent grid (about one resident wave of
+        programs, each looping over tiles in slot-major order) whose loop Triton software-
+        pipelines k deep: the index and state loads of the next k - 1 tiles go to shared memory
+        (cp.async) while one is computed. Needs slot_major and ordered_sum (its tile layout
+        is the compiler's choice, so only the ordered sum keeps the bits by construction).
+        Label flag "p<k>". Not yet in the tuner's space: measured first (docs/performance.md).
     """
 
     block_m: int
@@ -59,6 +65,7 @@ class LaunchConfig:
     slot_major: bool = False
     evict_first: bool = False
     ordered_sum: bool = False
+    stages: int = 0
 
     def __post_init__(self) -> None:
         for name in ("block_m", "num_warps"):
@@ -72,11 +79,18 @@ class LaunchConfig:
         for name, _ in _FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.stages, int) or isinstance(self.stages, bool) or not 0 <= self.stages <= 8:
+            raise ValueError(f"LaunchConfig.stages must be an int in [0, 8], got {self.stages!r}")
+        if self.stages and not (self.slot_major and self.ordered_sum):
+            raise ValueError("LaunchConfig.stages > 0 (a persistent grid) needs slot_major=True "
+                             "and ordered_sum=True")
 
     @property
     def label(self) -> str:
         """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered)"."""
         flags = [flag for name, flag in _FLAGS if getattr(self, name)]
+        if self.stages:
+            flags.append(f"p{self.stages}")
         return "(" + ",".join([str(self.block_m), str(self.num_warps), *flags]) + ")"
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,17 +106,20 @@ class LaunchConfig:
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
-        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered"."""
+        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered,p3"."""
         parts = [p.strip() for p in text.strip().strip("()").split(",") if p.strip()]
         known = [flag for _, flag in _FLAGS]
         if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
             raise ValueError(f"config {text!r}: expected 'BLOCK_M,WARPS' then any of the flags "
                              f"{','.join(known)}")
         flags = set(parts[2:])
-        if flags - set(known):
+        stages = [f for f in flags if re.fullmatch(r"p\d", f)]
+        flags -= set(stages)
+        if flags - set(known) or len(stages) > 1:
             raise ValueError(f"config {text!r}: unknown flag(s) {sorted(flags - set(known))}; "
-                             f"known: {', '.join(known)}")
-        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS})
+                             f"known: {', '.join(known)}, p<stages>")
+        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS},
+                   stages=int(stages[0][1:]) if stages else 0)
 
 
 # LaunchConfig's boolean fields and their flags in labels, in label order.

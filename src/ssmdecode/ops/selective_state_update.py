@@ -132,18 +132,8 @@ def _rowsum_upstream_order(s, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         return tl.reshape(acc, (BLOCK_M,))
 
 
-@triton.heuristics(
-    {
-        "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
-        "HAS_D": lambda args: args["p_D"] is not None,
-        "HAS_Z": lambda args: args["p_z"] is not None,
-        "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
-        "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
-        "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
-    }
-)
 @triton.jit
-def _selective_state_update_kernel(
+def _ssu_tile(
     # pointers
     p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
     p_src_idx, p_dst_idx,
@@ -161,6 +151,9 @@ def _selective_state_update_kernel(
     stride_z_b, stride_z_h, stride_z_p,
     stride_out_b, stride_out_h, stride_out_p,
     stride_src_idx, stride_dst_idx,
+    # the tile: request row, head, block of BLOCK_M rows of the head dim; and for a persistent
+    # program's spare turn, valid = False (None: always valid)
+    i_b, i_h, i_m, valid,
     # flags
     DT_SOFTPLUS: tl.constexpr,
     TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
@@ -172,23 +165,12 @@ def _selective_state_update_kernel(
     HAS_DST_IDX: tl.constexpr,
     EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
     EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
-    # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    SLOT_MAJOR: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
 ):
-    # One program: BLOCK_M rows of the head dim of one (request, head), all N state columns.
-    if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
-        n_mblocks = tl.cdiv(headdim, BLOCK_M)
-        i_h = tl.program_id(0) // n_mblocks
-        i_m = tl.program_id(0) % n_mblocks
-        i_b = tl.program_id(1)
-    else:  # grid (P blocks, B, H): the upstream order
-        i_m = tl.program_id(0)
-        i_b = tl.program_id(1)
-        i_h = tl.program_id(2)
+    """One tile: BLOCK_M rows of the head dim of one (request, head), all N state columns."""
     i_g = i_h // heads_per_group
     # Cache hints: each state is touched once per step, so it streams evict-first; the slot
     # indices are read by every layer of a decode step, so they stay (evict-last), which takes
@@ -283,6 +265,9 @@ def _selective_state_update_kernel(
         b_state = tl.fma(b_state, b_dA, b_dB * _rows(b_x, ORDERED_SUM))
     else:
         b_state = b_state * b_dA + b_dB * _rows(b_x, ORDERED_SUM)
+    if valid is not None:  # a persistent program's spare turn: compute, store nothing
+        m_write = valid if m_write is None else m_write & valid
+        m_m = m_m & valid
     if WRITE_STATE:
         tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
                  eviction_policy=STATE_EVICT)
@@ -297,6 +282,205 @@ def _selective_state_update_kernel(
     if HAS_SRC_IDX:
         b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
+
+
+@triton.heuristics(
+    {
+        "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
+        "HAS_D": lambda args: args["p_D"] is not None,
+        "HAS_Z": lambda args: args["p_z"] is not None,
+        "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
+        "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
+        "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+    }
+)
+@triton.jit
+def _selective_state_update_kernel(
+    # pointers
+    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
+    p_src_idx, p_dst_idx,
+    # sizes
+    headdim, dstate, heads_per_group, pad_slot_id,
+    # strides, stride_<tensor>_<dim>
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_x_b, stride_x_h, stride_x_p,
+    stride_dt_b, stride_dt_h, stride_dt_p,
+    stride_dt_bias_h, stride_dt_bias_p,
+    stride_A_h, stride_A_p, stride_A_n,
+    stride_B_b, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p,
+    stride_z_b, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_h, stride_out_p,
+    stride_src_idx, stride_dst_idx,
+    # flags
+    DT_SOFTPLUS: tl.constexpr,
+    TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
+    WRITE_STATE: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr,
+    HAS_DST_IDX: tl.constexpr,
+    EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
+    EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
+    # launch knobs
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLOT_MAJOR: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
+    ORDERED_SUM: tl.constexpr,
+):
+    # One program, one tile.
+    if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
+        n_mblocks = tl.cdiv(headdim, BLOCK_M)
+        i_h = tl.program_id(0) // n_mblocks
+        i_m = tl.program_id(0) % n_mblocks
+        i_b = tl.program_id(1)
+    else:  # grid (P blocks, B, H): the upstream order
+        i_m = tl.program_id(0)
+        i_b = tl.program_id(1)
+        i_h = tl.program_id(2)
+    _ssu_tile(
+        p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
+        headdim, dstate, heads_per_group, pad_slot_id,
+        stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+        stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
+        stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
+        stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
+        stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
+        stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
+        i_b, i_h, i_m, None,
+        DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_DST_IDX,
+        EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
+    )
+
+
+@triton.jit
+def _persistent_turn(
+    k, n_tiles, n_mblocks, nheads,
+    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
+    headdim, dstate, heads_per_group, pad_slot_id,
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
+    stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
+    stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
+    DT_SOFTPLUS: tl.constexpr, TIE_HDIM: tl.constexpr, WRITE_STATE: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr, HAS_DST_IDX: tl.constexpr, EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EVICT_FIRST: tl.constexpr, ORDERED_SUM: tl.constexpr,
+):
+    """Turn k of a persistent program: tile program_id + k * programs, slot-major."""
+    t = tl.program_id(0) + k * tl.num_programs(0)
+    valid = t < n_tiles
+    t = tl.minimum(t, n_tiles - 1)  # a spare turn redoes the last tile and stores nothing
+    i_m = t % n_mblocks
+    i_h = (t // n_mblocks) % nheads
+    i_b = t // (n_mblocks * nheads)
+    _ssu_tile(
+        p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
+        headdim, dstate, heads_per_group, pad_slot_id,
+        stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+        stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
+        stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
+        stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
+        stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
+        stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
+        i_b, i_h, i_m, valid,
+        DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_DST_IDX,
+        EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
+    )
+
+
+@triton.heuristics(
+    {
+        "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
+        "HAS_D": lambda args: args["p_D"] is not None,
+        "HAS_Z": lambda args: args["p_z"] is not None,
+        "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
+        "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
+        "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+    }
+)
+@triton.jit
+def _selective_state_update_persistent_kernel(
+    # pointers
+    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
+    p_src_idx, p_dst_idx,
+    # sizes
+    headdim, dstate, heads_per_group, pad_slot_id,
+    # strides, stride_<tensor>_<dim>
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_x_b, stride_x_h, stride_x_p,
+    stride_dt_b, stride_dt_h, stride_dt_p,
+    stride_dt_bias_h, stride_dt_bias_p,
+    stride_A_h, stride_A_p, stride_A_n,
+    stride_B_b, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p,
+    stride_z_b, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_h, stride_out_p,
+    stride_src_idx, stride_dst_idx,
+    nheads, n_tiles, n_turns,
+    # flags
+    DT_SOFTPLUS: tl.constexpr,
+    TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
+    WRITE_STATE: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr,
+    HAS_DST_IDX: tl.constexpr,
+    EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
+    EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
+    # launch knobs
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
+    ORDERED_SUM: tl.constexpr,
+    STAGES: tl.constexpr,  # software-pipeline depth of the loop over tiles (Triton's num_stages)
+    CONST_TURNS: tl.constexpr,  # > 0: n_turns as a constant (the interpreter's loops need one)
+):
+    # A persistent grid: program k takes tiles k, k + programs, ... in slot-major order (a
+    # request's [H, P, N] state in memory order). Triton's pipeliner issues the index and state
+    # loads of the next STAGES - 1 tiles (cp.async into shared memory) while one is computed, so
+    # the bytes in flight cost shared memory, not registers. n_turns = cdiv(n_tiles, programs);
+    # under Triton 3.6's interpreter, which cannot loop to a runtime bound, it comes as the
+    # constant CONST_TURNS instead (compiled, a constant would mean a compile per batch size).
+    n_mblocks = tl.cdiv(headdim, BLOCK_M)
+    if CONST_TURNS > 0:
+        for k in tl.range(0, CONST_TURNS, num_stages=STAGES):
+            _persistent_turn(
+                k, n_tiles, n_mblocks, nheads,
+                p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx,
+                p_dst_idx, headdim, dstate, heads_per_group, pad_slot_id,
+                stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+                stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
+                stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
+                stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
+                stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
+                stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
+                DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
+                HAS_DST_IDX, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
+            )
+    else:
+        for k in tl.range(0, n_turns, num_stages=STAGES):
+            _persistent_turn(
+                k, n_tiles, n_mblocks, nheads,
+                p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx,
+                p_dst_idx, headdim, dstate, heads_per_group, pad_slot_id,
+                stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+                stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
+                stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
+                stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
+                stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
+                stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
+                DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
+                HAS_DST_IDX, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
+            )
 
 
 @triton.jit
@@ -338,28 +522,66 @@ def _launch(
             f"{ORDERED_MIN_N} <= dstate <= {ORDERED_MAX_N}; got dstate {dstate}"
         )
     n_mblocks = triton.cdiv(headdim, config.block_m)
-    grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
 
     def strides(t: torch.Tensor | None, ndim: int) -> tuple[int, ...]:
         return t.stride() if t is not None else (0,) * ndim
 
-    _selective_state_update_kernel[grid](
+    args = (
         state, x, dt, dt_bias, A, B, C, D, z, out, src_idx, dst_idx,
         headdim, dstate, nheads // ngroups, pad_slot_id,
         *state.stride(), *x.stride(), *dt.stride(), *strides(dt_bias, 2), *A.stride(),
         *B.stride(), *C.stride(), *strides(D, 2), *strides(z, 3), *out.stride(),
         *strides(src_idx, 1), *strides(dst_idx, 1),
+    )
+    flags = dict(
         DT_SOFTPLUS=dt_softplus,
         TIE_HDIM=tie_hdim,
         WRITE_STATE=write_state,
         EVEN_M=even_m and _EVEN_TILES,
         EVEN_N=even_n and _EVEN_TILES,
         BLOCK_M=config.block_m,
-        SLOT_MAJOR=config.slot_major,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
         num_warps=config.num_warps,
     )
+    if config.stages:
+        n_tiles = batch * nheads * n_mblocks
+        kernel = _selective_state_update_persistent_kernel
+        flags["STAGES"] = config.stages
+        flags["CONST_TURNS"] = 0
+        programs = min(n_tiles, _resident_programs(kernel, (*args, nheads, n_tiles, 1), flags,
+                                                   state.device))
+        turns = triton.cdiv(n_tiles, programs)
+        if state.device.type != "cuda":
+            flags["CONST_TURNS"] = turns
+        kernel[(programs,)](*args, nheads, n_tiles, turns, **flags)
+    else:
+        grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
+        _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
+
+
+_RESIDENT: dict[tuple, int] = {}
+_CPU_PROGRAMS = 5  # under the interpreter: few programs, each with several turns, some spare
+
+
+def _resident_programs(kernel, args: tuple, flags: dict, device: torch.device) -> int:
+    """Programs of a persistent grid: one resident wave, the multiprocessors times the programs
+    one holds by registers, shared memory, warps and the 32-block limit, read off the compiled
+    kernel (compiled here on first use for these flags, outside any CUDA graph capture)."""
+    if device.type != "cuda":
+        return _CPU_PROGRAMS
+    key = (device.index, args[0].dtype, args[1].dtype, tuple(sorted(flags.items())))
+    if key not in _RESIDENT:
+        compiled = kernel.warmup(*args, grid=(1,), **flags)  # the kernel every batch runs
+        compiled._init_handles()
+        props = torch.cuda.get_device_properties(device)
+        warps = flags["num_warps"]
+        regs = -(-compiled.n_regs * 32 // 256) * 256 * warps  # allocated per program
+        smem = compiled.metadata.shared + 1024  # the driver reserves 1 KiB a block
+        per_sm = min(32, 64 // warps, 65536 // max(regs, 1),
+                     props.shared_memory_per_multiprocessor // smem)
+        _RESIDENT[key] = props.multi_processor_count * max(per_sm, 1)
+    return _RESIDENT[key]
 
 
 # Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
