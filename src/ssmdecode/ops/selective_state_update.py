@@ -33,8 +33,14 @@ computed in float32 and rounded once on store (state to its dtype, out to out's 
 Bits: the default path runs the same float32 operations in the same order as the established
 upstream Triton kernel (mamba_ssm and the copies serving engines ship): exp, not exp2; softplus
 as log(1 + exp(x)) below 20; the row sum over N of state * C, then + D * x, then * z * sigmoid(z).
-Launch configs only change how rows are cut into programs; which of them keep the row sum's
-order (and so the bits) is measured on the GPU by the tuner (see ssmdecode.config).
+Launch configs only change how rows are cut into programs. Of a config that sums rows as its
+register layout falls (the row sum is a reduction), the GPU tuner measures whether it keeps the
+bits; a config with the ordered row sum spells upstream's reduction tree and fmas out and keeps
+them by construction (see _rowsum_upstream_order), and the tuner measures it all the same.
+
+Grids: one tile (BLOCK_M rows of one request's head) a program, in the upstream order or
+slot-major; or, with LaunchConfig.stages, a persistent resident wave of programs looping over
+the tiles, software-pipelined. Both run the same per-tile code, _ssu_tile.
 """
 
 from __future__ import annotations
@@ -101,9 +107,10 @@ def _rowsum_upstream_order(s, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            FUSE_LEFT: tl.constexpr = True):
     """sum(s * c[None, :], axis=1) for an fp32 tile s of BLOCK_M rows of BLOCK_N columns
     ([BLOCK_M, BLOCK_N] or grouped [BLOCK_M, BLOCK_N / 4, 4]) and an fp32 vector c of BLOCK_N
-    ([BLOCK_N] or [BLOCK_N / 4, 4]), 16 <= BLOCK_N <= 256, in the order and with the fmas of the upstream kernel's
-    default configs (see the comment above). FUSE_LEFT=False fuses the other product of the
-    first add instead, fma(s1, c1, s0 * c0): not upstream's; tests show the difference."""
+    ([BLOCK_N] or [BLOCK_N / 4, 4]), 16 <= BLOCK_N <= 256, in the order and with the fmas of
+    the upstream kernel's default configs (see the comment above). FUSE_LEFT=False fuses the
+    other product of the first add instead, fma(s1, c1, s0 * c0): not upstream's; the tests
+    use it to show that they see the difference."""
     G: tl.constexpr = BLOCK_N // 4  # groups of 4 columns, one per lane upstream
     L: tl.constexpr = 32 if G > 32 else G  # lanes of a warp that share a row
     W: tl.constexpr = G // L  # warps that share a row
