@@ -52,8 +52,8 @@ def _capture(kwargs: dict, config: LaunchConfig) -> dict:
                 seen.update(kernel=self.name, args=args, kw=kw, grid=grid)
             return launch
 
-    real = {name: getattr(ssu, name) for name in _KERNELS}
-    for name in _KERNELS:
+    real = {name: getattr(ssu, name) for name in _KERNELS if hasattr(ssu, name)}
+    for name in real:
         setattr(ssu, name, Capture(name))
     try:
         ssu.selective_state_update(**kwargs, config=config)

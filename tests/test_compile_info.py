@@ -22,3 +22,25 @@ def test_compile_info_reports_registers_per_config() -> None:
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
     assert [r[0] for r in rows] == ["(8,1)", "(8,1,slot,evict,ordered)"]
     assert all(0 < int(r[1]) <= 255 for r in rows)  # registers a thread
+
+
+def test_ptx_snapshot_compares_instructions_not_debug_info(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    env = dict(os.environ)
+    try:
+        os.environ.pop("TRITON_INTERPRET", None)
+        import ptx_snapshot
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    body = "\tld.global.v4.f32 {%r1}, [%rd1];\n\tst.global.f32 [%rd2], %r1;"
+    a = f".loc 1 2 3\n$L__tmp1:\n{body}\n\t.section\t.debug_abbrev\n.b8 1"
+    b = f".loc 1 9 9\n{body}\n$L__tmp7:\n\t.section\t.debug_info\n.b8 2"
+    assert ptx_snapshot._code(a) == ptx_snapshot._code(b) == body.splitlines()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "k.ptx").write_text(body)
+    (tmp_path / "b" / "k.ptx").write_text(body)
+    assert ptx_snapshot.compare(tmp_path / "a", tmp_path / "b") == 0
+    (tmp_path / "b" / "k.ptx").write_text(body.replace("v4", "v2"))
+    assert ptx_snapshot.compare(tmp_path / "a", tmp_path / "b") == 1
