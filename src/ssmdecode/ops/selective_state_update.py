@@ -291,16 +291,18 @@ def _ssu_tile(
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
 
 
-@triton.heuristics(
-    {
-        "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
-        "HAS_D": lambda args: args["p_D"] is not None,
-        "HAS_Z": lambda args: args["p_z"] is not None,
-        "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
-        "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
-        "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
-    }
-)
+# The constexprs both kernels derive from their arguments.
+_HEURISTICS = {
+    "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
+    "HAS_D": lambda args: args["p_D"] is not None,
+    "HAS_Z": lambda args: args["p_z"] is not None,
+    "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
+    "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
+    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+}
+
+
+@triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_update_kernel(
     # pointers
@@ -363,55 +365,7 @@ def _selective_state_update_kernel(
     )
 
 
-@triton.jit
-def _persistent_turn(
-    k, n_tiles, n_mblocks, nheads,
-    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
-    headdim, dstate, heads_per_group, pad_slot_id,
-    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-    stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
-    stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
-    stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
-    stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
-    stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
-    DT_SOFTPLUS: tl.constexpr, TIE_HDIM: tl.constexpr, WRITE_STATE: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-    HAS_SRC_IDX: tl.constexpr, HAS_DST_IDX: tl.constexpr, EVEN_M: tl.constexpr,
-    EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    EVICT_FIRST: tl.constexpr, ORDERED_SUM: tl.constexpr,
-):
-    """Turn k of a persistent program: tile program_id + k * programs, slot-major."""
-    t = tl.program_id(0) + k * tl.num_programs(0)
-    valid = t < n_tiles
-    t = tl.minimum(t, n_tiles - 1)  # a spare turn redoes the last tile and stores nothing
-    i_m = t % n_mblocks
-    i_h = (t // n_mblocks) % nheads
-    i_b = t // (n_mblocks * nheads)
-    _ssu_tile(
-        p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
-        headdim, dstate, heads_per_group, pad_slot_id,
-        stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-        stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
-        stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
-        stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
-        stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
-        stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
-        i_b, i_h, i_m, valid,
-        DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_DST_IDX,
-        EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
-    )
-
-
-@triton.heuristics(
-    {
-        "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
-        "HAS_D": lambda args: args["p_D"] is not None,
-        "HAS_Z": lambda args: args["p_z"] is not None,
-        "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
-        "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
-        "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
-    }
-)
+@triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_update_persistent_kernel(
     # pointers
@@ -457,37 +411,28 @@ def _selective_state_update_persistent_kernel(
     # the bytes in flight cost shared memory, not registers. n_turns = cdiv(n_tiles, programs);
     # under Triton 3.6's interpreter, which cannot loop to a runtime bound, it comes as the
     # constant CONST_TURNS instead (compiled, a constant would mean a compile per batch size).
+    # The bound must stay inline: assigned to a name first, the interpreter makes it a tensor.
     n_mblocks = tl.cdiv(headdim, BLOCK_M)
-    if CONST_TURNS > 0:
-        for k in tl.range(0, CONST_TURNS, num_stages=STAGES):
-            _persistent_turn(
-                k, n_tiles, n_mblocks, nheads,
-                p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx,
-                p_dst_idx, headdim, dstate, heads_per_group, pad_slot_id,
-                stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-                stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
-                stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
-                stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
-                stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
-                stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
-                DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
-                HAS_DST_IDX, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
-            )
-    else:
-        for k in tl.range(0, n_turns, num_stages=STAGES):
-            _persistent_turn(
-                k, n_tiles, n_mblocks, nheads,
-                p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx,
-                p_dst_idx, headdim, dstate, heads_per_group, pad_slot_id,
-                stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-                stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
-                stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
-                stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
-                stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
-                stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
-                DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
-                HAS_DST_IDX, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
-            )
+    for k in tl.range(0, n_turns if CONST_TURNS == 0 else CONST_TURNS, num_stages=STAGES):
+        t = tl.program_id(0) + k * tl.num_programs(0)
+        valid = t < n_tiles
+        t = tl.minimum(t, n_tiles - 1)  # a spare turn redoes the last tile and stores nothing
+        i_m = t % n_mblocks
+        i_h = (t // n_mblocks) % nheads
+        i_b = t // (n_mblocks * nheads)
+        _ssu_tile(
+            p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
+            headdim, dstate, heads_per_group, pad_slot_id,
+            stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+            stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
+            stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
+            stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
+            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
+            stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
+            i_b, i_h, i_m, valid,
+            DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
+            HAS_DST_IDX, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
+        )
 
 
 @triton.jit
