@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from ssmdecode.config import LaunchConfig
+
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -41,8 +43,7 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
 
 def is_upstream_grid(row: dict) -> bool:
     """A config the upstream kernel can launch: its grid order, no cache hints."""
-    cfg = row["launch_config"]
-    return not (cfg["slot_major"] or cfg["evict_first"] or cfg.get("ordered_sum"))
+    return LaunchConfig.from_dict(row["launch_config"]).upstream_grid
 
 
 def bench_section(data: dict, title: str, bar: float | None) -> str:

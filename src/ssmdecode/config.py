@@ -86,6 +86,11 @@ class LaunchConfig:
                              "and ordered_sum=True")
 
     @property
+    def upstream_grid(self) -> bool:
+        """Whether the upstream kernel can launch this config: its grid, no other knob."""
+        return not (self.slot_major or self.evict_first or self.ordered_sum or self.stages)
+
+    @property
     def label(self) -> str:
         """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered)"."""
         flags = [flag for name, flag in _FLAGS if getattr(self, name)]

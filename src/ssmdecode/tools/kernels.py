@@ -60,7 +60,7 @@ def _upstream_launcher(name: str, module_name: str) -> Callable[..., torch.Tenso
                z: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
                dt_softplus: bool = False, state_batch_indices: torch.Tensor | None = None,
                out: torch.Tensor, config: LaunchConfig) -> torch.Tensor:
-        if config.slot_major or config.evict_first or config.ordered_sum:
+        if not config.upstream_grid:
             raise ValueError(f"config {config.label}: the {name} kernel has only the upstream "
                              "grid (BLOCK_M, warps)")
         values = _argument_values(params, state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,

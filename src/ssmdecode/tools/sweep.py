@@ -84,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
             fn = kernel_function(args.kernel)
         except ValueError as e:
             raise SystemExit(f"--kernel: {e}") from None
-        bad = [c.label for c in configs
-               if c.slot_major or c.evict_first or c.ordered_sum]
+        bad = [c.label for c in configs if not c.upstream_grid]
         if bad:
             raise SystemExit(f"--kernel {args.kernel} runs upstream-grid configs only; "
                              f"got {', '.join(bad)}")
