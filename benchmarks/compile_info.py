@@ -36,7 +36,7 @@ _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "
                  torch.int32: "i32", torch.int64: "i64"}
 
 
-_KERNELS = ("_selective_state_update_kernel", "_selective_state_update_persistent_kernel")
+_KERNELS = ("_selective_state_update_kernel",)
 
 
 def _capture(kwargs: dict, config: LaunchConfig) -> dict:

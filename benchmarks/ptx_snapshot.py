@@ -35,8 +35,7 @@ from ssmdecode.bench.inputs import make_inputs
 from ssmdecode.config import LaunchConfig
 
 CONFIGS = ("8,1", "4,4", "4,8", "16,1,slot,evict", "4,1,slot,evict,ordered",
-           "16,1,slot,evict,ordered", "2,1,slot,evict,ordered", "8,2,slot,evict,ordered",
-           "4,1,slot,evict,ordered,p3")
+           "16,1,slot,evict,ordered", "2,1,slot,evict,ordered", "8,2,slot,evict,ordered")
 
 
 def _inputs() -> Iterator[tuple[str, dict]]:

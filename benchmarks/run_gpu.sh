@@ -29,7 +29,6 @@
 #   verify_ordered  the ordered row sum: configs whose own layout changes the bits, on the
 #           920-point grid at each issue-4 shape
 #   explore benchmarks/explore.py: the current question (see stage_explore)
-#   explore_persistent  the persistent, software-pipelined grid ("p<k>" configs): verify, timings
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -50,9 +49,9 @@ BUCKETS=(1 2 4 8 16 32 64 128 256 512 1024)
 UPSTREAM_BEST=(upstream default 4,1 8,2 16,4 16,8)
 
 stage_test() {
-  # the GPU tests, and the ordered row sum's and persistent grid's bit tests compiled for it
+  # the GPU tests, and the ordered row sum's bit tests compiled for it
   python3 -m pytest -m gpu -q -p no:cacheprovider tests &&
-  python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py tests/test_persistent.py
+  python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py
 }
 stage_golden() {
   local g=${GOLDEN:-../shared/golden}
@@ -146,21 +145,6 @@ stage_verify_ordered() {
     # shellcheck disable=SC2086
     "${SSM[@]}" verify --a "${spec%%|*}" ${spec#*|} --out "$R/verify-ordered/${spec//[|, -]/_}" || rc=1
   done
-  return $rc
-}
-stage_explore_persistent() {
-  # the persistent grid (LaunchConfig.stages, "p<k>"): bits on the 920-point grid first, then
-  # timings against the shipped table config and the ceiling, fp32 and bf16 states
-  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}") rc=0
-  "${SSM[@]}" verify --a 4,1,slot,evict,ordered,p3 --out "$R/verify-persistent" || rc=1
-  "${SSM[@]}" verify --a 4,1,slot,evict,ordered,p3 --state-dtype bfloat16 \
-      --out "$R/verify-persistent-bf16" || rc=1
-  "${X[@]}" --batch 8 128 512 1024 --out "$R/explore-persistent" \
-      --config 16,1,slot,evict,ordered 2,1,slot,evict,ordered,p4 4,1,slot,evict,ordered,p2 \
-      4,1,slot,evict,ordered,p3 8,1,slot,evict,ordered,p3 16,1,slot,evict,ordered,p2 || rc=1
-  "${X[@]}" --state-dtype bfloat16 --batch 128 512 1024 --out "$R/explore-persistent-bf16" \
-      --config 16,1,slot,evict,ordered 2,1,slot,evict,ordered,p4 4,1,slot,evict,ordered,p2 \
-      4,1,slot,evict,ordered,p3 || rc=1
   return $rc
 }
 stage_explore() {

@@ -48,6 +48,15 @@ def _table(entries: dict) -> dict:
 KEY = "headdim=64 dstate=128 state=float32"
 
 
+def test_results_of_the_persistent_grid_era_still_load() -> None:
+    # results JSON of c2c42dc and before carry "stages": 0 (the persistent grid, since removed)
+    assert LaunchConfig.from_dict({"block_m": 8, "num_warps": 1, "stages": 0}) == LaunchConfig(8, 1)
+    with pytest.raises(ValueError, match="unknown LaunchConfig field"):
+        LaunchConfig.from_dict({"block_m": 8, "num_warps": 1, "stages": 3})
+    with pytest.raises(ValueError, match="unknown flag"):
+        LaunchConfig.parse("4,1,slot,evict,ordered,p3")
+
+
 def test_parse_and_label_round_trip() -> None:
     for text in ("8,1", "(16,4,slot)", "4,2,slot,evict", " 2 , 8 "):
         cfg = LaunchConfig.parse(text)
@@ -144,7 +153,7 @@ def test_cpu_has_no_table() -> None:
         (_table({KEY: {"eight": {"block_m": 8, "num_warps": 1}}}), f"field 'entries.{KEY}.eight'"),
         (_table({KEY: {"8": {"block_m": 6, "num_warps": 1}}}), "block_m must be a power of two"),
         (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "prefetch": 2}}}), "unknown LaunchConfig field"),
-        (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "stages": 2}}}), "needs slot_major"),
+        (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "stages": 2}}}), "unknown LaunchConfig field"),
         (_table({KEY: {"8": [8, 1]}}), "expected a config object"),
     ],
 )

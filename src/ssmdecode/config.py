@@ -52,12 +52,6 @@ class LaunchConfig:
         then a butterfly over lanes, then warps), so that its bits no longer depend on the
         register layout of the tile. Lets tiles with 8 elements a thread, or one warp at
         dstate 256, keep the upstream bits. For 16 <= dstate <= 256.
-    stages: 0, one tile a program; k >= 1, a persistent grid (about one resident wave of
-        programs, each looping over tiles in slot-major order) whose loop Triton software-
-        pipelines k deep: the index and state loads of the next k - 1 tiles go to shared memory
-        (cp.async) while one is computed. Needs slot_major and ordered_sum (its tile layout
-        is the compiler's choice, so only the ordered sum keeps the bits by construction).
-        Label flag "p<k>". Not yet in the tuner's space: measured first (docs/performance.md).
     """
 
     block_m: int
@@ -65,7 +59,6 @@ class LaunchConfig:
     slot_major: bool = False
     evict_first: bool = False
     ordered_sum: bool = False
-    stages: int = 0
 
     def __post_init__(self) -> None:
         for name in ("block_m", "num_warps"):
@@ -79,23 +72,16 @@ class LaunchConfig:
         for name, _ in _FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        if not isinstance(self.stages, int) or isinstance(self.stages, bool) or not 0 <= self.stages <= 8:
-            raise ValueError(f"LaunchConfig.stages must be an int in [0, 8], got {self.stages!r}")
-        if self.stages and not (self.slot_major and self.ordered_sum):
-            raise ValueError("LaunchConfig.stages > 0 (a persistent grid) needs slot_major=True "
-                             "and ordered_sum=True")
 
     @property
     def upstream_grid(self) -> bool:
         """Whether the upstream kernel can launch this config: its grid, no other knob."""
-        return not (self.slot_major or self.evict_first or self.ordered_sum or self.stages)
+        return not (self.slot_major or self.evict_first or self.ordered_sum)
 
     @property
     def label(self) -> str:
         """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered)"."""
         flags = [flag for name, flag in _FLAGS if getattr(self, name)]
-        if self.stages:
-            flags.append(f"p{self.stages}")
         return "(" + ",".join([str(self.block_m), str(self.num_warps), *flags]) + ")"
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,6 +90,8 @@ class LaunchConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LaunchConfig:
         names = {f.name for f in fields(cls)}
+        if data.get("stages") == 0:  # results of c2c42dc and before: 0 was the only grid kept
+            data = {k: v for k, v in data.items() if k != "stages"}
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown LaunchConfig field(s) {sorted(unknown)}; known: {sorted(names)}")
@@ -111,20 +99,17 @@ class LaunchConfig:
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
-        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered,p3"."""
+        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered"."""
         parts = [p.strip() for p in text.strip().strip("()").split(",") if p.strip()]
         known = [flag for _, flag in _FLAGS]
         if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
             raise ValueError(f"config {text!r}: expected 'BLOCK_M,WARPS' then any of the flags "
                              f"{','.join(known)}")
         flags = set(parts[2:])
-        stages = [f for f in flags if re.fullmatch(r"p\d", f)]
-        flags -= set(stages)
-        if flags - set(known) or len(stages) > 1:
+        if flags - set(known):
             raise ValueError(f"config {text!r}: unknown flag(s) {sorted(flags - set(known))}; "
-                             f"known: {', '.join(known)}, p<stages>")
-        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS},
-                   stages=int(stages[0][1:]) if stages else 0)
+                             f"known: {', '.join(known)}")
+        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS})
 
 
 # LaunchConfig's boolean fields and their flags in labels, in label order.

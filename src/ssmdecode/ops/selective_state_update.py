@@ -38,9 +38,8 @@ register layout falls (the row sum is a reduction), the GPU tuner measures wheth
 bits; a config with the ordered row sum spells upstream's reduction tree and fmas out and keeps
 them by construction (see _rowsum_upstream_order), and the tuner measures it all the same.
 
-Grids: one tile (BLOCK_M rows of one request's head) a program, in the upstream order or
-slot-major; or, with LaunchConfig.stages, a persistent resident wave of programs looping over
-the tiles, software-pipelined. Both run the same per-tile code, _ssu_tile.
+Grid: one tile (BLOCK_M rows of one request's head, all N columns) a program, in the upstream
+order or slot-major; the kernel maps its program to a tile and runs the per-tile code, _ssu_tile.
 """
 
 from __future__ import annotations
@@ -158,9 +157,8 @@ def _ssu_tile(
     stride_z_b, stride_z_h, stride_z_p,
     stride_out_b, stride_out_h, stride_out_p,
     stride_src_idx, stride_dst_idx,
-    # the tile: request row, head, block of BLOCK_M rows of the head dim; and for a persistent
-    # program's spare turn, valid = False (None: always valid)
-    i_b, i_h, i_m, valid,
+    # the tile: request row, head, block of BLOCK_M rows of the head dim
+    i_b, i_h, i_m,
     # flags
     DT_SOFTPLUS: tl.constexpr,
     TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
@@ -272,9 +270,6 @@ def _ssu_tile(
         b_state = tl.fma(b_state, b_dA, b_dB * _rows(b_x, ORDERED_SUM))
     else:
         b_state = b_state * b_dA + b_dB * _rows(b_x, ORDERED_SUM)
-    if valid is not None:  # a persistent program's spare turn: compute, store nothing
-        m_write = valid if m_write is None else m_write & valid
-        m_m = m_m & valid
     if WRITE_STATE:
         tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
                  eviction_policy=STATE_EVICT)
@@ -291,7 +286,7 @@ def _ssu_tile(
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
 
 
-# The constexprs both kernels derive from their arguments.
+# The constexprs the kernel derives from its arguments.
 _HEURISTICS = {
     "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
     "HAS_D": lambda args: args["p_D"] is not None,
@@ -359,80 +354,10 @@ def _selective_state_update_kernel(
         stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
         stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
         stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
-        i_b, i_h, i_m, None,
+        i_b, i_h, i_m,
         DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_DST_IDX,
         EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
     )
-
-
-@triton.heuristics(_HEURISTICS)
-@triton.jit
-def _selective_state_update_persistent_kernel(
-    # pointers
-    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
-    p_src_idx, p_dst_idx,
-    # sizes
-    headdim, dstate, heads_per_group, pad_slot_id,
-    # strides, stride_<tensor>_<dim>
-    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-    stride_x_b, stride_x_h, stride_x_p,
-    stride_dt_b, stride_dt_h, stride_dt_p,
-    stride_dt_bias_h, stride_dt_bias_p,
-    stride_A_h, stride_A_p, stride_A_n,
-    stride_B_b, stride_B_g, stride_B_n,
-    stride_C_b, stride_C_g, stride_C_n,
-    stride_D_h, stride_D_p,
-    stride_z_b, stride_z_h, stride_z_p,
-    stride_out_b, stride_out_h, stride_out_p,
-    stride_src_idx, stride_dst_idx,
-    nheads, n_tiles, n_turns,
-    # flags
-    DT_SOFTPLUS: tl.constexpr,
-    TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
-    WRITE_STATE: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_SRC_IDX: tl.constexpr,
-    HAS_DST_IDX: tl.constexpr,
-    EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
-    EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
-    # launch knobs
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EVICT_FIRST: tl.constexpr,
-    ORDERED_SUM: tl.constexpr,
-    STAGES: tl.constexpr,  # software-pipeline depth of the loop over tiles (Triton's num_stages)
-    CONST_TURNS: tl.constexpr,  # > 0: n_turns as a constant (the interpreter's loops need one)
-):
-    # A persistent grid: program k takes tiles k, k + programs, ... in slot-major order (a
-    # request's [H, P, N] state in memory order). Triton's pipeliner issues the index and state
-    # loads of the next STAGES - 1 tiles (cp.async into shared memory) while one is computed, so
-    # the bytes in flight cost shared memory, not registers. n_turns = cdiv(n_tiles, programs);
-    # under Triton 3.6's interpreter, which cannot loop to a runtime bound, it comes as the
-    # constant CONST_TURNS instead (compiled, a constant would mean a compile per batch size).
-    # The bound must stay inline: assigned to a name first, the interpreter makes it a tensor.
-    n_mblocks = tl.cdiv(headdim, BLOCK_M)
-    for k in tl.range(0, n_turns if CONST_TURNS == 0 else CONST_TURNS, num_stages=STAGES):
-        t = tl.program_id(0) + k * tl.num_programs(0)
-        valid = t < n_tiles
-        t = tl.minimum(t, n_tiles - 1)  # a spare turn redoes the last tile and stores nothing
-        i_m = t % n_mblocks
-        i_h = (t // n_mblocks) % nheads
-        i_b = t // (n_mblocks * nheads)
-        _ssu_tile(
-            p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
-            headdim, dstate, heads_per_group, pad_slot_id,
-            stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-            stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
-            stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
-            stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
-            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
-            stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
-            i_b, i_h, i_m, valid,
-            DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
-            HAS_DST_IDX, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
-        )
 
 
 @triton.jit
@@ -496,44 +421,8 @@ def _launch(
         ORDERED_SUM=config.ordered_sum,
         num_warps=config.num_warps,
     )
-    if config.stages:
-        n_tiles = batch * nheads * n_mblocks
-        kernel = _selective_state_update_persistent_kernel
-        flags["STAGES"] = config.stages
-        flags["CONST_TURNS"] = 0
-        programs = min(n_tiles, _resident_programs(kernel, (*args, nheads, n_tiles, 1), flags,
-                                                   state.device))
-        turns = triton.cdiv(n_tiles, programs)
-        if state.device.type != "cuda":
-            flags["CONST_TURNS"] = turns
-        kernel[(programs,)](*args, nheads, n_tiles, turns, **flags)
-    else:
-        grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
-        _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
-
-
-_RESIDENT: dict[tuple, int] = {}
-_CPU_PROGRAMS = 5  # under the interpreter: few programs, each with several turns, some spare
-
-
-def _resident_programs(kernel, args: tuple, flags: dict, device: torch.device) -> int:
-    """Programs of a persistent grid: one resident wave, the multiprocessors times the programs
-    one holds by registers, shared memory, warps and the 32-block limit, read off the compiled
-    kernel (compiled here on first use for these flags, outside any CUDA graph capture)."""
-    if device.type != "cuda":
-        return _CPU_PROGRAMS
-    key = (device.index, args[0].dtype, args[1].dtype, tuple(sorted(flags.items())))
-    if key not in _RESIDENT:
-        compiled = kernel.warmup(*args, grid=(1,), **flags)  # the kernel every batch runs
-        compiled._init_handles()
-        props = torch.cuda.get_device_properties(device)
-        warps = flags["num_warps"]
-        regs = -(-compiled.n_regs * 32 // 256) * 256 * warps  # allocated per program
-        smem = compiled.metadata.shared + 1024  # the driver reserves 1 KiB a block
-        per_sm = min(32, 64 // warps, 65536 // max(regs, 1),
-                     props.shared_memory_per_multiprocessor // smem)
-        _RESIDENT[key] = props.multi_processor_count * max(per_sm, 1)
-    return _RESIDENT[key]
+    grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
+    _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
 
 
 # Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
