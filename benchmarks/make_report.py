@@ -6,11 +6,14 @@ Writes <folder>/REPORT.md and replaces the part of README.md between the markers
 `<!-- results:begin -->` and `<!-- results:end -->` with the same tables. No figure is typed by
 hand: every number below comes from a bench, sweep, verify or e2e JSON in the folder, and every
 table names the command, commit and date of the run that measured it, with the ceiling and the
-upstream configs of that same run.
+upstream configs of that same run. The one exception is marked as such: the kernel sweeps are
+also held against benchmarks/reference/measuring_h200.json, MEASURING.md's upstream-kernel
+table copied as printed there (a target, not a result of ours).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -28,7 +31,7 @@ def load(path: Path) -> dict:
 def provenance(data: dict) -> str:
     env = data["environment"]
     return (f"<sub>{env['device']}, torch {env['torch']}, Triton {env['triton']}, commit "
-            f"{env['git_commit']}, {env['date_utc'][:16].replace('T', ' ')} UTC: "
+            f"{env['git_commit'][:7]}, {env['date_utc'][:16].replace('T', ' ')} UTC: "
             f"`{env['command'].split(' --out ')[0]}`</sub>")
 
 
@@ -85,7 +88,7 @@ def verify_section(folder: Path) -> str:
         first = first or data
         rows.append([f"P{grid['headdim']} N{grid['dstate']} {grid['state_dtype']} state",
                      f"{data['points'] - data['failures']}/{data['points']}",
-                     grid.get("out_dtype") or grid["dtype"], data["environment"]["git_commit"]])
+                     grid.get("out_dtype") or grid["dtype"], data["environment"]["git_commit"][:7]])
     if not rows:
         return ""
     return "\n".join([
@@ -137,42 +140,122 @@ def sweep_section(folder: Path) -> str:
                       body, "", provenance(data)])
 
 
+# The kernels `ssmdecode sweep --kernel` can time, in the order the report shows them; each
+# one's sweep is <folder>/sweep-<kernel>/ (benchmarks/run_gpu.sh sweep_upstream).
+KERNEL_SOURCES = {
+    "mamba_ssm": "state-spaces/mamba's `mamba_ssm/ops/triton/selective_state_update.py`",
+    "sglang": "sgl-project/sglang's `python/sglang/srt/layers/attention/mamba/ops/mamba_ssm.py` "
+              "(a runtime loop over T tokens, here T = 1)",
+    "ssmdecode": "this repository's",
+}
+# MEASURING.md's upstream-kernel table, copied by hand: a target, not a result of ours.
+REFERENCE = ROOT / "benchmarks/reference/measuring_h200.json"
+WITHIN = 0.05
+
+
+def kernel_sweeps(folder: Path) -> dict[str, dict]:
+    """Each kernel's sweep in the folder, by kernel name; missing ones are left out."""
+    paths = {k: folder / f"sweep-{k}" / "sweep.json" for k in KERNEL_SOURCES}
+    return {k: load(p) for k, p in paths.items() if p.exists()}
+
+
+def sweep_cell(data: dict, label: str, batch: int) -> dict | None:
+    """A sweep's result for one config label and batch, None where it did not run them."""
+    config = next((c for c in data["configs"] if c["label"] == label), None)
+    return config["batches"].get(str(batch)) if config else None
+
+
+def seed_ratio(us: dict[str, float | None]) -> str:
+    """(8,1)/(4,4): the seed's config over the upstream default, from microseconds by label."""
+    fast, slow = us.get("(8,1)"), us.get("(4,4)")
+    return "-" if fast is None or slow is None else f"{fast / slow:.3f}"
+
+
 def kernels_section(folder: Path) -> str:
-    """The same configs swept on the upstream kernel (`--kernel mamba_ssm`) and on ssmdecode's,
-    in one run: what the harness gives for each kernel side by side."""
-    paths = [folder / "sweep-mamba_ssm" / "sweep.json", folder / "sweep-ssmdecode" / "sweep.json"]
-    if not all(p.exists() for p in paths):
+    """The same configs swept on each upstream kernel (`--kernel mamba_ssm`, `--kernel sglang`)
+    and on ssmdecode's, in one run: what the harness gives for each kernel side by side."""
+    sweeps = kernel_sweeps(folder)
+    if len(sweeps) < 2:
         return ""
-    upstream, ours = (load(p) for p in paths)
-    batches = [s["batch"] for s in upstream["summary"]]
-    ours_by = {c["label"]: c for c in ours["configs"]}
+    first = next(iter(sweeps.values()))
+    batches = [s["batch"] for s in first["summary"]]
     rows = []
-    for c in upstream["configs"]:
-        o = ours_by[c["label"]]
+    for c in first["configs"]:
         cells = []
-        for b in map(str, batches):
-            mark = "" if c["batches"][b]["identical"] else " ≠"
-            cells.append(f"{c['batches'][b]['us']:.2f}{mark} / {o['batches'][b]['us']:.2f}")
+        for b in batches:
+            values = [sweep_cell(data, c["label"], b) for data in sweeps.values()]
+            cells.append(" / ".join("-" if v is None else
+                                    f"{v['us']:.2f}{'' if v['identical'] else ' ≠'}"
+                                    for v in values))
         rows.append([c["label"], *cells])
-    clocks = upstream["environment"].get("clocks") or {}
-    ratio = {k: (next(c for c in d["configs"] if c["label"] == "(8,1)")["batches"]["512"]["us"]
-                 / next(c for c in d["configs"] if c["label"] == "(4,4)")["batches"]["512"]["us"])
-             for k, d in (("upstream", upstream), ("ours", ours)) if "512" in d["configs"][0]["batches"]}
-    text = ["#### The upstream kernel and ssmdecode's through the same harness, same run", "",
-            "`ssmdecode sweep --kernel mamba_ssm` times the published mamba_ssm Triton kernel "
-            "(carried to the GPU for the run, not part of this repository) with each config; "
-            "each cell is upstream kernel / ssmdecode, microseconds, ≠ where the config's bits "
-            "differ from that kernel's (4,4).", "",
-            table(["config", *[f"batch {b}" for b in batches]], rows), ""]
-    if ratio:
-        text.append(f"(8,1)/(4,4) at batch 512: {ratio.get('upstream', 0):.2f} on the upstream "
-                    f"kernel, {ratio.get('ours', 0):.2f} on ssmdecode's.")
-    if clocks:
-        text.append(f"Clocks at the end of the upstream sweep: SM {clocks['sm_mhz']} MHz (max "
-                    f"{clocks['max_sm_mhz']}), memory {clocks['mem_mhz']} MHz, "
-                    f"{clocks['temperature_c']} C.")
-    text += ["", provenance(upstream)]
+    names = " / ".join(sweeps)
+    text = ["#### The upstream kernels and ssmdecode's through the same harness, same run", "",
+            "`ssmdecode sweep --kernel <name>` times a kernel with each config. The upstream "
+            "kernels were carried to the GPU for the run and are not part of this repository: "
+            + "; ".join(f"{k}: {KERNEL_SOURCES[k]}" for k in sweeps if k != "ssmdecode") + ". Each "
+            f"cell is {names}, microseconds; ≠ where the config's bits differ from that "
+            "kernel's (4,4).", "",
+            table(["config", *[f"batch {b}: {names}" for b in batches]], rows), ""]
+    clocks = {k: d["environment"].get("clocks") for k, d in sweeps.items()}
+    if all(clocks.values()):
+        text.append("Clocks at the end of each sweep: " + "; ".join(
+            f"{k} SM {c['sm_mhz']} MHz (max {c['max_sm_mhz']}), memory {c['mem_mhz']} MHz, "
+            f"{c['temperature_c']} C" for k, c in clocks.items()) + ".")
+    for data in sweeps.values():
+        text += ["", provenance(data)]
     return "\n".join(text)
+
+
+def measuring_section(folder: Path) -> str:
+    """Each kernel's sweep against ../shared/MEASURING.md's upstream-kernel table: per config
+    and batch the measured/reference ratio, and the (8,1)/(4,4) ratio at batch 512."""
+    if not REFERENCE.exists():
+        return ""
+    ref = load(REFERENCE)
+    sweeps = {k: d for k, d in kernel_sweeps(folder).items()
+              if d["shape"] == ref["shape"] and ref["device"] == d["environment"]["device"]}
+    if ref["device_key"] != folder.name or not sweeps:
+        return ""
+    batches = ref["batches"]
+    within = {k: [0, 0] for k in sweeps}  # cells within WITHIN of the reference, cells compared
+    rows = []
+    for c in ref["configs"]:
+        cells = []
+        for k, data in sweeps.items():
+            ratios = []
+            for b in batches:
+                cell = sweep_cell(data, c["label"], b)
+                if cell is None:
+                    ratios.append("-")
+                    continue
+                ratio = cell["us"] / c["us"][str(b)]
+                ok = abs(ratio - 1) <= WITHIN
+                within[k][0] += ok
+                within[k][1] += 1
+                ratios.append(f"{ratio:.3f}{'' if ok else ' ✗'}")
+            cells.append(" / ".join(ratios))
+        rows.append([f"{c['label']} {c['note']}".strip(),
+                     " / ".join(f"{c['us'][str(b)]:.2f}" for b in batches), *cells])
+    rows.append([f"**within {100 * WITHIN:.0f}%**", "",
+                 *[f"**{n}/{total}**" for n, total in within.values()]])
+    measured = [{label: cell["us"] for label in ("(8,1)", "(4,4)")
+                 if (cell := sweep_cell(data, label, 512))} for data in sweeps.values()]
+    rows.append(["(8,1)/(4,4) at batch 512",
+                 seed_ratio({c["label"]: c["us"]["512"] for c in ref["configs"]}),
+                 *map(seed_ratio, measured)])
+    bs = " / ".join(map(str, batches))
+    whole = [k for k, (n, total) in within.items() if n == total]
+    verdict = (f"Every cell within {100 * WITHIN:.0f}% of MEASURING.md: {', '.join(whole)}."
+               if whole else f"No kernel has every cell within {100 * WITHIN:.0f}% of MEASURING.md.")
+    return "\n".join([
+        "#### The sweeps above against MEASURING.md's upstream-kernel table", "",
+        f"`{REFERENCE.relative_to(ROOT)}` holds the table \"{ref['section']}\" of "
+        f"`{ref['source']}` (torch {ref['torch']}, Triton {ref['triton']}) as printed there: a "
+        "target measured outside this repository, not a result of ours. Each kernel's cells are "
+        f"its microseconds over the reference's at batch {bs}; ✗ where they differ by more than "
+        f"{100 * WITHIN:.0f}%.", "",
+        table(["config", f"MEASURING.md us, batch {bs}",
+               *[f"{k} / MEASURING.md" for k in sweeps]], rows), "", verdict])
 
 
 def build(folder: Path, links_from: Path) -> str:
@@ -186,7 +269,7 @@ def build(folder: Path, links_from: Path) -> str:
         flags = data["environment"]["command"].split(" --tp 8 ")[-1].split(" --batch")[0]
         parts += [bench_section(data, f"Headline with {flags}", 0.90), ""]
     parts += [verify_section(folder), "", sweep_section(folder), "", kernels_section(folder), "",
-              e2e_section(folder)]
+              measuring_section(folder), "", e2e_section(folder)]
     plots = [p.relative_to(links_from) for p in sorted(folder.glob("*/*.png"))]
     if plots:
         parts += ["#### Plots", ""] + [f"![{p.parent.name}]({p})" for p in plots]
@@ -194,8 +277,12 @@ def build(folder: Path, links_from: Path) -> str:
 
 
 def main() -> int:
-    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "benchmarks/results/NVIDIA_H200"
-    folder = folder.resolve()
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", nargs="?", type=Path,
+                        default=ROOT / "benchmarks/results/NVIDIA_H200",
+                        help="a device's results folder (default: %(default)s)")
+    folder = parser.parse_args().folder.resolve()
     (folder / "REPORT.md").write_text(build(folder, folder))
     readme = ROOT / "README.md"
     text = readme.read_text()
