@@ -1,9 +1,11 @@
 """Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with the
-tile-mask switch (`_EVEN_TILES`) off and on, the GPU clocks sampled after each row, and the
-same-bytes ceiling of each batch; JSON and a short table. Uses the bench method's timer.
+tile-mask switch (`_EVEN_TILES`) off and on, and programmatic dependent launch (`pdl=`) off
+and on, the GPU clocks sampled after each row, and the same-bytes ceiling of each batch; JSON
+and a short table. Uses the bench method's timer (consecutive calls in one CUDA graph, so with
+pdl=True each call may start under the previous call's tail).
 
     python benchmarks/explore.py --preset nemotron3-super --tp 8 --batch 8 128 512 \
-        --config 16,1,slot,evict 16,1,slot,evict,ordered,flat --masks both --out DIR
+        --config 16,1,slot,evict 16,1,slot,evict,ordered --masks both --pdl both --out DIR
 
 Not a results tool: the committed results come from `ssmdecode bench|sweep|tune`. This is for
 asking one question of the kernel and writing down the answer.
@@ -12,6 +14,7 @@ asking one question of the kernel and writing down the answer.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -19,6 +22,7 @@ from pathlib import Path
 from ssmdecode.bench.ceiling import measure_ceiling
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops import selective_state_update as ssu_module
+from ssmdecode.ops.selective_state_update import selective_state_update
 from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
 from ssmdecode.tools.bench import time_config, timing_inputs
 from ssmdecode.tools.report import environment, gpu_clocks
@@ -33,6 +37,9 @@ def main() -> int:
     p.add_argument("--masks", choices=("even", "masked", "both"), default="even",
                    help="tile masks dropped where the tile divides (even, the shipped code), "
                    "always kept (masked), or both, interleaved")
+    p.add_argument("--pdl", choices=("off", "on", "both"), default="off",
+                   help="programmatic dependent launch off (the default call), on, or both, "
+                   "interleaved")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--device", default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -41,22 +48,25 @@ def main() -> int:
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
     modes = {"even": [True], "masked": [False], "both": [True, False]}[args.masks]
+    pdls = {"off": [False], "on": [True], "both": [False, True]}[args.pdl]
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed)
         ceiling = measure_ceiling(shape.state_bytes(batch), device)
-        times: dict[tuple[str, bool], list[float]] = {}
+        times: dict[tuple[str, bool, bool], list[float]] = {}
         for _ in range(args.rounds):
             for config in args.config:
                 for even in modes:
-                    ssu_module._EVEN_TILES = even
-                    t = time_config(inputs, config, device)
-                    times.setdefault((config.label, even), []).append(t.us)
+                    for pdl in pdls:
+                        ssu_module._EVEN_TILES = even
+                        fn = functools.partial(selective_state_update, pdl=pdl)
+                        t = time_config(inputs, config, device, fn)
+                        times.setdefault((config.label, even, pdl), []).append(t.us)
         ssu_module._EVEN_TILES = True
         clocks = gpu_clocks(device) if device.type == "cuda" else None
-        for (label, even), us in times.items():
+        for (label, even, pdl), us in times.items():
             best = min(us)
-            rows.append({"batch": batch, "config": label, "even_tiles": even, "us": best,
+            rows.append({"batch": batch, "config": label, "even_tiles": even, "pdl": pdl, "us": best,
                          "rounds_us": us, "ceiling_us": ceiling.us,
                          "fraction_of_ceiling": ceiling.us / best, "clocks_after": clocks})
         del inputs
@@ -64,10 +74,12 @@ def main() -> int:
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'us':>8} {'of ceiling':>10} {'ceiling':>8}")
+    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'pdl':<4} {'us':>8} {'of ceiling':>10} "
+          f"{'ceiling':>8}")
     for r in rows:
         print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} {r['ceiling_us']:8.2f}")
+              f"{'on' if r['pdl'] else 'off':<4} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
+              f"{r['ceiling_us']:8.2f}")
     spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
     print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
     return 0

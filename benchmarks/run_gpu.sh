@@ -29,6 +29,9 @@
 #   verify_ordered  the ordered row sum: configs whose own layout changes the bits, on the
 #           920-point grid at each issue-4 shape
 #   explore benchmarks/explore.py: the current question (see stage_explore)
+#   explore_pdl  programmatic dependent launch (pdl=True) against the plain launch, interleaved,
+#           the headline's table configs at small and large batches
+#   bench_pdl  stage bench's headline run with --pdl
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -49,9 +52,9 @@ BUCKETS=(1 2 4 8 16 32 64 128 256 512 1024)
 UPSTREAM_BEST=(upstream default 4,1 8,2 16,4 16,8)
 
 stage_test() {
-  # the GPU tests, and the ordered row sum's bit tests compiled for it
+  # the GPU tests, and the ordered row sum's and pdl's tests compiled for it
   python3 -m pytest -m gpu -q -p no:cacheprovider tests &&
-  python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py
+  python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py tests/test_pdl.py
 }
 stage_golden() {
   local g=${GOLDEN:-../shared/golden}
@@ -146,6 +149,15 @@ stage_verify_ordered() {
     "${SSM[@]}" verify --a "${spec%%|*}" ${spec#*|} --out "$R/verify-ordered/${spec//[|, -]/_}" || rc=1
   done
   return $rc
+}
+stage_explore_pdl() {
+  python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 1 2 4 8 16 32 128 512 --pdl both \
+      --rounds 3 --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 8,1 \
+      --out "$R/explore-pdl"
+}
+stage_bench_pdl() {
+  "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
+      --pdl --out "$R/bench-pdl"
 }
 stage_explore() {
   local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")

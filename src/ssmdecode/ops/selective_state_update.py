@@ -52,6 +52,11 @@ import triton.language as tl
 
 from ssmdecode.config import LaunchConfig, lookup_config
 
+try:  # grid dependency control, for programmatic dependent launch (Triton >= 3.3, sm_90+)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - older Triton: pdl=True is refused
+    gdc_launch_dependents = gdc_wait = None
+
 __all__ = ["selective_state_update"]
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -174,6 +179,7 @@ def _ssu_tile(
     BLOCK_N: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One tile: BLOCK_M rows of the head dim of one (request, head), all N state columns."""
     i_g = i_h // heads_per_group
@@ -228,6 +234,8 @@ def _ssu_tile(
         b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
     else:
         b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    if PDL:  # the slot indices and the state are in flight; the rest waits for the kernel before
+        gdc_wait()
     b_x = tl.load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p,
                   mask=m_m, other=0.0).to(tl.float32)
     if TIE_HDIM:
@@ -334,8 +342,11 @@ def _selective_state_update_kernel(
     SLOT_MAJOR: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
+    PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
 ):
     # One program, one tile.
+    if PDL:  # the next kernel may start launching; its own wait orders it after this one
+        gdc_launch_dependents()
     if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
         n_mblocks = tl.cdiv(headdim, BLOCK_M)
         i_h = tl.program_id(0) // n_mblocks
@@ -356,7 +367,7 @@ def _selective_state_update_kernel(
         stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
         i_b, i_h, i_m,
         DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_DST_IDX,
-        EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM,
+        EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM, PDL,
     )
 
 
@@ -385,6 +396,7 @@ def _launch(
     C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
     out: torch.Tensor, src_idx: torch.Tensor | None, dst_idx: torch.Tensor | None,
     pad_slot_id: int, dt_softplus: bool, tie_hdim: bool, write_state: bool, config: LaunchConfig,
+    pdl: bool = False,
 ) -> None:
     """Grid and launch, all tensors in the Mamba2 layout (state [S,H,P,N], x [B,H,P], ...)."""
     batch, nheads, headdim = x.shape
@@ -419,8 +431,11 @@ def _launch(
         BLOCK_M=config.block_m,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
+        PDL=pdl,
         num_warps=config.num_warps,
     )
+    if pdl:
+        flags["launch_pdl"] = True
     grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
     _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
 
@@ -473,6 +488,7 @@ def selective_state_update(
     config: LaunchConfig | None = None,
     *,
     validate_indices: bool | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """One decode step of a Mamba1 or Mamba2 SSM layer; updates ``state`` in place.
 
@@ -496,6 +512,14 @@ def selective_state_update(
             default because it synchronizes with the GPU; the environment variable
             SSMDECODE_VALIDATE_INDICES=1 turns it on. Unchecked indices out of range read and
             write out of bounds.
+        pdl: programmatic dependent launch (CUDA, compute capability 9.0 and newer): the kernel
+            may start while the kernel before it in the stream is still running, and loads
+            the slot indices and the state slots before that kernel has finished; everything
+            else (x, dt, A, B, C, D, z, dt_bias, and every store) waits for it. So the kernel
+            launched just before must not write the indices or the state slots this call
+            reads; in a model it is another layer's or op's kernel, which holds. Hides the
+            launch and the index-then-state latency at small batch. Same bits either way.
+            Ignored for CPU tensors (the interpreter runs one kernel at a time).
 
     Returns:
         out.
@@ -568,6 +592,16 @@ def selective_state_update(
             )
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
+    if not isinstance(pdl, bool):
+        raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
+    pdl = pdl and device.type == "cuda"
+    if pdl and (gdc_wait is None or torch.cuda.get_device_capability(device)[0] < 9):
+        raise ValueError(
+            f"pdl=True needs a GPU of compute capability 9.0 or newer and Triton >= 3.3; "
+            f"got {torch.cuda.get_device_name(device)} "
+            f"({'.'.join(map(str, torch.cuda.get_device_capability(device)))}), "
+            f"Triton {triton.__version__}"
+        )
     if validate_indices is None:
         validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
     if validate_indices:
@@ -597,7 +631,7 @@ def selective_state_update(
             pad_slot_id, dt_softplus, tie_hdim, not disable_state_update, config)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            _launch(*args)
+            _launch(*args, pdl=pdl)
     else:  # CPU tensors: Triton's interpreter; no CUDA API may be touched
         _launch(*args)
     return result

@@ -10,6 +10,7 @@ the large-transfer peak is reported beside it.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from collections.abc import Callable
 
@@ -102,6 +103,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    default=[ConfigSpec("upstream"), ConfigSpec("default"), ConfigSpec("table")],
                    help="configs: default, table, upstream or BM,W[,slot][,evict] "
                    "(default: upstream default table)")
+    p.add_argument("--pdl", action="store_true",
+                   help="call with pdl=True (programmatic dependent launch, sm_90+): each call "
+                   "of the graph may start under the previous one's tail; the ceiling is "
+                   "timed as always")
     add_common_arguments(p, "folder for bench.json, bench.md and bench.png "
                          "(default benchmarks/results/<device_key>/)")
 
@@ -120,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         print("the kernel disagrees with the float64 reference: not timing it")
         return 1
 
+    kernel = functools.partial(selective_state_update, pdl=args.pdl)
     peak = measure_peak(device)
     rows: list[dict[str, object]] = []
     ceilings: dict[int, Ceiling] = {}
@@ -128,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device)
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
-            timing = time_config(inputs, config, device)
+            timing = time_config(inputs, config, device, kernel)
             rows.append({"config": spec.text, "launch": config.label,
                          "launch_config": config.to_dict(),
                          **bench_row(shape, batch, timing, ceilings[batch])})
@@ -141,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
         "method": {**method(), "bytes_moved": "2 x batch x H x P x N x state elem size",
                    "ceiling": "in-place x *= 1.0000001 over the same bytes, same rotation "
                    "and timer; 'triton' is the ceiling, 'torch' (mul_) the cross-check",
-                   "inputs": "model-like (ssmdecode.bench.inputs)", "seed": args.seed},
+                   "inputs": "model-like (ssmdecode.bench.inputs)", "seed": args.seed,
+                   "pdl": args.pdl},
         "shape": shape.to_dict(),
         "peak": peak.to_dict(),
         "ceilings": {str(b): c.to_dict() for b, c in ceilings.items()},
@@ -153,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         [[r["config"], r["launch"], r["batch"], r["us"], r["tbps"], r["ceiling_us"],
           r["ceiling_tbps"], 100 * r["fraction_of_ceiling"]] for r in rows],
     )
-    markdown = (f"Shape: {shape.label}. Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
+    launch = " Calls with pdl=True (programmatic dependent launch)." if args.pdl else ""
+    markdown = (f"Shape: {shape.label}.{launch} Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
                 f"place): {peak.tbps:.2f} TB/s.\n\n{table}")
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "bench", data, markdown)
