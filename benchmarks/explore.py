@@ -40,6 +40,9 @@ def main() -> int:
     p.add_argument("--pdl", choices=("off", "on", "both"), default="off",
                    help="programmatic dependent launch off (the default call), on, or both, "
                    "interleaved")
+    p.add_argument("--pdl-trigger", choices=("first", "last", "both"), default="first",
+                   help="with pdl: each program lets the next kernel launch at its start "
+                   "(first, the shipped code), after its stores (last), or both, interleaved")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--device", default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -48,38 +51,46 @@ def main() -> int:
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
     modes = {"even": [True], "masked": [False], "both": [True, False]}[args.masks]
-    pdls = {"off": [False], "on": [True], "both": [False, True]}[args.pdl]
+    triggers = {"first": [True], "last": [False], "both": [True, False]}[args.pdl_trigger]
+    pdls = {"off": [None], "on": triggers, "both": [None, *triggers]}[args.pdl]
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed)
-        ceiling = measure_ceiling(shape.state_bytes(batch), device)
-        times: dict[tuple[str, bool, bool], list[float]] = {}
+        ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
+        pdl_ceiling = ceiling.timings.get("triton_pdl")
+        times: dict[tuple[str, bool, bool | None], list[float]] = {}
         for _ in range(args.rounds):
             for config in args.config:
                 for even in modes:
-                    for pdl in pdls:
+                    for pdl in pdls:  # None: off; else whether programs trigger first
                         ssu_module._EVEN_TILES = even
-                        fn = functools.partial(selective_state_update, pdl=pdl)
+                        ssu_module._PDL_TRIGGER_FIRST = pdl is not False
+                        fn = functools.partial(selective_state_update, pdl=pdl is not None)
                         t = time_config(inputs, config, device, fn)
                         times.setdefault((config.label, even, pdl), []).append(t.us)
         ssu_module._EVEN_TILES = True
+        ssu_module._PDL_TRIGGER_FIRST = True
         clocks = gpu_clocks(device) if device.type == "cuda" else None
         for (label, even, pdl), us in times.items():
             best = min(us)
-            rows.append({"batch": batch, "config": label, "even_tiles": even, "pdl": pdl, "us": best,
+            rows.append({"batch": batch, "config": label, "even_tiles": even,
+                         "pdl": {None: "off", True: "first", False: "last"}[pdl], "us": best,
                          "rounds_us": us, "ceiling_us": ceiling.us,
-                         "fraction_of_ceiling": ceiling.us / best, "clocks_after": clocks})
+                         "fraction_of_ceiling": ceiling.us / best,
+                         "pdl_ceiling_us": pdl_ceiling.us if pdl_ceiling else None,
+                         "clocks_after": clocks})
         del inputs
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'pdl':<4} {'us':>8} {'of ceiling':>10} "
-          f"{'ceiling':>8}")
+    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'pdl':<5} {'us':>8} {'of ceiling':>10} "
+          f"{'ceiling':>8} {'pdl ceiling':>11}")
     for r in rows:
+        pdl_ceiling = f"{r['pdl_ceiling_us']:11.2f}" if r["pdl_ceiling_us"] else ""
         print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{'on' if r['pdl'] else 'off':<4} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
-              f"{r['ceiling_us']:8.2f}")
+              f"{r['pdl']:<5} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
+              f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
     spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
     print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
     return 0

@@ -29,8 +29,8 @@
 #   verify_ordered  the ordered row sum: configs whose own layout changes the bits, on the
 #           920-point grid at each issue-4 shape
 #   explore benchmarks/explore.py: the current question (see stage_explore)
-#   explore_pdl  programmatic dependent launch (pdl=True) against the plain launch, interleaved,
-#           the headline's table configs at small and large batches
+#   explore_pdl  programmatic dependent launch (pdl=True, each program letting the next kernel
+#           launch first or last) against the plain launch, interleaved, with the pdl ceiling
 #   bench_pdl  stage bench's headline run with --pdl
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -151,9 +151,9 @@ stage_verify_ordered() {
   return $rc
 }
 stage_explore_pdl() {
-  python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 1 2 4 8 16 32 128 512 --pdl both \
-      --rounds 3 --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 8,1 \
-      --out "$R/explore-pdl"
+  python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 1 4 8 32 128 512 --pdl both \
+      --pdl-trigger both --rounds 3 --out "$R/explore-pdl" \
+      --config 2,1,slot,evict,ordered 4,1,slot,evict 16,1,slot,evict,ordered 8,1
 }
 stage_bench_pdl() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \

@@ -23,6 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # grid dependency control (Triton >= 3.3): the pdl ceiling only
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover
+    gdc_launch_dependents = gdc_wait = None
+
 from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
 
 __all__ = [
@@ -46,12 +51,18 @@ CEILING_KERNELS = ("triton", "torch")
 
 
 @triton.jit
-def _scale_in_place_kernel(p_buf, n_elements, scale, BLOCK: tl.constexpr):
-    # One program: BLOCK contiguous fp32, read once and written once.
+def _scale_in_place_kernel(p_buf, n_elements, scale, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    # One program: BLOCK contiguous fp32, read once and written once. With PDL, launched as
+    # selective_state_update(pdl=True) is: the next call may launch at once, and the load is in
+    # flight before the wait for the previous call (the rotation's buffers are disjoint).
+    if PDL:
+        gdc_launch_dependents()
     i_p = tl.program_id(0).to(tl.int64)  # int64: buffers of the largest calls pass 2^31 elements
     o_buf = i_p * BLOCK + tl.arange(0, BLOCK)
     m_buf = o_buf < n_elements
     b_buf = tl.load(p_buf + o_buf, mask=m_buf)
+    if PDL:
+        gdc_wait()
     tl.store(p_buf + o_buf, b_buf * scale, mask=m_buf)
 
 
@@ -93,22 +104,25 @@ def _stream_calls(kernel: str, buffers: torch.Tensor) -> list[Callable[[], objec
         return [lambda row=row: row.mul_(_SCALE) for row in buffers]
     n = buffers.shape[1]
     grid = (triton.cdiv(n, _STREAM_BLOCK),)
+    pdl = {"launch_pdl": True, "PDL": True} if kernel == "triton_pdl" else {}
     return [
         lambda row=row: _scale_in_place_kernel[grid](row, n, _SCALE, BLOCK=_STREAM_BLOCK,
-                                                     num_warps=_STREAM_WARPS)
+                                                     num_warps=_STREAM_WARPS, **pdl)
         for row in buffers
     ]
 
 
-def measure_ceiling(nbytes: int, device: torch.device) -> Ceiling:
+def measure_ceiling(nbytes: int, device: torch.device, pdl: bool = False) -> Ceiling:
     """The same-bytes ceiling of a call whose state is nbytes: each kernel streams nbytes in
-    place, rotating over disjoint flat buffers that together hold 3x the L2."""
+    place, rotating over disjoint flat buffers that together hold 3x the L2. pdl (a GPU of
+    compute capability 9.0+): also the Triton stream launched as pdl=True calls are, as
+    "triton_pdl", the yardstick of calls that overlap the previous one's tail."""
     n = max(1, -(-nbytes // 4))  # fp32 elements
     rotation = cold_rotation(4 * n, device)
     # Random values, not zeros, so nothing can shortcut the data.
     buffers = torch.randn(rotation, n, device=device)
-    timings = {kernel: time_cold(_stream_calls(kernel, buffers), device)
-               for kernel in CEILING_KERNELS}
+    kernels = CEILING_KERNELS + (("triton_pdl",) if pdl and device.type == "cuda" else ())
+    timings = {kernel: time_cold(_stream_calls(kernel, buffers), device) for kernel in kernels}
     return Ceiling(nbytes=4 * n, timings=timings)
 
 

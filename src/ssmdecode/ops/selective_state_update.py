@@ -343,9 +343,10 @@ def _selective_state_update_kernel(
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
     PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
+    PDL_TRIGGER_FIRST: tl.constexpr,  # let the next kernel launch at the start, else at the end
 ):
     # One program, one tile.
-    if PDL:  # the next kernel may start launching; its own wait orders it after this one
+    if PDL and PDL_TRIGGER_FIRST:  # the next kernel may launch; its own wait orders it after us
         gdc_launch_dependents()
     if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
         n_mblocks = tl.cdiv(headdim, BLOCK_M)
@@ -369,6 +370,8 @@ def _selective_state_update_kernel(
         DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_DST_IDX,
         EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM, PDL,
     )
+    if PDL and not PDL_TRIGGER_FIRST:
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -432,6 +435,7 @@ def _launch(
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
         PDL=pdl,
+        PDL_TRIGGER_FIRST=_PDL_TRIGGER_FIRST,
         num_warps=config.num_warps,
     )
     if pdl:
@@ -439,6 +443,12 @@ def _launch(
     grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
     _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
 
+
+# With pdl: when each program lets the next kernel launch. First (at its start), the next
+# kernel's programs can take a multiprocessor as soon as one frees up in this kernel's last
+# wave; last (after its stores), they launch once every program of this one has run. A switch
+# only so that an exploration can measure which pays (benchmarks/explore.py --pdl-trigger).
+_PDL_TRIGGER_FIRST = True
 
 # Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
 # only so that an exploration can measure what it is worth (benchmarks/explore.py).

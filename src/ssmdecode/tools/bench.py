@@ -71,6 +71,9 @@ def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling) -> dic
         "batch": batch, "us": timing.us, "tbps": bandwidth_tbps(moved, timing.us),
         "bytes_moved": moved, "ceiling_us": ceiling.us, "ceiling_tbps": ceiling.tbps,
         "fraction_of_ceiling": ceiling.us / timing.us, "timing": timing.to_dict(),
+        **({"pdl_ceiling_us": ceiling.timings["triton_pdl"].us,
+            "fraction_of_pdl_ceiling": ceiling.timings["triton_pdl"].us / timing.us}
+           if "triton_pdl" in ceiling.timings else {}),
     }
 
 
@@ -131,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     ceilings: dict[int, Ceiling] = {}
     for batch in batches:
         inputs = timing_inputs(shape, batch, device, args.seed)
-        ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device)
+        ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
             timing = time_config(inputs, config, device, kernel)
@@ -154,13 +157,17 @@ def run(args: argparse.Namespace) -> int:
         "ceilings": {str(b): c.to_dict() for b, c in ceilings.items()},
         "rows": rows,
     }
+    pdl_columns = all("pdl_ceiling_us" in r for r in rows)  # --pdl on a GPU
     table = markdown_table(
         ["config", "launch", "batch", "us", "TB/s", "ceiling us", "ceiling TB/s",
-         "% of ceiling"],
+         "% of ceiling", *(["pdl ceiling us", "% of pdl ceiling"] if pdl_columns else [])],
         [[r["config"], r["launch"], r["batch"], r["us"], r["tbps"], r["ceiling_us"],
-          r["ceiling_tbps"], 100 * r["fraction_of_ceiling"]] for r in rows],
+          r["ceiling_tbps"], 100 * r["fraction_of_ceiling"],
+          *([r["pdl_ceiling_us"], 100 * r["fraction_of_pdl_ceiling"]] if pdl_columns else [])]
+         for r in rows],
     )
-    launch = " Calls with pdl=True (programmatic dependent launch)." if args.pdl else ""
+    launch = (" Calls with pdl=True (programmatic dependent launch); the pdl ceiling is the "
+              "same stream launched that way." if args.pdl else "")
     markdown = (f"Shape: {shape.label}.{launch} Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
                 f"place): {peak.tbps:.2f} TB/s.\n\n{table}")
     out_dir = results_dir(args.out, device)
