@@ -32,6 +32,9 @@
 #   explore_pdl  programmatic dependent launch (pdl=True, each program letting the next kernel
 #           launch first or last) against the plain launch, interleaved, with the pdl ceiling
 #   bench_pdl  stage bench's headline run with --pdl
+#   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
+#   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
+#           same bytes, at bs 8 and 512 (benchmarks/ncu_driver.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -158,6 +161,23 @@ stage_explore_pdl() {
 stage_bench_pdl() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
       --pdl --out "$R/bench-pdl"
+}
+stage_e2e_pdl() {
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \
+      --out "$R/e2e-pdl-nemotron3-super-tp8"
+}
+stage_ncu() {
+  local batch rc=0
+  for batch in 8 512; do
+    ncu --clock-control none --kernel-name regex:'_selective_state_update_kernel|_scale_in_place' \
+        --launch-skip 2 --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+        python3 benchmarks/ncu_driver.py "${HEADLINE[@]}" --batch "$batch" \
+        > "$R/ncu-bs$batch.txt" 2>&1 || rc=1
+    grep -E "==PROF==|ERR|profiled:" "$R/ncu-bs$batch.txt" | tail -4
+  done
+  return $rc
 }
 stage_explore() {
   local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")

@@ -37,6 +37,13 @@ def test_timing_report_and_traces(tmp_path: Path) -> None:
     assert "mean nothing" in (tmp_path / "e2e.md").read_text()
 
 
+def test_pdl_rows_beside_each_config(tmp_path: Path) -> None:
+    assert main(["e2e", "--batch", "2", "--config", "table", "--pdl", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "e2e.json").read_text())["rows"]
+    assert [(r["config"], r["pdl"]) for r in rows] == [("table", False), ("table+pdl", True)]
+    assert rows[0]["launch"] == rows[1]["launch"]
+
+
 def test_greedy_identical(tmp_path: Path) -> None:
     """upstream (32,4) against (4,1): two programs per row instead of one; same bits."""
     argv = ["e2e", "--greedy", "--greedy-configs", "upstream", "4,1", "--out", str(tmp_path)]

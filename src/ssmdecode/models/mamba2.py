@@ -203,7 +203,7 @@ class Mamba2DecodeStack:
             t.zero_()
 
     def layer_step(self, i: int, hidden: torch.Tensor, slots: torch.Tensor,
-                   config: LaunchConfig | None = None) -> torch.Tensor:
+                   config: LaunchConfig | None = None, pdl: bool = False) -> torch.Tensor:
         """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden."""
         w, dims, s = self.layers[i], self.dims, self.dims.shape
         rows, E = hidden.shape[0], dims.d_inner
@@ -226,16 +226,17 @@ class Mamba2DecodeStack:
             pad_slot_id=NULL_SLOT,
             out=y,
             config=config,
+            pdl=pdl,  # the kernel before (the conv's) writes x, B, C, never the state or slots
         )
         y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
         return hidden + y @ w.out_proj.t()
 
     def step(self, hidden: torch.Tensor, slots: torch.Tensor,
-             config: LaunchConfig | None = None) -> torch.Tensor:
+             config: LaunchConfig | None = None, pdl: bool = False) -> torch.Tensor:
         """All layers on hidden [B, d] for rows in slots (int64 [B], NULL_SLOT for padding);
-        returns the new hidden [B, d]. `config` is passed to every selective_state_update."""
+        returns the new hidden [B, d]. `config` and `pdl` go to every selective_state_update."""
         for i in range(len(self.layers)):
-            hidden = self.layer_step(i, hidden, slots, config)
+            hidden = self.layer_step(i, hidden, slots, config, pdl)
         return hidden
 
 

@@ -10,7 +10,9 @@ steps on cold slot sets (kernel times do not depend on how the kernels are launc
 launches keep the op names in the trace). --trace PATH writes those profiles as Chrome traces
 (open in ui.perfetto.dev), one per config and batch: PATH's name gets -<config>-b<batch>.
 Configs: the upstream kernel's default, the seed's (8,1), and this device's table (the step
-gets config=None and the kernel looks the table up, as a caller would).
+gets config=None and the kernel looks the table up, as a caller would). --pdl times each
+config a second time with pdl=True (row "<config>+pdl"), in the same run: what programmatic
+dependent launch gains when the kernel before the SSU is an ordinary one (here the conv's).
 
 Greedy identity (--greedy): a random-weight Mamba2 LM (embedding, the stack, final RMSNorm, LM
 head) decodes --new-tokens tokens greedily for --prompts prompts of different lengths (right-
@@ -93,6 +95,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    default=[ConfigSpec(c) for c in TIMING_CONFIGS],
                    help="configs to time: default, table, upstream or BM,W[,slot][,evict] "
                    f"(default: {' '.join(TIMING_CONFIGS)})")
+    p.add_argument("--pdl", action="store_true",
+                   help="also time each config with pdl=True (rows <config>+pdl)")
     p.add_argument("--trace", type=Path,
                    help="write the profiled steps as Chrome traces, PATH-<config>-b<batch>.json")
     g = p.add_argument_group("greedy identity (--greedy)")
@@ -150,13 +154,14 @@ def kernel_share(kernel_us: Mapping[str, float], steps: int) -> dict[str, float 
             "kernel_us_per_step": total / steps if total else None}
 
 
-def _trace_path(trace: Path, spec: ConfigSpec, batch: int) -> Path:
-    tag = re.sub(r"[^0-9A-Za-z]+", "_", spec.text)
+def _trace_path(trace: Path, name: str, batch: int) -> Path:
+    tag = re.sub(r"[^0-9A-Za-z]+", "_", name)
     return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
 
 
 def _profile(stack: Mamba2DecodeStack, hidden: torch.Tensor, slot_sets: torch.Tensor,
-             config: LaunchConfig | None, trace: Path | None) -> dict[str, float | None]:
+             config: LaunchConfig | None, trace: Path | None,
+             pdl: bool = False) -> dict[str, float | None]:
     """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
     selective_state_update share of kernel time (None on CPU, where there are no kernels)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -165,7 +170,7 @@ def _profile(stack: Mamba2DecodeStack, hidden: torch.Tensor, slot_sets: torch.Te
     with torch.profiler.profile(activities=activities) as prof:
         for i in range(PROFILED_STEPS):
             with torch.profiler.record_function(f"decode step {i}"):
-                stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config)
+                stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config, pdl)
         if hidden.is_cuda:
             torch.cuda.synchronize(hidden.device)
     if trace is not None:
@@ -186,7 +191,8 @@ def kernel_times(events: Iterable[Any]) -> dict[str, float]:
 
 
 def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpec],
-                device: torch.device, seed: int, trace: Path | None) -> list[dict[str, object]]:
+                device: torch.device, seed: int, trace: Path | None,
+                pdl: bool = False) -> list[dict[str, object]]:
     """Every config's step time and kernel share at one batch size, on one stack whose pools
     hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot)."""
     shape = dims.shape
@@ -201,22 +207,23 @@ def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpe
     hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
 
     rows: list[dict[str, object]] = []
-    for spec in specs:
+    for spec, with_pdl in [(spec, p) for spec in specs for p in ((False, True) if pdl else (False,))]:
         config, resolved = _step_config(spec, shape, batch, device)
-        timing = time_cold(lambda i, c=config: stack.step(hidden, slot_sets[i], c),
+        timing = time_cold(lambda i, c=config, p=with_pdl: stack.step(hidden, slot_sets[i], c, p),
                            device, rotation=rotation)
-        path = _trace_path(trace, spec, batch) if trace is not None else None
-        share = _profile(stack, hidden, slot_sets, config, path)
+        name = spec.text + ("+pdl" if with_pdl else "")
+        path = _trace_path(trace, name, batch) if trace is not None else None
+        share = _profile(stack, hidden, slot_sets, config, path, with_pdl)
         rows.append({
-            "config": spec.text, "launch": resolved.label, "launch_config": resolved.to_dict(),
-            "batch": batch, "step_us": timing.us, "tokens_per_s": batch / (timing.us * 1e-6),
+            "config": name, "launch": resolved.label, "launch_config": resolved.to_dict(),
+            "pdl": with_pdl, "batch": batch, "step_us": timing.us, "tokens_per_s": batch / (timing.us * 1e-6),
             "vs_first": None, **share,
             "ssu_share_of_step": (share["ssu_us_per_step"] / timing.us
                                   if share["ssu_us_per_step"] is not None else None),
             "timing": timing.to_dict(),
             "trace": str(path) if path is not None else None,
         })
-        log.info("%s %s batch %d: %.2f us per step", spec.text, resolved.label, batch, timing.us)
+        log.info("%s %s batch %d: %.2f us per step", name, resolved.label, batch, timing.us)
     for row in rows:
         row["vs_first"] = rows[0]["step_us"] / row["step_us"]
     return rows
@@ -226,7 +233,8 @@ def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
                 device: torch.device) -> int:
     rows: list[dict[str, object]] = []
     for batch in batches_from_args(args, device):
-        rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace)
+        rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace,
+                            args.pdl)
 
     data = {
         "environment": environment(device, args.command_line),
@@ -236,6 +244,7 @@ def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
                    f"time, torch.profiler over {PROFILED_STEPS} eager steps on cold slot sets",
                    "ssu_share_of_step": "the profiled selective_state_update time per step / "
                    "the graphed step time",
+                   "pdl": "rows <config>+pdl: calls with pdl=True" if args.pdl else False,
                    "seed": args.seed},
         "shape": dims.shape.to_dict(), "d_model": dims.d_model, "d_conv": dims.d_conv,
         "layers": layers, "rows": rows,

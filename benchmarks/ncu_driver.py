@@ -1,0 +1,49 @@
+"""The launches Nsight Compute profiles for docs/performance.md: selective_state_update with this
+GPU's table config at one batch, and the ceiling's Triton stream over the same bytes, each
+launched twice (a warm-up that compiles, then the profiled launch on other buffers).
+
+    ncu --clock-control none --kernel-name regex:'_selective_state_update_kernel|_scale_in_place' \
+        --launch-skip 2 --launch-count 2 --section SpeedOfLight --section Occupancy ... \
+        python benchmarks/ncu_driver.py --preset nemotron3-super --tp 8 --batch 512
+
+Order of the matching launches: SSU warm-up, stream warm-up, SSU, stream. Nsight Compute
+flushes the caches before each profiled pass by default, so both run from HBM.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import triton
+
+from ssmdecode import selective_state_update
+from ssmdecode.bench.ceiling import _SCALE, _STREAM_BLOCK, _STREAM_WARPS, _scale_in_place_kernel
+from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
+from ssmdecode.tools.bench import timing_inputs
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_arguments(p)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--device", default=None)
+    args = p.parse_args()
+    device = device_from_args(args)
+    (shape,) = shapes_from_args(args, device)
+    inputs = timing_inputs(shape, args.batch, device, seed=0)
+    n = shape.state_bytes(args.batch) // 4
+    buffers = torch.randn(2, n, device=device)
+    grid = (triton.cdiv(n, _STREAM_BLOCK),)
+    for i in range(2):
+        selective_state_update(**inputs.kwargs(i))
+        _scale_in_place_kernel[grid](buffers[i], n, _SCALE, BLOCK=_STREAM_BLOCK,
+                                     num_warps=_STREAM_WARPS)
+    torch.cuda.synchronize(device)
+    print(f"profiled: {shape.label} batch {args.batch}, {2 * 4 * n / 2**20:.0f} MiB moved each")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
