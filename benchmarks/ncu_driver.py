@@ -40,7 +40,8 @@ def main() -> int:
         selective_state_update(**inputs.kwargs(i))
         _scale_in_place_kernel[grid](buffers[i], n, _SCALE, BLOCK=_STREAM_BLOCK,
                                      num_warps=_STREAM_WARPS)
-    torch.cuda.synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     print(f"profiled: {shape.label} batch {args.batch}, {2 * 4 * n / 2**20:.0f} MiB moved each")
     return 0
 
