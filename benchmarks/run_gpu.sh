@@ -32,6 +32,7 @@
 #   explore_pdl  programmatic dependent launch (pdl=True, each program letting the next kernel
 #           launch first or last) against the plain launch, interleaved, with the pdl ceiling
 #   bench_pdl  stage bench's headline run with --pdl
+#   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
 #   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
 #           same bytes, at bs 8 and 512 (benchmarks/ncu_driver.py)
@@ -161,6 +162,10 @@ stage_explore_pdl() {
 stage_bench_pdl() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
       --pdl --out "$R/bench-pdl"
+}
+stage_explore_slots() {
+  python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 8 128 512 --slots all --rounds 2 \
+      --config 16,1,slot,evict,ordered 8,1 4,4 --out "$R/explore-slots"
 }
 stage_e2e_pdl() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \
