@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -49,6 +50,9 @@ def main() -> int:
                    help="each call's slots: random in the pool (the bench's), random but in "
                    "ascending order, or consecutive (call i: slots i*B .. i*B+B-1, so the "
                    "state it touches is one flat block, as the ceiling's); all, interleaved")
+    p.add_argument("--order", choices=("none", "slot", "both"), default="none",
+                   help="batch_order: none (rows in order), slot (slot_order of each call's "
+                   "slots, computed before timing), or both, interleaved")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--device", default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -60,6 +64,7 @@ def main() -> int:
     triggers = {"first": [True], "last": [False], "both": [True, False]}[args.pdl_trigger]
     pdls = {"off": [None], "on": triggers, "both": [None, *triggers]}[args.pdl]
     slot_modes = ["random", "sorted", "contiguous"] if args.slots == "all" else [args.slots]
+    orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed)
@@ -70,24 +75,26 @@ def main() -> int:
                                                 ).view_as(inputs.slot_sets)}
         ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
         pdl_ceiling = ceiling.timings.get("triton_pdl")
-        times: dict[tuple[str, bool, bool | None, str], list[float]] = {}
+        times: dict[tuple[str, bool, bool | None, str, bool], list[float]] = {}
         for _ in range(args.rounds):
             for slots in slot_modes:
                 inputs.slot_sets.copy_(slot_sets[slots])
                 for config in args.config:
                     for even in modes:
-                        for pdl in pdls:  # None: off; else whether programs trigger first
+                        for pdl, ordered in itertools.product(pdls, orders):
                             ssu_module._EVEN_TILES = even
                             ssu_module._PDL_TRIGGER_FIRST = pdl is not False
                             fn = functools.partial(selective_state_update, pdl=pdl is not None)
-                            t = time_config(inputs, config, device, fn)
-                            times.setdefault((config.label, even, pdl, slots), []).append(t.us)
+                            t = time_config(inputs, config, device, fn, ordered)
+                            key = (config.label, even, pdl, slots, ordered)
+                            times.setdefault(key, []).append(t.us)
         ssu_module._EVEN_TILES = True
         ssu_module._PDL_TRIGGER_FIRST = True
         clocks = gpu_clocks(device) if device.type == "cuda" else None
-        for (label, even, pdl, slots), us in times.items():
+        for (label, even, pdl, slots, ordered), us in times.items():
             best = min(us)
             rows.append({"batch": batch, "config": label, "even_tiles": even, "slots": slots,
+                         "batch_order": "slot" if ordered else "none",
                          "pdl": {None: "off", True: "first", False: "last"}[pdl], "us": best,
                          "rounds_us": us, "ceiling_us": ceiling.us,
                          "fraction_of_ceiling": ceiling.us / best,
@@ -98,12 +105,13 @@ def main() -> int:
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'pdl':<5} {'slots':<10} {'us':>8} "
-          f"{'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
+    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'pdl':<5} {'slots':<10} {'order':<5} "
+          f"{'us':>8} {'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
     for r in rows:
         pdl_ceiling = f"{r['pdl_ceiling_us']:11.2f}" if r["pdl_ceiling_us"] else ""
         print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{r['pdl']:<5} {r['slots']:<10} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
+              f"{r['pdl']:<5} {r['slots']:<10} {r['batch_order']:<5} {r['us']:8.2f} "
+              f"{r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
     spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
     print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")

@@ -33,6 +33,8 @@
 #           launch first or last) against the plain launch, interleaved, with the pdl ceiling
 #   bench_pdl  stage bench's headline run with --pdl
 #   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
+#   explore_order  batch_order=slot_order(slots) against rows in order, interleaved
+#   bench_order  stage bench's headline run with --slot-order
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
 #   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
 #           same bytes, at bs 8 and 512 (benchmarks/ncu_driver.py)
@@ -166,6 +168,14 @@ stage_bench_pdl() {
 stage_explore_slots() {
   python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 8 128 512 --slots all --rounds 2 \
       --config 16,1,slot,evict,ordered 8,1 4,4 --out "$R/explore-slots"
+}
+stage_explore_order() {
+  python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 8 32 128 256 512 1024 --order both \
+      --rounds 2 --config 16,1,slot,evict,ordered 4,1,slot,evict 8,1 --out "$R/explore-order"
+}
+stage_bench_order() {
+  "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
+      --slot-order --out "$R/bench-slot-order"
 }
 stage_e2e_pdl() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \

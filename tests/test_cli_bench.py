@@ -45,10 +45,12 @@ def test_bench_writes_json_markdown_and_plot(tmp_path: Path, capsys) -> None:
 def test_bench_preset_with_tp_and_overrides(tmp_path: Path) -> None:
     code = cli.main(["bench", "--preset", "nemotron3-super", "--tp", "8", *TINY,
                      "--state-dtype", "bf16", "--batch", "1", "--config", "upstream", "--pdl",
+                     "--slot-order",
                      "--out", str(tmp_path)])
     assert code == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["method"]["pdl"] is True and "pdl=True" in (tmp_path / "bench.md").read_text()
+    assert data["method"]["slot_order"] is True
     shape = data["shape"]
     assert shape["name"] == "nemotron3-super/tp8"
     assert (shape["nheads"], shape["ngroups"], shape["state_dtype"]) == (2, 1, "bfloat16")

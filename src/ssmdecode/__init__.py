@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ssmdecode.config import LaunchConfig
-    from ssmdecode.ops.selective_state_update import selective_state_update
+    from ssmdecode.ops.selective_state_update import selective_state_update, slot_order
     from ssmdecode.reference import selective_state_update_reference
 
-__all__ = ["LaunchConfig", "selective_state_update", "selective_state_update_reference"]
+__all__ = ["LaunchConfig", "selective_state_update", "selective_state_update_reference",
+           "slot_order"]
 __version__ = "0.1.0"
 
 _HOMES = {
     "LaunchConfig": "ssmdecode.config",
     "selective_state_update": "ssmdecode.ops.selective_state_update",
     "selective_state_update_reference": "ssmdecode.reference",
+    "slot_order": "ssmdecode.ops.selective_state_update",
 }
 
 

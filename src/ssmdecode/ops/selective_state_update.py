@@ -57,7 +57,7 @@ try:  # grid dependency control, for programmatic dependent launch (Triton >= 3.
 except ImportError:  # pragma: no cover - older Triton: pdl=True is refused
     gdc_launch_dependents = gdc_wait = None
 
-__all__ = ["selective_state_update"]
+__all__ = ["selective_state_update", "slot_order"]
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -301,6 +301,7 @@ _HEURISTICS = {
     "HAS_Z": lambda args: args["p_z"] is not None,
     "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
     "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
+    "HAS_ORDER": lambda args: args["p_order"] is not None,
     "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
 }
 
@@ -310,7 +311,7 @@ _HEURISTICS = {
 def _selective_state_update_kernel(
     # pointers
     p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
-    p_src_idx, p_dst_idx,
+    p_src_idx, p_dst_idx, p_order,
     # sizes
     headdim, dstate, heads_per_group, pad_slot_id,
     # strides, stride_<tensor>_<dim>
@@ -334,6 +335,7 @@ def _selective_state_update_kernel(
     HAS_Z: tl.constexpr,
     HAS_SRC_IDX: tl.constexpr,
     HAS_DST_IDX: tl.constexpr,
+    HAS_ORDER: tl.constexpr,  # program k takes batch row order[k] (see batch_order)
     EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
     EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
     # launch knobs
@@ -357,6 +359,8 @@ def _selective_state_update_kernel(
         i_m = tl.program_id(0)
         i_b = tl.program_id(1)
         i_h = tl.program_id(2)
+    if HAS_ORDER:
+        i_b = tl.load(p_order + i_b)
     _ssu_tile(
         p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
         headdim, dstate, heads_per_group, pad_slot_id,
@@ -399,7 +403,7 @@ def _launch(
     C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
     out: torch.Tensor, src_idx: torch.Tensor | None, dst_idx: torch.Tensor | None,
     pad_slot_id: int, dt_softplus: bool, tie_hdim: bool, write_state: bool, config: LaunchConfig,
-    pdl: bool = False,
+    pdl: bool = False, order: torch.Tensor | None = None,
 ) -> None:
     """Grid and launch, all tensors in the Mamba2 layout (state [S,H,P,N], x [B,H,P], ...)."""
     batch, nheads, headdim = x.shape
@@ -420,6 +424,7 @@ def _launch(
 
     args = (
         state, x, dt, dt_bias, A, B, C, D, z, out, src_idx, dst_idx,
+        None if order is None else order.contiguous(),
         headdim, dstate, nheads // ngroups, pad_slot_id,
         *state.stride(), *x.stride(), *dt.stride(), *strides(dt_bias, 2), *A.stride(),
         *B.stride(), *C.stride(), *strides(D, 2), *strides(z, 3), *out.stride(),
@@ -479,6 +484,25 @@ def _validate_index_values(name: str, idx: torch.Tensor, slots: int, pad_slot_id
         )
 
 
+def _validate_permutation(order: torch.Tensor) -> None:
+    values = order.cpu()  # synchronizes: only on request
+    if not torch.equal(values.sort().values, torch.arange(len(values), dtype=values.dtype)):
+        seen = torch.bincount(values.clamp(0, len(values)), minlength=len(values) + 1)
+        missing = int((seen[: len(values)] == 0).nonzero()[0, 0])
+        raise ValueError(f"batch_order is not a permutation of the {len(values)} batch rows: "
+                         f"row {missing} is missing")
+
+
+def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
+    """The batch rows in ascending order of their state slots (int32 [B]), for
+    selective_state_update(batch_order=...): the kernel then reads the state pool in memory
+    order. The slots are the same for every layer of a decode step, so compute it once per
+    step. Padded rows (pad_slot_id below every slot) come first and read nothing."""
+    if not isinstance(state_batch_indices, torch.Tensor) or state_batch_indices.dim() != 1:
+        raise TypeError("state_batch_indices must be a 1-D torch.Tensor of slots")
+    return torch.argsort(state_batch_indices, stable=True).to(torch.int32)
+
+
 def selective_state_update(
     state: torch.Tensor,
     x: torch.Tensor,
@@ -499,6 +523,7 @@ def selective_state_update(
     *,
     validate_indices: bool | None = None,
     pdl: bool = False,
+    batch_order: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decode step of a Mamba1 or Mamba2 SSM layer; updates ``state`` in place.
 
@@ -530,6 +555,13 @@ def selective_state_update(
             reads; in a model it is another layer's or op's kernel, which holds. Hides the
             launch and the index-then-state latency at small batch. Same bits either way.
             Ignored for CPU tensors (the interpreter runs one kernel at a time).
+        batch_order: int32/int64 [B], a permutation of the batch rows: the kernel's programs
+            take the rows in this order instead of 0, 1, 2, ... Same bits in any order (each
+            row's arithmetic is its own); only which state slots are read side by side
+            changes. `slot_order(state_batch_indices)`, computed once per decode step and
+            passed to every layer, walks the state pool in memory order, which pays when the
+            batch fills much of the pool (docs/performance.md). Checked to be a permutation
+            only with validate_indices.
 
     Returns:
         out.
@@ -602,6 +634,9 @@ def selective_state_update(
             )
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
+    if batch_order is not None:
+        _check_tensor("batch_order", batch_order, (batch,), _INDEX_DTYPES, device,
+                      "(a permutation of the batch rows)")
     if not isinstance(pdl, bool):
         raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
     pdl = pdl and device.type == "cuda"
@@ -619,6 +654,8 @@ def selective_state_update(
                           ("dst_state_batch_indices", dst_state_batch_indices)):
             if idx is not None:
                 _validate_index_values(name, idx, slots, pad_slot_id)
+        if batch_order is not None:
+            _validate_permutation(batch_order)
 
     if out is None:
         out = torch.empty(xs, dtype=x.dtype, device=device)
@@ -641,9 +678,9 @@ def selective_state_update(
             pad_slot_id, dt_softplus, tie_hdim, not disable_state_update, config)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            _launch(*args, pdl=pdl)
+            _launch(*args, pdl=pdl, order=batch_order)
     else:  # CPU tensors: Triton's interpreter; no CUDA API may be touched
-        _launch(*args)
+        _launch(*args, order=batch_order)
     return result
 
 

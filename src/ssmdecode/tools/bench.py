@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from ssmdecode import selective_state_update
+from ssmdecode import selective_state_update, slot_order
 from ssmdecode.bench.ceiling import Ceiling, bandwidth_tbps, measure_ceiling, measure_peak
 from ssmdecode.bench.inputs import DecodeInputs, make_shape_inputs
 from ssmdecode.bench.presets import Shape
@@ -56,12 +56,19 @@ def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int) -> 
 
 
 def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device,
-                fn: Callable[..., torch.Tensor] | None = None) -> Timing:
+                fn: Callable[..., torch.Tensor] | None = None,
+                slot_ordered: bool = False) -> Timing:
     """One call's time with config, call i on slot set i mod K (updates inputs.state). fn:
-    the kernel (ssmdecode.tools.kernels.kernel_function; default ssmdecode's)."""
+    the kernel (ssmdecode.tools.kernels.kernel_function; default ssmdecode's). slot_ordered:
+    pass batch_order=slot_order(slots of call i), computed before timing, as an engine computes
+    it once per decode step for all layers."""
     fn = fn or selective_state_update
-    return time_cold(lambda i: fn(**inputs.kwargs(i), config=config), device,
-                     rotation=inputs.rotation)
+    if not slot_ordered:
+        return time_cold(lambda i: fn(**inputs.kwargs(i), config=config), device,
+                         rotation=inputs.rotation)
+    orders = [slot_order(slots) for slots in inputs.slot_sets]
+    return time_cold(lambda i: fn(**inputs.kwargs(i), config=config, batch_order=orders[i]),
+                     device, rotation=inputs.rotation)
 
 
 def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling) -> dict[str, object]:
@@ -106,6 +113,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    default=[ConfigSpec("upstream"), ConfigSpec("default"), ConfigSpec("table")],
                    help="configs: default, table, upstream or BM,W[,slot][,evict] "
                    "(default: upstream default table)")
+    p.add_argument("--slot-order", action="store_true",
+                   help="call with batch_order=slot_order(slots), computed before timing (once "
+                   "per decode step in an engine): the state pool read in memory order")
     p.add_argument("--pdl", action="store_true",
                    help="call with pdl=True (programmatic dependent launch, sm_90+): each call "
                    "of the graph may start under the previous one's tail; the ceiling is "
@@ -137,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
-            timing = time_config(inputs, config, device, kernel)
+            timing = time_config(inputs, config, device, kernel, args.slot_order)
             rows.append({"config": spec.text, "launch": config.label,
                          "launch_config": config.to_dict(),
                          **bench_row(shape, batch, timing, ceilings[batch])})
@@ -151,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                    "ceiling": "in-place x *= 1.0000001 over the same bytes, same rotation "
                    "and timer; 'triton' is the ceiling, 'torch' (mul_) the cross-check",
                    "inputs": "model-like (ssmdecode.bench.inputs)", "seed": args.seed,
-                   "pdl": args.pdl},
+                   "pdl": args.pdl, "slot_order": args.slot_order},
         "shape": shape.to_dict(),
         "peak": peak.to_dict(),
         "ceilings": {str(b): c.to_dict() for b, c in ceilings.items()},
@@ -168,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
     )
     launch = (" Calls with pdl=True (programmatic dependent launch); the pdl ceiling is the "
               "same stream launched that way." if args.pdl else "")
+    if args.slot_order:
+        launch += (" Calls with batch_order=slot_order(slots), computed once per slot set "
+                   "before timing.")
     markdown = (f"Shape: {shape.label}.{launch} Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
                 f"place): {peak.tbps:.2f} TB/s.\n\n{table}")
     out_dir = results_dir(args.out, device)

@@ -1,0 +1,91 @@
+"""selective_state_update(batch_order=...): programs take the batch rows in a given order. Each
+row's arithmetic is its own, so any permutation must give the same bits as none."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import Case, bits, make_inputs
+from ssmdecode import LaunchConfig, selective_state_update, slot_order
+
+CPU_CASE = Case(batch=5, nheads=2, headdim=4, dstate=16, ngroups=1, pad_rows=(1,), dst=True)
+
+
+def _bits_of(kw: dict, state0: torch.Tensor, config: LaunchConfig | None,
+             **extra: object) -> tuple[torch.Tensor, torch.Tensor]:
+    kw["state"].copy_(state0)
+    out = torch.full(kw["x"].shape, float("nan"), dtype=torch.float32, device=kw["x"].device)
+    selective_state_update(**kw, out=out, config=config, **extra)
+    return bits(out).clone(), bits(kw["state"]).clone()
+
+
+@pytest.mark.parametrize("config", [LaunchConfig(4, 1), LaunchConfig(4, 1, slot_major=True)],
+                         ids=lambda c: c.label)
+def test_any_order_gives_the_same_bits(config: LaunchConfig) -> None:
+    kw = make_inputs(CPU_CASE)
+    state0 = kw["state"].clone()
+    want = _bits_of(kw, state0, config)
+    for order in (slot_order(kw["state_batch_indices"]),
+                  torch.tensor([4, 2, 0, 3, 1], dtype=torch.int64, device=kw["x"].device)):
+        got = _bits_of(kw, state0, config, batch_order=order)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_an_order_that_is_not_a_permutation_changes_the_result() -> None:
+    """The control: the kernel does follow batch_order (a repeated row leaves one row unset)."""
+    kw = make_inputs(CPU_CASE)
+    state0 = kw["state"].clone()
+    want = _bits_of(kw, state0, LaunchConfig(4, 1))
+    twice = torch.tensor([0, 0, 2, 3, 4], dtype=torch.int32, device=kw["x"].device)
+    got = _bits_of(kw, state0, LaunchConfig(4, 1), batch_order=twice)
+    assert not torch.equal(got[0], want[0])
+
+
+def test_slot_order_sorts_rows_by_slot() -> None:
+    slots = torch.tensor([7, -1, 3, 9, 0], dtype=torch.int32)
+    assert slot_order(slots).tolist() == [1, 4, 2, 0, 3]
+    assert slot_order(slots).dtype == torch.int32
+    with pytest.raises(TypeError, match="state_batch_indices"):
+        slot_order(slots.view(1, 5))
+
+
+@pytest.mark.parametrize(
+    ("order", "error", "message"),
+    [
+        (torch.arange(4, dtype=torch.int32), ValueError, r"batch_order has shape \(4,\)"),
+        (torch.arange(5, dtype=torch.float32), TypeError, "batch_order has dtype torch.float32"),
+        ([0, 1, 2, 3, 4], TypeError, "batch_order must be a torch.Tensor"),
+    ],
+    ids=["shape", "dtype", "type"],
+)
+def test_bad_batch_order_is_refused_before_anything_is_written(order, error, message) -> None:
+    kw = make_inputs(CPU_CASE)
+    state0 = kw["state"].clone()
+    if isinstance(order, torch.Tensor):
+        order = order.to(kw["x"].device)
+    with pytest.raises(error, match=message):
+        selective_state_update(**kw, batch_order=order)
+    assert torch.equal(bits(kw["state"]), bits(state0))
+
+
+def test_validate_indices_checks_the_permutation() -> None:
+    kw = make_inputs(CPU_CASE)
+    state0 = kw["state"].clone()
+    twice = torch.tensor([0, 0, 2, 3, 4], dtype=torch.int32, device=kw["x"].device)
+    with pytest.raises(ValueError, match="not a permutation of the 5 batch rows: row 1 is missing"):
+        selective_state_update(**kw, batch_order=twice, validate_indices=True)
+    assert torch.equal(bits(kw["state"]), bits(state0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [None, LaunchConfig(4, 4), LaunchConfig(8, 1)],
+                         ids=lambda c: "table" if c is None else c.label)
+def test_gpu_slot_order_keeps_the_bits(config: LaunchConfig | None) -> None:
+    case = Case(batch=64, nheads=16, headdim=64, dstate=128, ngroups=1, tie=True, extra_slots=64,
+                pad_rows=(5,))
+    kw = make_inputs(case)
+    state0 = kw["state"].clone()
+    want = _bits_of(kw, state0, config)
+    got = _bits_of(kw, state0, config, batch_order=slot_order(kw["state_batch_indices"]))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
