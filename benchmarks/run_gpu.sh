@@ -35,6 +35,9 @@
 #   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
 #   explore_order  batch_order=slot_order(slots) against rows in order, interleaved
 #   bench_order  stage bench's headline run with --slot-order
+#   tune_order  ssmdecode tune --slot-order of the headline's large buckets into the shipped
+#           table (copied to $OUT/results/configs and, for the stages after it, into the package
+#           of this copy), then the headline bench, bench_order and verify with it
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
 #   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
 #           same bytes, at bs 8 and 512 (benchmarks/ncu_driver.py)
@@ -176,6 +179,17 @@ stage_explore_order() {
 stage_bench_order() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
       --slot-order --out "$R/bench-slot-order"
+}
+stage_tune_order() {
+  mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/" &&
+  "${SSM[@]}" tune "${HEADLINE[@]}" --slot-order --batch 128 256 512 1024 \
+      --config 2,1,slot,evict 4,1,slot,evict 8,1,slot,evict 4,2,slot,evict 8,2,slot,evict \
+      4,1,slot,evict,ordered 8,1,slot,evict,ordered 16,1,slot,evict,ordered \
+      --out-dir "$R/configs" --out "$R/tune-slot-order" &&
+  cp -r "$R/configs/." src/ssmdecode/configs/ &&
+  "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
+      --out "$R/bench" &&
+  stage_bench_order && VERIFY_NAME=verify VERIFY_ARGS="" stage_verify
 }
 stage_e2e_pdl() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \

@@ -138,6 +138,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="interleaved re-timing rounds of the leaders (default 3)")
     p.add_argument("--noise-floor", type=float, default=0.02,
                    help="smallest relative gain taken as real (default 0.02)")
+    p.add_argument("--slot-order", action="store_true",
+                   help="time calls with batch_order=slot_order(slots), as an engine that "
+                   "passes it makes them (bench --slot-order)")
     p.add_argument("--out-dir", type=Path,
                    help="config folder the table is written into (its "
                    "selective_state_update/<device_key>.json; default on a GPU: the "
@@ -175,7 +178,7 @@ def _tune_bucket(
 
     def measure(config: LaunchConfig) -> tuple[float, float]:
         """(us summed over the key's shapes, the largest spread of their repeats)."""
-        timings = [time_config(i, config, device) for i in inputs]
+        timings = [time_config(i, config, device, slot_ordered=args.slot_order) for i in inputs]
         return sum(t.us for t in timings), max(t.spread for t in timings)
 
     screen = {config: measure(config)[0] for config in admitted}
@@ -256,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
         "method": {**method(), "admission": "bit-identical to upstream_config (out and whole "
                    "state pool) on this device at the bucket, on every shape of the key",
                    "leaders": args.leaders, "rounds": args.rounds,
-                   "noise_floor": args.noise_floor, "seed": args.seed},
+                   "noise_floor": args.noise_floor, "slot_order": args.slot_order,
+                   "seed": args.seed},
         "shapes": {key: [s.to_dict() for s in group] for key, group in groups.items()},
         "table": str(table),
         "kept_from_existing_table": {k: b for k, b in kept.items() if b},
