@@ -21,13 +21,18 @@ KEY = table_key(4, 8, torch.float32)
 UPSTREAM = LaunchConfig(32, 4)  # upstream_config and default_config at dstate 8
 
 
-def fake_timer(monkeypatch: pytest.MonkeyPatch, us_of: dict[LaunchConfig, float]) -> None:
-    """Replace the tuner's timer: config -> fixed microseconds (10 for any other config)."""
-    def fake_time(inputs, config: LaunchConfig, device, fn=None) -> Timing:
+def fake_timer(monkeypatch: pytest.MonkeyPatch, us_of: dict[LaunchConfig, float]) -> list[bool]:
+    """Replace the tuner's timer: config -> fixed microseconds (10 for any other config).
+    Returns the list of slot_ordered flags the tuner timed with."""
+    ordered: list[bool] = []
+
+    def fake_time(inputs, config: LaunchConfig, device, fn=None, slot_ordered=False) -> Timing:
+        ordered.append(slot_ordered)
         us = us_of.get(config, 10.0)
         return Timing(us, (us,), 1, 1, 1, False)
 
     monkeypatch.setattr(tune, "time_config", fake_time)
+    return ordered
 
 
 def test_tune_writes_a_table_and_a_report(tmp_path: Path, capsys) -> None:
@@ -67,6 +72,18 @@ def test_tune_admits_only_bit_identical_configs(tmp_path: Path, monkeypatch) -> 
     assert list(bucket["rejected"]) == ["(2,2)"]
     assert not bucket["rejected"]["(2,2)"]["out"]["identical"]
     assert "(2,2)" not in bucket["screen_us"]
+
+
+def test_slot_order_times_calls_with_batch_order(tmp_path: Path, monkeypatch) -> None:
+    ordered = fake_timer(monkeypatch, {})
+    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "--slot-order",
+                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert ordered and all(ordered)
+    assert json.loads((tmp_path / "tune.json").read_text())["method"]["slot_order"] is True
+    ordered.clear()
+    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1",
+                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert ordered and not any(ordered)
 
 
 def test_tune_groups_shapes_of_one_key_and_keeps_other_keys(tmp_path: Path, monkeypatch) -> None:
