@@ -39,6 +39,7 @@
 #           table (copied to $OUT/results/configs and, for the stages after it, into the package
 #           of this copy), then the headline bench, bench_order and verify with it
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
+#   e2e_order  the same with and without batch_order=slot_order(slots) once per step
 #   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
 #           same bytes, at bs 8 and 512 (benchmarks/ncu_driver.py)
 set -uo pipefail
@@ -194,6 +195,10 @@ stage_tune_order() {
 stage_e2e_pdl() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \
       --out "$R/e2e-pdl-nemotron3-super-tp8"
+}
+stage_e2e_order() {
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 8 64 128 256 512 --config table upstream --slot-order \
+      --out "$R/e2e-order-nemotron3-super-tp8"
 }
 stage_ncu() {
   local batch rc=0

@@ -37,11 +37,31 @@ def test_timing_report_and_traces(tmp_path: Path) -> None:
     assert "mean nothing" in (tmp_path / "e2e.md").read_text()
 
 
-def test_pdl_rows_beside_each_config(tmp_path: Path) -> None:
-    assert main(["e2e", "--batch", "2", "--config", "table", "--pdl", "--out", str(tmp_path)]) == 0
+def test_variant_rows_beside_each_config(tmp_path: Path) -> None:
+    assert main(["e2e", "--batch", "2", "--config", "table", "--pdl", "--slot-order",
+                 "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "e2e.json").read_text())["rows"]
-    assert [(r["config"], r["pdl"]) for r in rows] == [("table", False), ("table+pdl", True)]
-    assert rows[0]["launch"] == rows[1]["launch"]
+    assert [(r["config"], r["variant"]) for r in rows] == [
+        ("table", None), ("table+pdl", "pdl"), ("table+order", "order")]
+    assert rows[0]["launch"] == rows[1]["launch"] == rows[2]["launch"]
+
+
+def test_slot_ordered_step_gives_the_same_hidden() -> None:
+    from ssmdecode.bench.presets import Shape
+    from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims
+    dims = Mamba2Dims(shape=Shape(nheads=2, headdim=4, dstate=16, ngroups=1), d_model=16)
+    stack = Mamba2DecodeStack(dims, 1, slots=9, device=torch.device("cpu"), seed=0)
+    hidden = torch.randn(3, dims.d_model).to(dims.shape.dtype)
+    slots = torch.tensor([5, 1, 7])
+    pools = [*stack.ssm_state, *stack.conv_state]
+    pools0 = [t.clone() for t in pools]
+    want = stack.step(hidden, slots)
+    want_pools = [t.clone() for t in pools]
+    for t, t0 in zip(pools, pools0, strict=True):
+        t.copy_(t0)
+    got = stack.step(hidden, slots, slot_ordered=True)
+    assert torch.equal(got, want)
+    assert all(torch.equal(t, w) for t, w in zip(pools, want_pools, strict=True))
 
 
 def test_greedy_identical(tmp_path: Path) -> None:

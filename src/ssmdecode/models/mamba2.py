@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from ssmdecode.bench.presets import ModelPreset, Shape, per_rank
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update import selective_state_update
+from ssmdecode.ops.selective_state_update import selective_state_update, slot_order
 
 __all__ = [
     "NULL_SLOT",
@@ -203,8 +203,10 @@ class Mamba2DecodeStack:
             t.zero_()
 
     def layer_step(self, i: int, hidden: torch.Tensor, slots: torch.Tensor,
-                   config: LaunchConfig | None = None, pdl: bool = False) -> torch.Tensor:
-        """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden."""
+                   config: LaunchConfig | None = None, pdl: bool = False,
+                   order: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden.
+        `order`: the SSU's batch_order."""
         w, dims, s = self.layers[i], self.dims, self.dims.shape
         rows, E = hidden.shape[0], dims.d_inner
         H, P, N, G = s.nheads, s.headdim, s.dstate, s.ngroups
@@ -227,16 +229,21 @@ class Mamba2DecodeStack:
             out=y,
             config=config,
             pdl=pdl,  # the kernel before (the conv's) writes x, B, C, never the state or slots
+            batch_order=order,
         )
         y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
         return hidden + y @ w.out_proj.t()
 
     def step(self, hidden: torch.Tensor, slots: torch.Tensor,
-             config: LaunchConfig | None = None, pdl: bool = False) -> torch.Tensor:
+             config: LaunchConfig | None = None, pdl: bool = False,
+             slot_ordered: bool = False) -> torch.Tensor:
         """All layers on hidden [B, d] for rows in slots (int64 [B], NULL_SLOT for padding);
-        returns the new hidden [B, d]. `config` and `pdl` go to every selective_state_update."""
+        returns the new hidden [B, d]. `config` and `pdl` go to every selective_state_update;
+        slot_ordered: the step computes slot_order(slots) once and passes it to every layer's
+        (as an engine would; its cost is part of the step)."""
+        order = slot_order(slots) if slot_ordered else None
         for i in range(len(self.layers)):
-            hidden = self.layer_step(i, hidden, slots, config, pdl)
+            hidden = self.layer_step(i, hidden, slots, config, pdl, order)
         return hidden
 
 

@@ -13,6 +13,8 @@ Configs: the upstream kernel's default, the seed's (8,1), and this device's tabl
 gets config=None and the kernel looks the table up, as a caller would). --pdl times each
 config a second time with pdl=True (row "<config>+pdl"), in the same run: what programmatic
 dependent launch gains when the kernel before the SSU is an ordinary one (here the conv's).
+--slot-order does the same with each step computing slot_order(slots) once and passing it to
+every layer's SSU as batch_order (row "<config>+order"; the sort is part of the step time).
 
 Greedy identity (--greedy): a random-weight Mamba2 LM (embedding, the stack, final RMSNorm, LM
 head) decodes --new-tokens tokens greedily for --prompts prompts of different lengths (right-
@@ -97,6 +99,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    f"(default: {' '.join(TIMING_CONFIGS)})")
     p.add_argument("--pdl", action="store_true",
                    help="also time each config with pdl=True (rows <config>+pdl)")
+    p.add_argument("--slot-order", action="store_true",
+                   help="also time each config with batch_order=slot_order(slots), computed "
+                   "once per step (rows <config>+order)")
     p.add_argument("--trace", type=Path,
                    help="write the profiled steps as Chrome traces, PATH-<config>-b<batch>.json")
     g = p.add_argument_group("greedy identity (--greedy)")
@@ -154,6 +159,14 @@ def kernel_share(kernel_us: Mapping[str, float], steps: int) -> dict[str, float 
             "kernel_us_per_step": total / steps if total else None}
 
 
+# A step variant beside the plain one: "pdl" (pdl=True) or "order" (slot_order once per step).
+Variant = str | None
+
+
+def _step_kw(variant: Variant) -> dict[str, bool]:
+    return {"pdl": variant == "pdl", "slot_ordered": variant == "order"}
+
+
 def _trace_path(trace: Path, name: str, batch: int) -> Path:
     tag = re.sub(r"[^0-9A-Za-z]+", "_", name)
     return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
@@ -161,7 +174,7 @@ def _trace_path(trace: Path, name: str, batch: int) -> Path:
 
 def _profile(stack: Mamba2DecodeStack, hidden: torch.Tensor, slot_sets: torch.Tensor,
              config: LaunchConfig | None, trace: Path | None,
-             pdl: bool = False) -> dict[str, float | None]:
+             variant: Variant = None) -> dict[str, float | None]:
     """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
     selective_state_update share of kernel time (None on CPU, where there are no kernels)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -170,7 +183,7 @@ def _profile(stack: Mamba2DecodeStack, hidden: torch.Tensor, slot_sets: torch.Te
     with torch.profiler.profile(activities=activities) as prof:
         for i in range(PROFILED_STEPS):
             with torch.profiler.record_function(f"decode step {i}"):
-                stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config, pdl)
+                stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config, **_step_kw(variant))
         if hidden.is_cuda:
             torch.cuda.synchronize(hidden.device)
     if trace is not None:
@@ -192,7 +205,7 @@ def kernel_times(events: Iterable[Any]) -> dict[str, float]:
 
 def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpec],
                 device: torch.device, seed: int, trace: Path | None,
-                pdl: bool = False) -> list[dict[str, object]]:
+                variants: tuple[Variant, ...] = (None,)) -> list[dict[str, object]]:
     """Every config's step time and kernel share at one batch size, on one stack whose pools
     hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot)."""
     shape = dims.shape
@@ -207,16 +220,18 @@ def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpe
     hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
 
     rows: list[dict[str, object]] = []
-    for spec, with_pdl in [(spec, p) for spec in specs for p in ((False, True) if pdl else (False,))]:
+    for spec, variant in [(spec, v) for spec in specs for v in variants]:
         config, resolved = _step_config(spec, shape, batch, device)
-        timing = time_cold(lambda i, c=config, p=with_pdl: stack.step(hidden, slot_sets[i], c, p),
+        kw = _step_kw(variant)
+        timing = time_cold(lambda i, c=config, kw=kw: stack.step(hidden, slot_sets[i], c, **kw),
                            device, rotation=rotation)
-        name = spec.text + ("+pdl" if with_pdl else "")
+        name = spec.text + (f"+{variant}" if variant else "")
         path = _trace_path(trace, name, batch) if trace is not None else None
-        share = _profile(stack, hidden, slot_sets, config, path, with_pdl)
+        share = _profile(stack, hidden, slot_sets, config, path, variant)
         rows.append({
             "config": name, "launch": resolved.label, "launch_config": resolved.to_dict(),
-            "pdl": with_pdl, "batch": batch, "step_us": timing.us, "tokens_per_s": batch / (timing.us * 1e-6),
+            "variant": variant, "batch": batch, "step_us": timing.us,
+            "tokens_per_s": batch / (timing.us * 1e-6),
             "vs_first": None, **share,
             "ssu_share_of_step": (share["ssu_us_per_step"] / timing.us
                                   if share["ssu_us_per_step"] is not None else None),
@@ -233,8 +248,9 @@ def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
                 device: torch.device) -> int:
     rows: list[dict[str, object]] = []
     for batch in batches_from_args(args, device):
+        variants = (None, *(["pdl"] if args.pdl else []), *(["order"] if args.slot_order else []))
         rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace,
-                            args.pdl)
+                            variants)
 
     data = {
         "environment": environment(device, args.command_line),
@@ -244,7 +260,9 @@ def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
                    f"time, torch.profiler over {PROFILED_STEPS} eager steps on cold slot sets",
                    "ssu_share_of_step": "the profiled selective_state_update time per step / "
                    "the graphed step time",
-                   "pdl": "rows <config>+pdl: calls with pdl=True" if args.pdl else False,
+                   "variants": {"pdl": "rows <config>+pdl: calls with pdl=True",
+                                "order": "rows <config>+order: batch_order=slot_order(slots), "
+                                "computed once per step"},
                    "seed": args.seed},
         "shape": dims.shape.to_dict(), "d_model": dims.d_model, "d_conv": dims.d_conv,
         "layers": layers, "rows": rows,
