@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import Case, bits, make_inputs
+from conftest import DEVICE, Case, bits, make_inputs
 from ssmdecode import LaunchConfig, selective_state_update, slot_order
 
 CPU_CASE = Case(batch=5, nheads=2, headdim=4, dstate=16, ngroups=1, pad_rows=(1,), dst=True)
@@ -40,6 +40,16 @@ def test_an_order_that_is_not_a_permutation_changes_the_result() -> None:
     twice = torch.tensor([0, 0, 2, 3, 4], dtype=torch.int32, device=kw["x"].device)
     got = _bits_of(kw, state0, LaunchConfig(4, 1), batch_order=twice)
     assert not torch.equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("n", [1, 5, 17, 300, 9000])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_slot_order_is_a_stable_argsort(n: int, dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(n)
+    slots = torch.randint(-1, 3 * n, (2 * n,), generator=g).to(dtype)[::2]  # strided, -1 pads
+    slots[: n // 4] = -1
+    want = torch.argsort(slots, stable=True).to(torch.int32)
+    assert torch.equal(slot_order(slots.to(DEVICE)).cpu(), want)
 
 
 def test_slot_order_sorts_rows_by_slot() -> None:

@@ -44,6 +44,7 @@ order or slot-major; the kernel maps its program to a tile and runs the per-tile
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -493,14 +494,44 @@ def _validate_permutation(order: torch.Tensor) -> None:
                          f"row {missing} is missing")
 
 
+@triton.jit
+def _slot_order_kernel(p_slots, p_order, n, stride_slots, BLOCK: tl.constexpr):
+    # One program sorts keys slot * 2^32 + row (unique, so the order is stable) and keeps the
+    # rows: the low 32 bits, whatever the sign of the slot. Lanes past n sort last.
+    o = tl.arange(0, BLOCK)
+    slots = tl.load(p_slots + o * stride_slots, mask=o < n, other=0).to(tl.int64)
+    keys = tl.where(o < n, slots * 4294967296 + o, 9223372036854775807)
+    rows = (tl.sort(keys) & 4294967295).to(tl.int32)
+    tl.store(p_order + o, rows, mask=o < n)
+
+
+_SLOT_ORDER_MAX_BLOCK = 8192  # one program's sort; larger batches use torch.argsort
+
+
 def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
     """The batch rows in ascending order of their state slots (int32 [B]), for
     selective_state_update(batch_order=...): the kernel then reads the state pool in memory
     order. The slots are the same for every layer of a decode step, so compute it once per
-    step. Padded rows (pad_slot_id below every slot) come first and read nothing."""
+    step. Rows of equal slots (padding) keep their order; pad_slot_id -1 sorts first.
+
+    One small Triton kernel (a sort in one program) up to 8192 rows: torch.argsort takes a
+    radix sort of several kernels, which cost a decode step about as much as slot order
+    saved at batch 512 (docs/performance.md)."""
     if not isinstance(state_batch_indices, torch.Tensor) or state_batch_indices.dim() != 1:
         raise TypeError("state_batch_indices must be a 1-D torch.Tensor of slots")
-    return torch.argsort(state_batch_indices, stable=True).to(torch.int32)
+    if state_batch_indices.dtype not in _INDEX_DTYPES:
+        raise TypeError(f"state_batch_indices has dtype {state_batch_indices.dtype}; expected "
+                        "int32 or int64")
+    n = state_batch_indices.shape[0]
+    if n == 0 or n > _SLOT_ORDER_MAX_BLOCK:
+        return torch.argsort(state_batch_indices, stable=True).to(torch.int32)
+    order = torch.empty(n, dtype=torch.int32, device=state_batch_indices.device)
+    block = max(16, triton.next_power_of_2(n))
+    on_gpu = state_batch_indices.is_cuda  # CPU tensors: the interpreter; no CUDA API
+    with torch.cuda.device(state_batch_indices.device) if on_gpu else contextlib.nullcontext():
+        _slot_order_kernel[(1,)](state_batch_indices, order, n, state_batch_indices.stride(0),
+                                 BLOCK=block, num_warps=4 if block <= 1024 else 8)
+    return order
 
 
 def selective_state_update(
