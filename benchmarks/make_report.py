@@ -114,10 +114,17 @@ def e2e_section(folder: Path) -> str:
                  f"{r['vs_first']:.3f}x", r["ssu_us_per_step"],
                  f"{100 * r['ssu_us_per_step'] / r['step_us']:.0f}%"] for r in data["rows"]]
         shape = data["shape"]
-        parts += [f"#### e2e: {shape['name']}, {data['layers']} Mamba2 layers, d_model {data['d_model']}",
-                  "", "The config column names the launch config each row ran (the table of the "
-                  "day of the run, which may differ from the one shipped now).", "",
-                  table(["batch", "config", "step us", "tokens/s", "vs upstream",
+        variants = sorted({r["variant"] for r in data["rows"] if r.get("variant")})
+        what = {"pdl": "+pdl rows: the SSU called with pdl=True",
+                "order": "+order rows: slot_order(slots) once per step, passed to every layer's "
+                "SSU as batch_order (the sort is part of the step)"}
+        title = f"#### e2e: {shape['name']}, {data['layers']} Mamba2 layers, d_model {data['d_model']}"
+        if variants:
+            title += ", " + " and ".join(f"+{v}" for v in variants)
+        parts += [title, "", "The config column names the launch config each row ran (the table "
+                  "of the day of the run, which may differ from the one shipped now)."
+                  + "".join(f" {what[v]}." for v in variants), "",
+                  table(["batch", "config", "step us", "tokens/s", "vs the batch's first row",
                          "SSU us per step (profiled)", "SSU share of the step"], rows), "",
                   provenance(data), ""]
     for path in sorted(folder.glob("e2e-*/e2e-greedy.json")):
