@@ -23,12 +23,31 @@ from pathlib import Path
 import torch
 
 from ssmdecode.bench.ceiling import measure_ceiling
+from ssmdecode.bench.inputs import DecodeInputs
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops import selective_state_update as ssu_module
 from ssmdecode.ops.selective_state_update import selective_state_update
 from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
 from ssmdecode.tools.bench import time_config, timing_inputs
 from ssmdecode.tools.report import environment, gpu_clocks
+
+
+def _rounds(args: argparse.Namespace, inputs: DecodeInputs, slot_sets: dict[str, torch.Tensor],
+            slot_modes: list[str], modes: list[bool], pdls: list[bool | None], orders: list[bool],
+            device: torch.device, times: dict[tuple, list[float]]) -> None:
+    """Every variant of every config, round after round (interleaved), into times."""
+    for _ in range(args.rounds):
+        for slots in slot_modes:
+            inputs.slot_sets.copy_(slot_sets[slots])
+            for config in args.config:
+                for even in modes:
+                    for pdl, ordered in itertools.product(pdls, orders):
+                        ssu_module._EVEN_TILES = even
+                        ssu_module._PDL_TRIGGER_FIRST = pdl is not False
+                        fn = functools.partial(selective_state_update, pdl=pdl is not None)
+                        t = time_config(inputs, config, device, fn, ordered)
+                        key = (config.label, even, pdl, slots, ordered)
+                        times.setdefault(key, []).append(t.us)
 
 
 def main() -> int:
@@ -67,7 +86,7 @@ def main() -> int:
     orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
     rows = []
     for batch in args.batch:
-        inputs = timing_inputs(shape, batch, device, args.seed)
+        inputs = timing_inputs(shape, batch, device, args.seed, 1 if args.pdl == "off" else 2)
         slot_sets = {"random": inputs.slot_sets.clone(),
                      "sorted": inputs.slot_sets.sort(dim=1).values,
                      "contiguous": torch.arange(inputs.slot_sets.numel(), device=device,
@@ -76,20 +95,11 @@ def main() -> int:
         ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
         pdl_ceiling = ceiling.timings.get("triton_pdl")
         times: dict[tuple[str, bool, bool | None, str, bool], list[float]] = {}
-        for _ in range(args.rounds):
-            for slots in slot_modes:
-                inputs.slot_sets.copy_(slot_sets[slots])
-                for config in args.config:
-                    for even in modes:
-                        for pdl, ordered in itertools.product(pdls, orders):
-                            ssu_module._EVEN_TILES = even
-                            ssu_module._PDL_TRIGGER_FIRST = pdl is not False
-                            fn = functools.partial(selective_state_update, pdl=pdl is not None)
-                            t = time_config(inputs, config, device, fn, ordered)
-                            key = (config.label, even, pdl, slots, ordered)
-                            times.setdefault(key, []).append(t.us)
-        ssu_module._EVEN_TILES = True
-        ssu_module._PDL_TRIGGER_FIRST = True
+        try:
+            _rounds(args, inputs, slot_sets, slot_modes, modes, pdls, orders, device, times)
+        finally:  # the shipped code's switches, whatever happened
+            ssu_module._EVEN_TILES = True
+            ssu_module._PDL_TRIGGER_FIRST = True
         clocks = gpu_clocks(device) if device.type == "cuda" else None
         for (label, even, pdl, slots, ordered), us in times.items():
             best = min(us)

@@ -61,7 +61,7 @@ def bench_section(data: dict, title: str, bar: float | None) -> str:
         upstream = next(r for r in measured if r["config"] == "upstream")
         best = min((r for r in measured if is_upstream_grid(r)), key=lambda r: r["us"])
         pdl = ([table_row["pdl_ceiling_us"], f"{100 * table_row['fraction_of_pdl_ceiling']:.1f}%"]
-               if "pdl_ceiling_us" in table_row else [])
+               if all("pdl_ceiling_us" in r for r in data["rows"]) else [])
         rows.append([
             batch, table_row["ceiling_us"], upstream["us"], f"{best['launch']} {best['us']:.2f}",
             f"{table_row['launch']} {table_row['us']:.2f}", table_row["tbps"],
@@ -70,7 +70,7 @@ def bench_section(data: dict, title: str, bar: float | None) -> str:
         ])
     shape = data["shape"]
     pdl_headers = (["pdl ceiling us", "table % of pdl ceiling"]
-                   if "pdl_ceiling_us" in data["rows"][0] else [])
+                   if all("pdl_ceiling_us" in r for r in data["rows"]) else [])
     text = [f"#### {title}: H{shape['nheads']} P{shape['headdim']} N{shape['dstate']} "
             f"G{shape['ngroups']}, {shape['state_dtype']} state, {shape['dtype']} inputs", "",
             table(["batch", "ceiling us", "upstream default us", "best upstream-grid config, us",
@@ -276,12 +276,17 @@ PDL_NOTE = (
     "config in this table, upstream's included, is ssmdecode's kernel called with pdl=True.")
 
 
-SLOT_ORDER_NOTE = (
-    "Every config, upstream's included, is ssmdecode's kernel called with batch_order = "
-    "slot_order(that call's slots), computed before timing as an engine computes it once per "
-    "decode step for all layers. The rows' bits do not depend on the order. The bench's slot "
-    "sets fill the pool at batch 512 and 1024 (one set: 3x the L2 is under one call's state), "
-    "half of it at 256 and a third at 128.")
+def slot_order_note(data: dict) -> str:
+    """What the slot-ordered rows are, and how much of the pool each batch's call fills (one
+    of the rotation's K disjoint slot sets: 1/K), read off the rows."""
+    fill = {r["batch"]: r["timing"]["rotation"] for r in data["rows"] if r["config"] == "table"}
+    full = [b for b, k in sorted(fill.items()) if k == 1]
+    parts = [f"1/{k} at {b}" for b, k in sorted(fill.items()) if 1 < k <= 3]
+    return ("Every config, upstream's included, is ssmdecode's kernel called with batch_order = "
+            "slot_order(that call's slots), computed before timing as an engine computes it once "
+            "per decode step for all layers; the rows' bits do not depend on the order. A call's "
+            f"slots fill the whole pool at batch {', '.join(map(str, full)) or 'none'}, "
+            f"{', '.join(parts) or 'less elsewhere'}, less below.")
 
 
 def build(folder: Path, links_from: Path) -> str:
@@ -298,7 +303,7 @@ def build(folder: Path, links_from: Path) -> str:
             continue
         if data["method"].get("slot_order"):  # the headline, rows taken in slot order
             parts += [bench_section(data, "Headline, calls with batch_order=slot_order(slots)",
-                                    0.97), SLOT_ORDER_NOTE, ""]
+                                    0.97), slot_order_note(data), ""]
             continue
         flags = data["environment"]["command"].split(" --tp 8 ")[-1].split(" --batch")[0]
         parts += [bench_section(data, f"Headline with {flags}", 0.90), ""]

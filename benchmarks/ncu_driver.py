@@ -1,6 +1,7 @@
 """The launches Nsight Compute profiles for docs/performance.md: selective_state_update with this
 GPU's table config at one batch, and the ceiling's Triton stream over the same bytes, each
-launched twice (a warm-up that compiles, then the profiled launch on other buffers).
+launched twice (a warm-up that compiles, then the profiled launch: the next slot set, or the
+same one where a single set holds 3x the L2; the stream's second buffer).
 
     ncu --clock-control none --kernel-name regex:'_selective_state_update_kernel|_scale_in_place' \
         --launch-skip 2 --launch-count 2 --section SpeedOfLight --section Occupancy ... \
@@ -33,7 +34,7 @@ def main() -> int:
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
     inputs = timing_inputs(shape, args.batch, device, seed=0)
-    n = shape.state_bytes(args.batch) // 4
+    n = -(-shape.state_bytes(args.batch) // 4)  # fp32 elements, as measure_ceiling counts
     buffers = torch.randn(2, n, device=device)
     grid = (triton.cdiv(n, _STREAM_BLOCK),)
     for i in range(2):

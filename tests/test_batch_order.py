@@ -42,14 +42,23 @@ def test_an_order_that_is_not_a_permutation_changes_the_result() -> None:
     assert not torch.equal(got[0], want[0])
 
 
-@pytest.mark.parametrize("n", [1, 5, 17, 300, 9000])
+def _stable_argsort(values: list[int]) -> list[int]:
+    return sorted(range(len(values)), key=lambda i: (values[i], i))
+
+
+@pytest.mark.parametrize("n", [1, 5, 17, 300, 9000])  # 9000: past one program, torch's sort
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_slot_order_is_a_stable_argsort(n: int, dtype: torch.dtype) -> None:
     g = torch.Generator().manual_seed(n)
     slots = torch.randint(-1, 3 * n, (2 * n,), generator=g).to(dtype)[::2]  # strided, -1 pads
     slots[: n // 4] = -1
-    want = torch.argsort(slots, stable=True).to(torch.int32)
-    assert torch.equal(slot_order(slots.to(DEVICE)).cpu(), want)
+    got = slot_order(slots.to(DEVICE))
+    assert got.dtype == torch.int32 and got.cpu().tolist() == _stable_argsort(slots.tolist())
+
+
+def test_slot_order_takes_int64_slots_past_int32() -> None:
+    slots = torch.tensor([2**40 + 5, 3, -7, 2**33, 2**40 + 5, -(2**45)], dtype=torch.int64)
+    assert slot_order(slots.to(DEVICE)).cpu().tolist() == _stable_argsort(slots.tolist())
 
 
 def test_slot_order_sorts_rows_by_slot() -> None:
@@ -79,13 +88,31 @@ def test_bad_batch_order_is_refused_before_anything_is_written(order, error, mes
     assert torch.equal(bits(kw["state"]), bits(state0))
 
 
-def test_validate_indices_checks_the_permutation() -> None:
+@pytest.mark.parametrize(("order", "missing"), [([0, 0, 2, 3, 4], 1), ([-1, 1, 2, 3, 4], 0),
+                                                ([0, 1, 2, 3, 5], 4)],
+                         ids=["repeated", "negative", "too-large"])
+def test_validate_indices_checks_the_permutation(order: list[int], missing: int) -> None:
     kw = make_inputs(CPU_CASE)
     state0 = kw["state"].clone()
-    twice = torch.tensor([0, 0, 2, 3, 4], dtype=torch.int32, device=kw["x"].device)
-    with pytest.raises(ValueError, match="not a permutation of the 5 batch rows: row 1 is missing"):
-        selective_state_update(**kw, batch_order=twice, validate_indices=True)
+    bad = torch.tensor(order, dtype=torch.int32, device=kw["x"].device)
+    with pytest.raises(ValueError, match=f"not a permutation of the 5 batch rows: row {missing} "
+                       "is missing"):
+        selective_state_update(**kw, batch_order=bad, validate_indices=True)
     assert torch.equal(bits(kw["state"]), bits(state0))
+    ok = torch.tensor([4, 3, 2, 1, 0], dtype=torch.int64, device=kw["x"].device)
+    selective_state_update(**kw, batch_order=ok, validate_indices=True)  # a permutation passes
+
+
+def test_strided_order_and_mamba1_layout() -> None:
+    case = Case(batch=4, nheads=1, headdim=4, dstate=16, ngroups=1, layout="mamba1")
+    kw = make_inputs(case)
+    state0 = kw["state"].clone()
+    config = LaunchConfig(4, 1, slot_major=True)
+    want = _bits_of(kw, state0, config)
+    strided = torch.tensor([2, -9, 0, -9, 3, -9, 1, -9], dtype=torch.int32,
+                           device=kw["x"].device)[::2]
+    got = _bits_of(kw, state0, config, batch_order=strided)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.gpu

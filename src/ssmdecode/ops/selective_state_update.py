@@ -326,7 +326,7 @@ def _selective_state_update_kernel(
     stride_D_h, stride_D_p,
     stride_z_b, stride_z_h, stride_z_p,
     stride_out_b, stride_out_h, stride_out_p,
-    stride_src_idx, stride_dst_idx,
+    stride_src_idx, stride_dst_idx, stride_order,
     # flags
     DT_SOFTPLUS: tl.constexpr,
     TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
@@ -361,7 +361,7 @@ def _selective_state_update_kernel(
         i_b = tl.program_id(1)
         i_h = tl.program_id(2)
     if HAS_ORDER:
-        i_b = tl.load(p_order + i_b)
+        i_b = tl.load(p_order + i_b * stride_order)
     _ssu_tile(
         p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
         headdim, dstate, heads_per_group, pad_slot_id,
@@ -425,11 +425,12 @@ def _launch(
 
     args = (
         state, x, dt, dt_bias, A, B, C, D, z, out, src_idx, dst_idx,
-        None if order is None else order.contiguous(),
+        order,
         headdim, dstate, nheads // ngroups, pad_slot_id,
         *state.stride(), *x.stride(), *dt.stride(), *strides(dt_bias, 2), *A.stride(),
         *B.stride(), *C.stride(), *strides(D, 2), *strides(z, 3), *out.stride(),
         *strides(src_idx, 1), *strides(dst_idx, 1),
+        1 if order is None else order.stride(0),  # 1: a constant, no kernel argument
     )
     flags = dict(
         DT_SOFTPLUS=dt_softplus,
@@ -487,22 +488,26 @@ def _validate_index_values(name: str, idx: torch.Tensor, slots: int, pad_slot_id
 
 def _validate_permutation(order: torch.Tensor) -> None:
     values = order.cpu()  # synchronizes: only on request
-    if not torch.equal(values.sort().values, torch.arange(len(values), dtype=values.dtype)):
-        seen = torch.bincount(values.clamp(0, len(values)), minlength=len(values) + 1)
-        missing = int((seen[: len(values)] == 0).nonzero()[0, 0])
-        raise ValueError(f"batch_order is not a permutation of the {len(values)} batch rows: "
+    n = len(values)
+    if not torch.equal(values.sort().values, torch.arange(n, dtype=values.dtype)):
+        in_range = (values >= 0) & (values < n)
+        seen = torch.bincount(values.where(in_range, n), minlength=n + 1)
+        missing = int((seen[:n] == 0).nonzero()[0, 0])
+        raise ValueError(f"batch_order is not a permutation of the {n} batch rows: "
                          f"row {missing} is missing")
 
 
 @triton.jit
 def _slot_order_kernel(p_slots, p_order, n, stride_slots, BLOCK: tl.constexpr):
-    # One program sorts keys slot * 2^32 + row (unique, so the order is stable) and keeps the
-    # rows: the low 32 bits, whatever the sign of the slot. Lanes past n sort last.
-    o = tl.arange(0, BLOCK)
-    slots = tl.load(p_slots + o * stride_slots, mask=o < n, other=0).to(tl.int64)
-    keys = tl.where(o < n, slots * 4294967296 + o, 9223372036854775807)
-    rows = (tl.sort(keys) & 4294967295).to(tl.int32)
-    tl.store(p_order + o, rows, mask=o < n)
+    # One program sorts keys slot * BLOCK + row (unique, so the order is stable; exact for
+    # |slot| < 2^63 / BLOCK, at least 2^50) and keeps the rows: the key's low bits, whatever
+    # the sign of the slot (BLOCK is a power of two). Lanes past n sort last.
+    o_row = tl.arange(0, BLOCK)
+    m_row = o_row < n
+    b_slot = tl.load(p_slots + o_row * stride_slots, mask=m_row, other=0).to(tl.int64)
+    b_key = tl.where(m_row, b_slot * BLOCK + o_row, 9223372036854775807)
+    b_row = (tl.sort(b_key) & (BLOCK - 1)).to(tl.int32)
+    tl.store(p_order + o_row, b_row, mask=m_row)
 
 
 _SLOT_ORDER_MAX_BLOCK = 8192  # one program's sort; larger batches use torch.argsort
@@ -510,9 +515,10 @@ _SLOT_ORDER_MAX_BLOCK = 8192  # one program's sort; larger batches use torch.arg
 
 def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
     """The batch rows in ascending order of their state slots (int32 [B]), for
-    selective_state_update(batch_order=...): the kernel then reads the state pool in memory
-    order. The slots are the same for every layer of a decode step, so compute it once per
-    step. Rows of equal slots (padding) keep their order; pad_slot_id -1 sorts first.
+    selective_state_update(batch_order=...): a slot-major config then reads the state pool in
+    memory order. The slots are the same for every layer of a decode step, so compute it once
+    per step. Rows of equal slots (padding) keep their order; pad_slot_id -1 sorts first.
+    Slots must lie within +-2^50 (the sort keys are int64).
 
     One small Triton kernel (a sort in one program) up to 8192 rows: torch.argsort takes a
     radix sort of several kernels, which cost a decode step about as much as slot order
@@ -577,22 +583,25 @@ def selective_state_update(
         validate_indices: check that every index lies in [0, S) or equals pad_slot_id. Off by
             default because it synchronizes with the GPU; the environment variable
             SSMDECODE_VALIDATE_INDICES=1 turns it on. Unchecked indices out of range read and
-            write out of bounds.
+            write out of bounds. Also checks that batch_order is a permutation.
         pdl: programmatic dependent launch (CUDA, compute capability 9.0 and newer): the kernel
             may start while the kernel before it in the stream is still running, and loads
-            the slot indices and the state slots before that kernel has finished; everything
-            else (x, dt, A, B, C, D, z, dt_bias, and every store) waits for it. So the kernel
-            launched just before must not write the indices or the state slots this call
-            reads; in a model it is another layer's or op's kernel, which holds. Hides the
+            batch_order, the slot indices and the state slots before that kernel has
+            finished; everything else (x, dt, A, B, C, D, z, dt_bias, and every store) waits
+            for it. So the kernel launched just before must not write batch_order, the
+            indices or the state slots this call reads (in a model it is another op's kernel,
+            which holds; compute slot_order before the layers, not right before a call). Hides the
             launch and the index-then-state latency at small batch. Same bits either way.
             Ignored for CPU tensors (the interpreter runs one kernel at a time).
         batch_order: int32/int64 [B], a permutation of the batch rows: the kernel's programs
             take the rows in this order instead of 0, 1, 2, ... Same bits in any order (each
             row's arithmetic is its own); only which state slots are read side by side
             changes. `slot_order(state_batch_indices)`, computed once per decode step and
-            passed to every layer, walks the state pool in memory order, which pays when the
-            batch fills much of the pool (docs/performance.md). Checked to be a permutation
-            only with validate_indices.
+            passed to every layer, has slot-major configs walk the state pool in memory order,
+            which pays when the batch fills much of the pool (docs/performance.md). Checked
+            to be a permutation only with validate_indices: any other order leaves rows of
+            out unwritten, updates a repeated row twice, and reads out of bounds for entries
+            outside [0, B).
 
     Returns:
         out.

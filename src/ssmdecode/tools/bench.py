@@ -49,9 +49,11 @@ GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CPU_BATCHES = (1, 3)
 
 
-def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int) -> DecodeInputs:
-    """Inputs whose K slot sets of batch slots hold at least 3x the L2 together."""
-    rotation = cold_rotation(shape.state_bytes(batch), device)
+def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int,
+                  min_rotation: int = 1) -> DecodeInputs:
+    """Inputs whose K slot sets of batch slots hold at least 3x the L2 together (and at least
+    min_rotation sets: 2 for pdl calls, which read their state before the previous call ends)."""
+    rotation = max(min_rotation, cold_rotation(shape.state_bytes(batch), device))
     return make_shape_inputs(shape, batch, pool=rotation * batch, device=device, seed=seed)
 
 
@@ -63,12 +65,10 @@ def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device
     pass batch_order=slot_order(slots of call i), computed before timing, as an engine computes
     it once per decode step for all layers."""
     fn = fn or selective_state_update
-    if not slot_ordered:
-        return time_cold(lambda i: fn(**inputs.kwargs(i), config=config), device,
-                         rotation=inputs.rotation)
-    orders = [slot_order(slots) for slots in inputs.slot_sets]
-    return time_cold(lambda i: fn(**inputs.kwargs(i), config=config, batch_order=orders[i]),
-                     device, rotation=inputs.rotation)
+    orders = [slot_order(slots) if slot_ordered else None for slots in inputs.slot_sets]
+    extra = [{"batch_order": order} if order is not None else {} for order in orders]
+    return time_cold(lambda i: fn(**inputs.kwargs(i), config=config, **extra[i]), device,
+                     rotation=inputs.rotation)
 
 
 def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling) -> dict[str, object]:
@@ -118,8 +118,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "per decode step in an engine): the state pool read in memory order")
     p.add_argument("--pdl", action="store_true",
                    help="call with pdl=True (programmatic dependent launch, sm_90+): each call "
-                   "of the graph may start under the previous one's tail; the ceiling is "
-                   "timed as always")
+                   "of the graph may start under the previous one's tail; the ceiling is also "
+                   "timed launched that way (the pdl ceiling), and every rotation holds at "
+                   "least 2 slot sets, so that no call reads what the call before it writes")
     add_common_arguments(p, "folder for bench.json, bench.md and bench.png "
                          "(default benchmarks/results/<device_key>/)")
 
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, object]] = []
     ceilings: dict[int, Ceiling] = {}
     for batch in batches:
-        inputs = timing_inputs(shape, batch, device, args.seed)
+        inputs = timing_inputs(shape, batch, device, args.seed, 2 if args.pdl else 1)
         ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
