@@ -23,12 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-try:  # grid dependency control (Triton >= 3.3): the pdl ceiling only
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:  # pragma: no cover
-    gdc_launch_dependents = gdc_wait = None
-
 from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 
 __all__ = [
     "CEILING_KERNELS",

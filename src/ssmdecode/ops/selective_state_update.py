@@ -52,11 +52,7 @@ import triton
 import triton.language as tl
 
 from ssmdecode.config import LaunchConfig, lookup_config
-
-try:  # grid dependency control, for programmatic dependent launch (Triton >= 3.3, sm_90+)
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:  # pragma: no cover - older Triton: pdl=True is refused
-    gdc_launch_dependents = gdc_wait = None
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 
 __all__ = ["selective_state_update", "slot_order"]
 
