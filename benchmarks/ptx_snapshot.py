@@ -7,10 +7,10 @@ PTX with its debug sections and debug labels cut; then compare two such snapshot
     python benchmarks/ptx_snapshot.py compare /tmp/before /tmp/after
 
 Identical PTX instructions mean identical bits and speed, so a refactor that passes needs no
-GPU run to keep the measured tables valid. (The refactor that made _ssu_tile passed on 160
-combinations.) The matrix: fp32 and bf16 states; dstate 64, 128, 256 and an odd shape with
-masked tiles; tied and untied dt/A; z with separate write slots; no state write; upstream,
-default, layout-sum and ordered configs.
+GPU run to keep the measured tables valid. (The refactors that made, and later inlined, the
+per-tile function _ssu_tile passed on 160 combinations.) The matrix: fp32 and bf16 states;
+dstate 64, 128, 256 and an odd shape with masked tiles; tied and untied dt/A; z with separate
+write slots; no state write; upstream, default, layout-sum and ordered configs.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ bits; a config with the ordered row sum spells upstream's reduction tree and fma
 them by construction (see _rowsum_upstream_order), and the tuner measures it all the same.
 
 Grid: one tile (BLOCK_M rows of one request's head, all N columns) a program, in the upstream
-order or slot-major; the kernel maps its program to a tile and runs the per-tile code, _ssu_tile.
+order or slot-major.
 """
 
 from __future__ import annotations
@@ -140,11 +140,24 @@ def _rowsum_upstream_order(s, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         return tl.reshape(acc, (BLOCK_M,))
 
 
+# The constexprs the kernel derives from its arguments.
+_HEURISTICS = {
+    "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
+    "HAS_D": lambda args: args["p_D"] is not None,
+    "HAS_Z": lambda args: args["p_z"] is not None,
+    "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
+    "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
+    "HAS_ORDER": lambda args: args["p_order"] is not None,
+    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+}
+
+
+@triton.heuristics(_HEURISTICS)
 @triton.jit
-def _ssu_tile(
+def _selective_state_update_kernel(
     # pointers
     p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
-    p_src_idx, p_dst_idx,
+    p_src_idx, p_dst_idx, p_order,
     # sizes
     headdim, dstate, heads_per_group, pad_slot_id,
     # strides, stride_<tensor>_<dim>
@@ -158,9 +171,7 @@ def _ssu_tile(
     stride_D_h, stride_D_p,
     stride_z_b, stride_z_h, stride_z_p,
     stride_out_b, stride_out_h, stride_out_p,
-    stride_src_idx, stride_dst_idx,
-    # the tile: request row, head, block of BLOCK_M rows of the head dim
-    i_b, i_h, i_m,
+    stride_src_idx, stride_dst_idx, stride_order,
     # flags
     DT_SOFTPLUS: tl.constexpr,
     TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
@@ -170,15 +181,32 @@ def _ssu_tile(
     HAS_Z: tl.constexpr,
     HAS_SRC_IDX: tl.constexpr,
     HAS_DST_IDX: tl.constexpr,
+    HAS_ORDER: tl.constexpr,  # program k takes batch row order[k] (see batch_order)
     EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
     EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
+    # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    SLOT_MAJOR: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
+    PDL_TRIGGER_FIRST: tl.constexpr,  # let the next kernel launch at the start, else at the end
 ):
-    """One tile: BLOCK_M rows of the head dim of one (request, head), all N state columns."""
+    # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
+    if PDL and PDL_TRIGGER_FIRST:  # the next kernel may launch; its own wait orders it after us
+        gdc_launch_dependents()
+    if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
+        n_mblocks = tl.cdiv(headdim, BLOCK_M)
+        i_h = tl.program_id(0) // n_mblocks
+        i_m = tl.program_id(0) % n_mblocks
+        i_b = tl.program_id(1)
+    else:  # grid (P blocks, B, H): the upstream order
+        i_m = tl.program_id(0)
+        i_b = tl.program_id(1)
+        i_h = tl.program_id(2)
+    if HAS_ORDER:
+        i_b = tl.load(p_order + i_b * stride_order)
     i_g = i_h // heads_per_group
     # Cache hints: each state is touched once per step, so it streams evict-first; the slot
     # indices are read by every layer of a decode step, so they stay (evict-last), which takes
@@ -289,88 +317,6 @@ def _ssu_tile(
     if HAS_SRC_IDX:
         b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
-
-
-# The constexprs the kernel derives from its arguments.
-_HEURISTICS = {
-    "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
-    "HAS_D": lambda args: args["p_D"] is not None,
-    "HAS_Z": lambda args: args["p_z"] is not None,
-    "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
-    "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
-    "HAS_ORDER": lambda args: args["p_order"] is not None,
-    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
-}
-
-
-@triton.heuristics(_HEURISTICS)
-@triton.jit
-def _selective_state_update_kernel(
-    # pointers
-    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
-    p_src_idx, p_dst_idx, p_order,
-    # sizes
-    headdim, dstate, heads_per_group, pad_slot_id,
-    # strides, stride_<tensor>_<dim>
-    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-    stride_x_b, stride_x_h, stride_x_p,
-    stride_dt_b, stride_dt_h, stride_dt_p,
-    stride_dt_bias_h, stride_dt_bias_p,
-    stride_A_h, stride_A_p, stride_A_n,
-    stride_B_b, stride_B_g, stride_B_n,
-    stride_C_b, stride_C_g, stride_C_n,
-    stride_D_h, stride_D_p,
-    stride_z_b, stride_z_h, stride_z_p,
-    stride_out_b, stride_out_h, stride_out_p,
-    stride_src_idx, stride_dst_idx, stride_order,
-    # flags
-    DT_SOFTPLUS: tl.constexpr,
-    TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
-    WRITE_STATE: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_SRC_IDX: tl.constexpr,
-    HAS_DST_IDX: tl.constexpr,
-    HAS_ORDER: tl.constexpr,  # program k takes batch row order[k] (see batch_order)
-    EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
-    EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
-    # launch knobs
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SLOT_MAJOR: tl.constexpr,
-    EVICT_FIRST: tl.constexpr,
-    ORDERED_SUM: tl.constexpr,
-    PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
-    PDL_TRIGGER_FIRST: tl.constexpr,  # let the next kernel launch at the start, else at the end
-):
-    # One program, one tile.
-    if PDL and PDL_TRIGGER_FIRST:  # the next kernel may launch; its own wait orders it after us
-        gdc_launch_dependents()
-    if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
-        n_mblocks = tl.cdiv(headdim, BLOCK_M)
-        i_h = tl.program_id(0) // n_mblocks
-        i_m = tl.program_id(0) % n_mblocks
-        i_b = tl.program_id(1)
-    else:  # grid (P blocks, B, H): the upstream order
-        i_m = tl.program_id(0)
-        i_b = tl.program_id(1)
-        i_h = tl.program_id(2)
-    if HAS_ORDER:
-        i_b = tl.load(p_order + i_b * stride_order)
-    _ssu_tile(
-        p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_dst_idx,
-        headdim, dstate, heads_per_group, pad_slot_id,
-        stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-        stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_p,
-        stride_dt_bias_h, stride_dt_bias_p, stride_A_h, stride_A_p, stride_A_n,
-        stride_B_b, stride_B_g, stride_B_n, stride_C_b, stride_C_g, stride_C_n,
-        stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_z_p,
-        stride_out_b, stride_out_h, stride_out_p, stride_src_idx, stride_dst_idx,
-        i_b, i_h, i_m,
-        DT_SOFTPLUS, TIE_HDIM, WRITE_STATE, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_DST_IDX,
-        EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, EVICT_FIRST, ORDERED_SUM, PDL,
-    )
     if PDL and not PDL_TRIGGER_FIRST:
         gdc_launch_dependents()
 
