@@ -650,12 +650,7 @@ def selective_state_update(
         D, z, dt_bias, out = _unsq(D, 0), _unsq(z, 1), _unsq(dt_bias, 0), out.unsqueeze(1)
     if config is None:
         config = lookup_config(headdim, dstate, state.dtype, batch, device)
-    tie_hdim = (
-        dt.stride(-1) == 0
-        and A.stride(-1) == 0
-        and A.stride(-2) == 0
-        and (dt_bias is None or dt_bias.stride(-1) == 0)
-    )
+    tie_hdim = ties_head_dim(dt, A, dt_bias)
     args = (state, x, dt, A, B, C, D, z, dt_bias, out, state_batch_indices, dst_state_batch_indices,
             pad_slot_id, dt_softplus, tie_hdim, not disable_state_update, config)
     if device.type == "cuda":
@@ -664,6 +659,14 @@ def selective_state_update(
     else:  # CPU tensors: Triton's interpreter; no CUDA API may be touched
         _launch(*args, order=batch_order)
     return result
+
+
+def ties_head_dim(dt: torch.Tensor, A: torch.Tensor, dt_bias: torch.Tensor | None) -> bool:
+    """Whether dt, A (and dt_bias) are stride-0 broadcasts over the head dim (and A over N), as
+    real models pass them: then dt' and dA are one scalar per (request, head), the kernels'
+    TIE_HDIM fast path (upstream's too). Tensors in the Mamba2 layout."""
+    return (dt.stride(-1) == 0 and A.stride(-1) == 0 and A.stride(-2) == 0
+            and (dt_bias is None or dt_bias.stride(-1) == 0))
 
 
 def _unsq(t: torch.Tensor | None, dim: int) -> torch.Tensor | None:

@@ -22,6 +22,7 @@ import triton
 
 from ssmdecode import selective_state_update
 from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update import ties_head_dim
 
 __all__ = ["KERNELS", "kernel_function"]
 
@@ -93,8 +94,7 @@ def _argument_values(params: list[str], state, x, dt, A, B, C, D, z, dt_bias, dt
 
     per_token = ("batch", "T", "head", "dim") if multi_token else ("batch", "head", "dim")
     groups = ("batch", "T", "group", "dstate") if multi_token else ("batch", "group", "dstate")
-    tie_hdim = (A.stride(-1) == 0 and A.stride(-2) == 0 and dt.stride(-1) == 0
-                and (dt_bias is None or dt_bias.stride(-1) == 0))
+    tie_hdim = ties_head_dim(dt, A, dt_bias)
     values: dict[str, object] = {
         "state_ptr": state, "x_ptr": x, "dt_ptr": dt, "dt_bias_ptr": dt_bias, "A_ptr": A,
         "B_ptr": B, "C_ptr": C, "D_ptr": D, "z_ptr": z, "out_ptr": out,
