@@ -130,3 +130,15 @@ def to_device(v: object, device: str) -> object:
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bits of a float tensor as integers, for exact comparison (NaN == NaN there)."""
     return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def run_bits(kw: dict, state0: torch.Tensor, config: object, **extra: object
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call from state0 with config (and extra keyword arguments): the bits of out (stored
+    as float32, so a changed row-sum order cannot round away) and of the state pool."""
+    from ssmdecode import selective_state_update  # after TRITON_INTERPRET is set above
+
+    kw["state"].copy_(state0)
+    out = torch.full(kw["x"].shape, float("nan"), dtype=torch.float32, device=kw["x"].device)
+    selective_state_update(**kw, out=out, config=config, **extra)
+    return bits(out).clone(), bits(kw["state"]).clone()

@@ -6,18 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import DEVICE, Case, bits, make_inputs
+from conftest import DEVICE, Case, bits, make_inputs, run_bits
 from ssmdecode import LaunchConfig, selective_state_update, slot_order
 
 CPU_CASE = Case(batch=5, nheads=2, headdim=4, dstate=16, ngroups=1, pad_rows=(1,), dst=True)
-
-
-def _bits_of(kw: dict, state0: torch.Tensor, config: LaunchConfig | None,
-             **extra: object) -> tuple[torch.Tensor, torch.Tensor]:
-    kw["state"].copy_(state0)
-    out = torch.full(kw["x"].shape, float("nan"), dtype=torch.float32, device=kw["x"].device)
-    selective_state_update(**kw, out=out, config=config, **extra)
-    return bits(out).clone(), bits(kw["state"]).clone()
 
 
 @pytest.mark.parametrize("config", [LaunchConfig(4, 1), LaunchConfig(4, 1, slot_major=True)],
@@ -25,10 +17,10 @@ def _bits_of(kw: dict, state0: torch.Tensor, config: LaunchConfig | None,
 def test_any_order_gives_the_same_bits(config: LaunchConfig) -> None:
     kw = make_inputs(CPU_CASE)
     state0 = kw["state"].clone()
-    want = _bits_of(kw, state0, config)
+    want = run_bits(kw, state0, config)
     for order in (slot_order(kw["state_batch_indices"]),
                   torch.tensor([4, 2, 0, 3, 1], dtype=torch.int64, device=kw["x"].device)):
-        got = _bits_of(kw, state0, config, batch_order=order)
+        got = run_bits(kw, state0, config, batch_order=order)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -36,9 +28,9 @@ def test_an_order_that_is_not_a_permutation_changes_the_result() -> None:
     """The control: the kernel does follow batch_order (a repeated row leaves one row unset)."""
     kw = make_inputs(CPU_CASE)
     state0 = kw["state"].clone()
-    want = _bits_of(kw, state0, LaunchConfig(4, 1))
+    want = run_bits(kw, state0, LaunchConfig(4, 1))
     twice = torch.tensor([0, 0, 2, 3, 4], dtype=torch.int32, device=kw["x"].device)
-    got = _bits_of(kw, state0, LaunchConfig(4, 1), batch_order=twice)
+    got = run_bits(kw, state0, LaunchConfig(4, 1), batch_order=twice)
     assert not torch.equal(got[0], want[0])
 
 
@@ -108,10 +100,10 @@ def test_strided_order_and_mamba1_layout() -> None:
     kw = make_inputs(case)
     state0 = kw["state"].clone()
     config = LaunchConfig(4, 1, slot_major=True)
-    want = _bits_of(kw, state0, config)
+    want = run_bits(kw, state0, config)
     strided = torch.tensor([2, -9, 0, -9, 3, -9, 1, -9], dtype=torch.int32,
                            device=kw["x"].device)[::2]
-    got = _bits_of(kw, state0, config, batch_order=strided)
+    got = run_bits(kw, state0, config, batch_order=strided)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -123,6 +115,6 @@ def test_gpu_slot_order_keeps_the_bits(config: LaunchConfig | None) -> None:
                 pad_rows=(5,))
     kw = make_inputs(case)
     state0 = kw["state"].clone()
-    want = _bits_of(kw, state0, config)
-    got = _bits_of(kw, state0, config, batch_order=slot_order(kw["state_batch_indices"]))
+    want = run_bits(kw, state0, config)
+    got = run_bits(kw, state0, config, batch_order=slot_order(kw["state_batch_indices"]))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

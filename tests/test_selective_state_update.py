@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import DEVICE, Case, bits, make_inputs
+from conftest import DEVICE, Case, bits, make_inputs, run_bits
 from ssmdecode import LaunchConfig, selective_state_update, selective_state_update_reference
 from ssmdecode.config import (
     candidate_configs,
@@ -218,22 +218,14 @@ def _configs_the_tables_can_pick(case: Case) -> set[LaunchConfig]:
     return picks | {default_config(case.dstate, sdt)}
 
 
-def _run_bits(kw: dict, state0: torch.Tensor, config: LaunchConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """out (stored as float32, so a changed row-sum order cannot round away) and the state."""
-    kw["state"].copy_(state0)
-    out = torch.full(kw["x"].shape, float("nan"), dtype=torch.float32, device=kw["x"].device)
-    selective_state_update(**kw, out=out, config=config)
-    return bits(out).clone(), bits(kw["state"]).clone()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.id)
 def test_gpu_table_configs_are_bit_identical_to_upstream(case: Case) -> None:
     kw = make_inputs(case)
     state0 = kw["state"].clone()
-    want = _run_bits(kw, state0, upstream_config(case.dstate))
+    want = run_bits(kw, state0, upstream_config(case.dstate))
     for config in sorted(_configs_the_tables_can_pick(case), key=lambda c: c.label):
-        got = _run_bits(kw, state0, config)
+        got = run_bits(kw, state0, config)
         assert torch.equal(got[0], want[0]), f"{config.label}: out differs from upstream"
         assert torch.equal(got[1], want[1]), f"{config.label}: state differs from upstream"
 
@@ -246,9 +238,9 @@ def test_gpu_candidate_space_has_identical_and_different_configs() -> None:
     assert LaunchConfig(2, 8) in candidate_configs(64, 128, torch.float32, "basic")
     kw = make_inputs(case)
     state0 = kw["state"].clone()
-    want = _run_bits(kw, state0, upstream_config(128))
-    assert torch.equal(_run_bits(kw, state0, LaunchConfig(8, 1))[0], want[0])
-    assert not torch.equal(_run_bits(kw, state0, LaunchConfig(2, 8))[0], want[0])
+    want = run_bits(kw, state0, upstream_config(128))
+    assert torch.equal(run_bits(kw, state0, LaunchConfig(8, 1))[0], want[0])
+    assert not torch.equal(run_bits(kw, state0, LaunchConfig(2, 8))[0], want[0])
 
 
 @pytest.mark.gpu
