@@ -86,7 +86,7 @@ def main() -> int:
     orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
     rows = []
     for batch in args.batch:
-        inputs = timing_inputs(shape, batch, device, args.seed, 1 if args.pdl == "off" else 2)
+        inputs = timing_inputs(shape, batch, device, args.seed, args.pdl != "off")
         slot_sets = {"random": inputs.slot_sets.clone(),
                      "sorted": inputs.slot_sets.sort(dim=1).values,
                      "contiguous": torch.arange(inputs.slot_sets.numel(), device=device,

@@ -27,6 +27,7 @@ CPU = torch.device("cpu")
 def test_cold_rotation_is_one_on_cpu() -> None:
     assert l2_bytes(CPU) == 0
     assert cold_rotation(1, CPU) == 1
+    assert cold_rotation(1, CPU, pdl=True) == 2  # a pdl call must not read what the last writes
     with pytest.raises(ValueError, match="bytes_per_call"):
         cold_rotation(0, CPU)
 

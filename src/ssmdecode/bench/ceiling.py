@@ -50,8 +50,8 @@ CEILING_KERNELS = ("triton", "torch")
 def _scale_in_place_kernel(p_buf, n_elements, scale, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     # One program: BLOCK contiguous fp32, read once and written once. With PDL, launched as
     # selective_state_update(pdl=True) is: the next call may launch at once, and the load is in
-    # flight before the wait for the previous call (which wrote another buffer: with pdl the
-    # rotation holds at least 2).
+    # flight before the wait for the previous call (which wrote another buffer: cold_rotation
+    # gives pdl calls at least 2).
     if PDL:
         gdc_launch_dependents()
     i_p = tl.program_id(0).to(tl.int64)  # int64: buffers of the largest calls pass 2^31 elements
@@ -115,9 +115,7 @@ def measure_ceiling(nbytes: int, device: torch.device, pdl: bool = False) -> Cei
     compute capability 9.0+): also the Triton stream launched as pdl=True calls are, as
     "triton_pdl", the yardstick of calls that overlap the previous one's tail."""
     n = max(1, -(-nbytes // 4))  # fp32 elements
-    rotation = cold_rotation(4 * n, device)
-    if pdl:  # pdl calls read before the previous call ends: never the buffer it writes
-        rotation = max(rotation, 2)
+    rotation = cold_rotation(4 * n, device, pdl)
     # Random values, not zeros, so nothing can shortcut the data.
     buffers = torch.randn(rotation, n, device=device)
     kernels = CEILING_KERNELS + (("triton_pdl",) if pdl and device.type == "cuda" else ())

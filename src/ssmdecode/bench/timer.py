@@ -79,12 +79,13 @@ def l2_bytes(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).L2_cache_size
 
 
-def cold_rotation(bytes_per_call: int, device: torch.device) -> int:
+def cold_rotation(bytes_per_call: int, device: torch.device, pdl: bool = False) -> int:
     """K: how many disjoint working sets of bytes_per_call hold at least COLD_L2_FACTOR x the
-    device's L2 together. 1 on CPU."""
+    device's L2 together; 1 on CPU. pdl: at least 2, because a call launched with programmatic
+    dependent launch reads its set before the call before it has finished writing its own."""
     if bytes_per_call < 1:
         raise ValueError(f"bytes_per_call must be >= 1, got {bytes_per_call}")
-    return max(1, math.ceil(COLD_L2_FACTOR * l2_bytes(device) / bytes_per_call))
+    return max(2 if pdl else 1, math.ceil(COLD_L2_FACTOR * l2_bytes(device) / bytes_per_call))
 
 
 def time_cold(

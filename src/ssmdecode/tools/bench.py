@@ -50,10 +50,10 @@ CPU_BATCHES = (1, 3)
 
 
 def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int,
-                  min_rotation: int = 1) -> DecodeInputs:
-    """Inputs whose K slot sets of batch slots hold at least 3x the L2 together (and at least
-    min_rotation sets: 2 for pdl calls, which read their state before the previous call ends)."""
-    rotation = max(min_rotation, cold_rotation(shape.state_bytes(batch), device))
+                  pdl: bool = False) -> DecodeInputs:
+    """Inputs whose K slot sets of batch slots hold at least 3x the L2 together (at least 2 sets
+    for pdl calls: cold_rotation)."""
+    rotation = cold_rotation(shape.state_bytes(batch), device, pdl)
     return make_shape_inputs(shape, batch, pool=rotation * batch, device=device, seed=seed)
 
 
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, object]] = []
     ceilings: dict[int, Ceiling] = {}
     for batch in batches:
-        inputs = timing_inputs(shape, batch, device, args.seed, 2 if args.pdl else 1)
+        inputs = timing_inputs(shape, batch, device, args.seed, args.pdl)
         ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
