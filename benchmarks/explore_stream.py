@@ -4,13 +4,14 @@ laid out over programs and by how the slots lie in the pool. The question it ans
 gap left at batch 128 and 256 (random slots that are a third or a half of the pool) a property
 of where the slots are, which no layout of the work removes, or of how the programs walk them?
 
-Layouts (the state pool is [S, H, P, N] fp32, contiguous):
+Layouts (the state pool is the bench's, [S, H, P, N] fp32, and so are its slot sets):
     tile:BM:W     one program per (slot, head, BM rows): the shipped kernel's slot-major tiles
     flat:E:W      one program per E contiguous elements of one slot's [H, P, N] (1-D tiles)
     loop:HPP:BM:W one program per (slot, HPP heads), looping over its HPP x P/BM tiles, the
                   next tile's load issued before the current tile's store (two in flight)
 
-    python benchmarks/explore_stream.py --batch 128 256 512 --slots all --out DIR
+    python benchmarks/explore_stream.py --preset nemotron3-super --tp 8 --batch 128 512 \
+        --layout tile:4:1 flat:1024:4 kernel:4,1,slot,evict --slots all --out DIR
 
 Not a results tool; timings use the bench's cold-L2 timer and the ceiling of the same run.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,7 +29,12 @@ import triton
 import triton.language as tl
 
 from ssmdecode.bench.ceiling import measure_ceiling
-from ssmdecode.bench.timer import cold_rotation, time_cold
+from ssmdecode.bench.inputs import DecodeInputs
+from ssmdecode.bench.timer import time_cold
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update import selective_state_update
+from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
+from ssmdecode.tools.bench import timing_inputs
 from ssmdecode.tools.report import environment, gpu_clocks
 
 
@@ -69,79 +76,113 @@ def _loop_stream(p_state, p_slots, stride_s, H: tl.constexpr, P: tl.constexpr,
     tl.store(base + (T - 1) * BM * N + o, s + 1.0, eviction_policy="evict_first")
 
 
-def _launcher(layout: str, state: torch.Tensor):
-    kind, *nums = layout.split(":")
+def _call(layout: str, inputs: DecodeInputs) -> Callable[[int], object]:
+    """Call i of a layout on slot set i of inputs (its state pool, its slot sets)."""
+    kind, _, rest = layout.partition(":")
+    if kind == "kernel":
+        config = LaunchConfig.parse(rest)
+        return lambda i: selective_state_update(**inputs.kwargs(i), config=config)
+    state, sets = inputs.state, inputs.slot_sets
     _, H, P, N = state.shape
     stride = state.stride(0)
-    if kind == "tile":
-        bm, w = map(int, nums)
-        return lambda slots: _tile_stream[(H * P // bm, slots.numel())](
-            state, slots, stride, H, P, N, bm, num_warps=w)
-    if kind == "flat":
-        e, w = map(int, nums)
-        return lambda slots: _flat_stream[(H * P * N // e, slots.numel())](
-            state, slots, stride, e, num_warps=w)
-    if kind == "loop":
-        hpp, bm, w = map(int, nums)
-        return lambda slots: _loop_stream[(H // hpp, slots.numel())](
-            state, slots, stride, H, P, N, hpp, bm, num_warps=w)
-    raise ValueError(f"layout must be tile:BM:W, flat:E:W or loop:HPP:BM:W, got {layout!r}")
+    nums = [int(v) for v in rest.split(":")]
+    if kind == "tile" and len(nums) == 2:
+        bm, w = nums
+        return lambda i: _tile_stream[(H * P // bm, sets.shape[1])](
+            state, sets[i], stride, H, P, N, bm, num_warps=w)
+    if kind == "flat" and len(nums) == 2:
+        e, w = nums
+        return lambda i: _flat_stream[(H * P * N // e, sets.shape[1])](
+            state, sets[i], stride, e, num_warps=w)
+    if kind == "loop" and len(nums) == 3:
+        hpp, bm, w = nums
+        return lambda i: _loop_stream[(H // hpp, sets.shape[1])](
+            state, sets[i], stride, H, P, N, hpp, bm, num_warps=w)
+    raise ValueError(f"layout must be tile:BM:W, flat:E:W, loop:HPP:BM:W or kernel:CONFIG, "
+                     f"got {layout!r}")
+
+
+PAGE_BYTES = 2 * 2**20  # the GPU's large page, as the driver maps allocations this size
+
+
+def _page_sets(pool: int, rotation: int, batch: int, slot_bytes: int,
+               g: torch.Generator) -> dict[str, torch.Tensor]:
+    """Slot sets that are sparse in the pool but dense in pages: each set is whole 2 MiB pages
+    (all the slots of a page, the pages drawn at random), slots ascending ("pages") or in a
+    random order ("pages-random"). Empty when a page holds less than two slots or the sets
+    are not whole pages."""
+    per_page = PAGE_BYTES // slot_bytes
+    if per_page < 2 or batch % per_page or pool % per_page:
+        return {}
+    pages = torch.randperm(pool // per_page, generator=g).view(rotation, batch // per_page)
+    slots = (pages.sort(dim=1).values[:, :, None] * per_page
+             + torch.arange(per_page)).view(rotation, batch).to(torch.int32)
+    shuffled = torch.stack([row[torch.randperm(batch, generator=g)] for row in slots])
+    return {"pages": slots, "pages-random": shuffled}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_arguments(p)
     p.add_argument("--batch", type=int, nargs="+", default=[128, 256, 512])
     p.add_argument("--layout", nargs="+", default=[
         "tile:4:1", "tile:16:1", "tile:16:4", "flat:1024:4", "flat:4096:4",
-        "loop:1:16:4", "loop:4:16:4", "loop:16:16:4", "loop:16:32:8", "loop:4:8:2"])
-    p.add_argument("--slots", choices=("random", "sorted", "contiguous", "all"), default="all")
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--headdim", type=int, default=64)
-    p.add_argument("--dstate", type=int, default=128)
+        "loop:1:16:4", "loop:4:16:4", "loop:16:16:4", "loop:16:32:8", "loop:4:8:2"],
+        help="stream layouts (see above), and kernel:CONFIG for ssmdecode's kernel itself "
+        "with a launch config, on the same slots")
+    p.add_argument("--slots", nargs="+", default=["all"],
+                   choices=("random", "sorted", "contiguous", "pages", "pages-random", "all"),
+                   help="each call's slots: random in the pool (the bench's), random but "
+                   "ascending, consecutive, whole 2 MiB pages drawn at random (ascending, or "
+                   "in a random order); all of them, interleaved")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda", help="cpu: a smoke test under the interpreter")
+    p.add_argument("--device", default=None)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    device = torch.device(args.device)
-    slot_modes = ["random", "sorted", "contiguous"] if args.slots == "all" else [args.slots]
+    device = device_from_args(args)
+    (shape,) = shapes_from_args(args, device)
+    if shape.state_dtype != torch.float32:
+        raise SystemExit("explore_stream: the streams take an fp32 state")
+    slot_modes = (["random", "sorted", "contiguous", "pages", "pages-random"]
+                  if "all" in args.slots else args.slots)
     rows = []
     for batch in args.batch:
-        nbytes = batch * args.heads * args.headdim * args.dstate * 4
-        rotation = cold_rotation(nbytes, device)
-        pool = rotation * batch
-        state = torch.zeros(pool, args.heads, args.headdim, args.dstate, device=device)
+        inputs = timing_inputs(shape, batch, device, args.seed)
+        rotation, pool = inputs.rotation, inputs.state.shape[0]
         g = torch.Generator().manual_seed(args.seed)
-        perm = torch.randperm(pool, generator=g).to(torch.int32).view(rotation, batch)
+        perm = inputs.slot_sets.cpu()
         sets = {"random": perm, "sorted": perm.sort(dim=1).values,
-                "contiguous": torch.arange(pool, dtype=torch.int32).view(rotation, batch)}
-        sets = {k: v.to(device) for k, v in sets.items() if k in slot_modes}
-        ceiling = measure_ceiling(nbytes, device)
-        launchers = {layout: _launcher(layout, state) for layout in args.layout}
+                "contiguous": torch.arange(pool, dtype=torch.int32).view(rotation, batch),
+                **_page_sets(pool, rotation, batch, inputs.state[0].nbytes, g)}
+        ceiling = measure_ceiling(shape.state_bytes(batch), device)
+        calls = {layout: _call(layout, inputs) for layout in args.layout}
         times: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.rounds):
-            for mode, slot_sets in sets.items():
-                for layout, launch in launchers.items():
-                    t = time_cold(lambda i, s=slot_sets, f=launch: f(s[i]), device,
-                                  rotation=rotation)
+            for mode in slot_modes:
+                if mode not in sets:
+                    continue
+                inputs.slot_sets.copy_(sets[mode])
+                for layout, call in calls.items():
+                    t = time_cold(call, device, rotation=rotation)
                     times.setdefault((layout, mode), []).append(t.us)
         clocks = gpu_clocks(device) if device.type == "cuda" else None
         for (layout, mode), us in times.items():
             rows.append({"batch": batch, "layout": layout, "slots": mode, "rotation": rotation,
+                         "pool_offset_in_page": inputs.state.data_ptr() % PAGE_BYTES,
                          "us": min(us), "rounds_us": us, "ceiling_us": ceiling.us,
                          "fraction_of_ceiling": ceiling.us / min(us), "clocks_after": clocks})
-        del state
+        del inputs
     args.out.mkdir(parents=True, exist_ok=True)
-    data = {"environment": environment(device), "args": vars(args) | {"out": str(args.out)},
-            "rows": rows}
+    data = {"environment": environment(device), "shape": shape.to_dict(),
+            "args": vars(args) | {"out": str(args.out)}, "rows": rows}
     (args.out / "explore_stream.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(f"state stream only, [{args.heads}, {args.headdim}, {args.dstate}] fp32 per slot; "
-          f"min over {args.rounds} interleaved rounds")
-    print(f"{'batch':>5} {'K':>2} {'layout':<14} {'slots':<10} {'us':>8} {'of ceiling':>10} "
+    print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
+    print(f"{'batch':>5} {'K':>2} {'layout':<34} {'slots':<12} {'us':>8} {'of ceiling':>10} "
           f"{'ceiling':>8}")
     for r in rows:
-        print(f"{r['batch']:>5} {r['rotation']:>2} {r['layout']:<14} {r['slots']:<10} "
+        print(f"{r['batch']:>5} {r['rotation']:>2} {r['layout']:<34} {r['slots']:<12} "
               f"{r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} {r['ceiling_us']:8.2f}")
     spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
     print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")

@@ -35,7 +35,7 @@
 #   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
 #   explore_order  batch_order=slot_order(slots) against rows in order, interleaved
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
-#           work and by slots (random, sorted, consecutive), at bs 128, 256 and 512
+#           work, beside the kernel, on the same slots (random, sorted, consecutive, whole pages)
 #   bench_order  stage bench's headline run with --slot-order
 #   tune_order  ssmdecode tune --slot-order of the headline's large buckets into the shipped
 #           table (copied to $OUT/results/configs and, for the stages after it, into the package
@@ -181,8 +181,9 @@ stage_explore_order() {
       --rounds 2 --config 16,1,slot,evict,ordered 4,1,slot,evict 8,1 --out "$R/explore-order"
 }
 stage_explore_stream() {
-  python3 benchmarks/explore_stream.py --batch 128 256 512 --slots all --rounds 2 \
-      --out "$R/explore-stream"
+  python3 benchmarks/explore_stream.py "${HEADLINE[@]}" --batch 8 32 128 256 512 --slots all \
+      --layout tile:2:1 tile:4:1 tile:16:1 flat:1024:4 kernel:2,1,slot,evict \
+      kernel:4,1,slot,evict kernel:16,1,slot,evict,ordered kernel:8,1 --out "$R/explore-stream"
 }
 stage_bench_order() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \

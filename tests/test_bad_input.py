@@ -109,3 +109,12 @@ def test_validate_indices_accepts_pad_slot() -> None:
 def test_launch_config_rejects_bad_fields(fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LaunchConfig(**fields)
+
+
+@pytest.mark.gpu
+def test_cpu_tensors_are_refused_when_triton_compiles_for_the_gpu() -> None:
+    kw = make_inputs(CASE, "cpu")
+    state0 = kw["state"].clone()
+    with pytest.raises(ValueError, match=r"state is on cpu, but Triton compiles for the GPU"):
+        selective_state_update(**kw)
+    assert torch.equal(bits(kw["state"]), bits(state0))

@@ -53,10 +53,12 @@ def test_slot_order_takes_int64_slots_past_int32() -> None:
     assert slot_order(slots.to(DEVICE)).cpu().tolist() == _stable_argsort(slots.tolist())
 
 
-def test_slot_order_sorts_rows_by_slot() -> None:
-    slots = torch.tensor([7, -1, 3, 9, 0], dtype=torch.int32)
+@pytest.mark.parametrize("device", sorted({DEVICE, "cpu"}))  # on a GPU machine: CPU slots too
+def test_slot_order_sorts_rows_by_slot(device: str) -> None:
+    slots = torch.tensor([7, -1, 3, 9, 0], dtype=torch.int32, device=device)
     assert slot_order(slots).tolist() == [1, 4, 2, 0, 3]
     assert slot_order(slots).dtype == torch.int32
+    assert slot_order(slots).device == slots.device
     with pytest.raises(TypeError, match="state_batch_indices"):
         slot_order(slots.view(1, 5))
 

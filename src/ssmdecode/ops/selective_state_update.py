@@ -452,6 +452,12 @@ def _slot_order_kernel(p_slots, p_order, n, stride_slots, BLOCK: tl.constexpr):
     tl.store(p_order + o_row, b_row, mask=m_row)
 
 
+def _interpreted() -> bool:
+    """Whether this module's kernels run under Triton's interpreter (TRITON_INTERPRET=1 when
+    they were defined, at import): only then can they take CPU tensors."""
+    return not isinstance(_slot_order_kernel, triton.runtime.jit.JITFunction)
+
+
 _SLOT_ORDER_MAX_BLOCK = 8192  # one program's sort; larger batches use torch.argsort
 
 
@@ -464,18 +470,19 @@ def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
 
     One small Triton kernel (a sort in one program) up to 8192 rows: torch.argsort takes a
     radix sort of several kernels, which cost a decode step about as much as slot order
-    saved at batch 512 (docs/performance.md)."""
+    saved at batch 512 (docs/performance.md). CPU slots take torch.argsort unless the kernels
+    run under Triton's interpreter."""
     if not isinstance(state_batch_indices, torch.Tensor) or state_batch_indices.dim() != 1:
         raise TypeError("state_batch_indices must be a 1-D torch.Tensor of slots")
     if state_batch_indices.dtype not in _INDEX_DTYPES:
         raise TypeError(f"state_batch_indices has dtype {state_batch_indices.dtype}; expected "
                         "int32 or int64")
     n = state_batch_indices.shape[0]
-    if n == 0 or n > _SLOT_ORDER_MAX_BLOCK:
+    on_gpu = state_batch_indices.is_cuda  # CPU tensors: the interpreter; no CUDA API
+    if n == 0 or n > _SLOT_ORDER_MAX_BLOCK or not (on_gpu or _interpreted()):
         return torch.argsort(state_batch_indices, stable=True).to(torch.int32)
     order = torch.empty(n, dtype=torch.int32, device=state_batch_indices.device)
     block = max(16, triton.next_power_of_2(n))
-    on_gpu = state_batch_indices.is_cuda  # CPU tensors: the interpreter; no CUDA API
     with torch.cuda.device(state_batch_indices.device) if on_gpu else contextlib.nullcontext():
         _slot_order_kernel[(1,)](state_batch_indices, order, n, state_batch_indices.stride(0),
                                  BLOCK=block, num_warps=4 if block <= 1024 else 8)
@@ -567,6 +574,11 @@ def selective_state_update(
     else:
         slots, nheads, headdim, dstate = state.shape
     device = state.device
+    if device.type != "cuda" and not _interpreted():
+        raise ValueError(
+            f"state is on {device}, but Triton compiles for the GPU here: CPU tensors run only "
+            "under Triton's interpreter (TRITON_INTERPRET=1 set before ssmdecode is imported)"
+        )
     layout = "Mamba1" if mamba1 else "Mamba2"
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
