@@ -183,7 +183,8 @@ stage_explore_order() {
 stage_explore_stream() {
   python3 benchmarks/explore_stream.py "${HEADLINE[@]}" --batch 8 32 128 256 512 --slots all \
       --layout tile:2:1 tile:4:1 tile:16:1 flat:1024:4 kernel:2,1,slot,evict \
-      kernel:4,1,slot,evict kernel:16,1,slot,evict,ordered kernel:8,1 --out "$R/explore-stream"
+      kernel:4,1,slot,evict kernel:16,1,slot,evict kernel:16,1,slot,evict,ordered kernel:8,1 \
+      --out "$R/explore-stream"
 }
 stage_bench_order() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
