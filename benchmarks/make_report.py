@@ -49,6 +49,12 @@ def is_upstream_grid(row: dict) -> bool:
     return LaunchConfig.from_dict(row["launch_config"]).upstream_grid
 
 
+GATHER_NOTE = ("The gather ceiling is the same in-place stream over each call's own slots of "
+               "its pool, in the call's order, without math (ssmdecode.bench.ceiling): what the "
+               "places of the slots allow. Where it is under the same-bytes ceiling, the slots "
+               "cost that much whatever the kernel.")
+
+
 def bench_section(data: dict, title: str, bar: float | None) -> str:
     """Per batch: the same-bytes ceiling, the best upstream-grid config measured in the same
     run, the table's config, and the ratios."""
@@ -62,23 +68,31 @@ def bench_section(data: dict, title: str, bar: float | None) -> str:
         best = min((r for r in measured if is_upstream_grid(r)), key=lambda r: r["us"])
         pdl = ([table_row["pdl_ceiling_us"], f"{100 * table_row['fraction_of_pdl_ceiling']:.1f}%"]
                if all("pdl_ceiling_us" in r for r in data["rows"]) else [])
+        gather = ([table_row["gather_ceiling_us"],
+                   f"{100 * table_row['fraction_of_gather_ceiling']:.1f}%"]
+                  if "gather_ceiling_us" in table_row else [])
         rows.append([
             batch, table_row["ceiling_us"], upstream["us"], f"{best['launch']} {best['us']:.2f}",
             f"{table_row['launch']} {table_row['us']:.2f}", table_row["tbps"],
-            f"{100 * table_row['fraction_of_ceiling']:.1f}%", *pdl,
+            f"{100 * table_row['fraction_of_ceiling']:.1f}%", *gather, *pdl,
             f"{upstream['us'] / table_row['us']:.2f}x", f"{best['us'] / table_row['us']:.2f}x",
         ])
     shape = data["shape"]
     pdl_headers = (["pdl ceiling us", "table % of pdl ceiling"]
                    if all("pdl_ceiling_us" in r for r in data["rows"]) else [])
+    gather_headers = (["gather ceiling us", "table % of gather ceiling"]
+                      if all("gather_ceiling_us" in r for r in data["rows"]) else [])
     text = [f"#### {title}: H{shape['nheads']} P{shape['headdim']} N{shape['dstate']} "
             f"G{shape['ngroups']}, {shape['state_dtype']} state, {shape['dtype']} inputs", "",
             table(["batch", "ceiling us", "upstream default us", "best upstream-grid config, us",
-                   "table config, us", "table TB/s", "table % of ceiling", *pdl_headers,
+                   "table config, us", "table TB/s", "table % of ceiling", *gather_headers,
+                   *pdl_headers,
                    "vs upstream", "vs best upstream-grid"], rows), ""]
     if bar is not None:
         text.append(f"Bar: {100 * bar:.0f}% of the same-bytes ceiling. Large-transfer peak of "
                     f"the run: {data['peak']['tbps']:.2f} TB/s.")
+    if gather_headers:
+        text.append(GATHER_NOTE)
     text.append(provenance(data))
     return "\n".join(text)
 

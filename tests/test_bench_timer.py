@@ -99,6 +99,60 @@ def test_ceiling_and_peak_on_cpu() -> None:
     assert bandwidth_tbps(10**12, 1e6) == pytest.approx(1.0)
 
 
+def _words(state: torch.Tensor) -> torch.Tensor:
+    return state.reshape(-1).view(torch.int32).view(state.shape[0], -1).clone()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gather_stream_adds_to_every_word_of_exactly_its_slots(dtype: torch.dtype,
+                                                               device: str) -> None:
+    # A slot: 1040 fp32 words (two programs, the second masked) or 520 bf16 pairs (one, masked).
+    state = torch.randn(6, 2, 4, 130).to(dtype).to(device)
+    before = _words(state)
+    slot_sets = torch.tensor([[4, 1], [0, 5]], dtype=torch.int32, device=device)
+    calls = ceiling_module._gather_calls(state, slot_sets, None, addend=1)
+    calls[0]()
+    want = before.clone()
+    want[[4, 1]] += 1
+    assert torch.equal(_words(state), want)
+    # orders[i] picks the rows of set i: the control, a row taken twice, adds twice to its slot
+    twice = torch.tensor([1, 1], device=device)
+    calls = ceiling_module._gather_calls(state, slot_sets, [twice, None], addend=1)
+    calls[0]()
+    want[1] += 2
+    assert torch.equal(_words(state), want)
+
+
+def test_gather_ceiling_keeps_the_pool_bits_on_cpu() -> None:
+    state = torch.randn(5, 2, 4, 16).to(torch.bfloat16)
+    before = state.clone()
+    slot_sets = torch.tensor([[3, 0], [1, 4]], dtype=torch.int32)
+    timing = ceiling_module.measure_gather_ceiling(state, slot_sets,
+                                                   [torch.tensor([1, 0]), torch.tensor([0, 1])])
+    assert timing.rotation == 2 and timing.us > 0
+    assert torch.equal(state.view(torch.int16), before.view(torch.int16))
+
+
+@pytest.mark.parametrize(
+    ("state", "slot_sets", "orders", "match"),
+    [
+        (torch.zeros(4, 8, 6)[:, :, :4], torch.zeros(1, 2, dtype=torch.int32), None,
+         r"state must be a contiguous pool .*shape \(4, 8, 4\)"),
+        (torch.zeros(4, 3, dtype=torch.bfloat16), torch.zeros(1, 2, dtype=torch.int32), None,
+         r"multiple of 4 bytes.*torch.bfloat16"),
+        (torch.zeros(4, 8), torch.zeros(2, dtype=torch.int32), None,
+         r"slot_sets has shape \(2,\); expected \[K, B\]"),
+        (torch.zeros(4, 8), torch.zeros(2, 2, dtype=torch.int32), [None],
+         r"orders has 1 entries; expected one per slot set \(2\)"),
+    ],
+    ids=["strided", "odd-bytes", "sets-rank", "orders-count"],
+)
+def test_gather_ceiling_rejects_bad_arguments(state, slot_sets, orders, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ceiling_module.measure_gather_ceiling(state, slot_sets, orders)
+
+
 # --- inputs -----------------------------------------------------------------------------------
 
 

@@ -37,7 +37,10 @@ def test_bench_writes_json_markdown_and_plot(tmp_path: Path, capsys) -> None:
     assert row["launch"] == "(4,1,slot)"
     assert row["bytes_moved"] == 2 * 2 * 2 * 4 * 8 * 4
     assert row["fraction_of_ceiling"] == pytest.approx(row["ceiling_us"] / row["us"])
-    assert set(data["ceilings"]) == {"1", "2"} and data["peak"]["nbytes"] > 0
+    assert row["gather_ceiling_us"] == data["gather_ceilings"]["2"]["us"]
+    assert row["fraction_of_gather_ceiling"] == pytest.approx(row["gather_ceiling_us"] / row["us"])
+    assert set(data["ceilings"]) == set(data["gather_ceilings"]) == {"1", "2"}
+    assert data["peak"]["nbytes"] > 0
     assert (tmp_path / "bench.md").read_text().startswith("# bench")
     assert (tmp_path / "bench.png").stat().st_size > 0
 
@@ -111,4 +114,8 @@ def test_bench_on_gpu_follows_the_method(tmp_path: Path) -> None:
         assert timing["timing_meaningful"] and timing["calls_per_graph"] >= 20
         assert timing["rotation"] * row["bytes_moved"] / 2 >= 3 * env["l2_bytes"]
         assert 0.3 < row["fraction_of_ceiling"] < 1.1
+        # the gather ceiling streams the same slots without math: no slower than the flat
+        # one by more than the slots' places cost (under 10% on an H200), and not beaten
+        assert 0.9 < row["ceiling_us"] / row["gather_ceiling_us"] < 1.05
+        assert row["fraction_of_gather_ceiling"] < 1.05
     assert data["peak"]["tbps"] > 1.0

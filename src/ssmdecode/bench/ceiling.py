@@ -12,11 +12,19 @@ Not copy_: inside a CUDA graph it became a copy-engine memcpy and moved only 2.7
 H200, well under what the SMs reach.
 
 Peak: the same in-place stream over a large buffer (512 MiB), reported beside the ceiling.
+
+Gather ceiling, per call measured: the same stream, but over the call's own slots of its own
+state pool (each slot's state read once and written back unchanged, 1024 words a program, the
+slots in the call's order), so the cost of where the slots lie in the pool is in it and no
+math is. The flat ceiling asks how close a call comes to the HBM; the gather ceiling asks how
+close it comes to what its slots allow. On an H200 a stream of random slots that fill a third
+of the pool stays 4-6% under the flat ceiling whatever the layout of its programs, and reaches
+it when the slots are consecutive (docs/performance.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,10 +36,12 @@ from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 
 __all__ = [
     "CEILING_KERNELS",
+    "GATHER_BLOCK",
     "PEAK_BYTES",
     "Ceiling",
     "bandwidth_tbps",
     "measure_ceiling",
+    "measure_gather_ceiling",
     "measure_peak",
     "peak_bytes",
 ]
@@ -61,6 +71,58 @@ def _scale_in_place_kernel(p_buf, n_elements, scale, BLOCK: tl.constexpr, PDL: t
     if PDL:
         gdc_wait()
     tl.store(p_buf + o_buf, b_buf * scale, mask=m_buf)
+
+
+GATHER_BLOCK = 1024  # 32-bit words a program of the gather stream (4 warps, as the flat one)
+
+
+@triton.jit
+def _gather_in_place_kernel(p_pool, p_slots, stride_slot, words, addend,
+                            BLOCK: tl.constexpr):
+    # Program (k, b): words k*BLOCK .. of the state of slot slots[b], read once and written
+    # back plus a runtime addend (0: unchanged bits, whatever the state's dtype). Slot-major:
+    # a slot's programs are consecutive, as the kernel's slot-major configs read it.
+    i_slot = tl.load(p_slots + tl.program_id(1), eviction_policy="evict_last").to(tl.int64)
+    o_word = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m_word = o_word < words
+    p_word = p_pool + i_slot * stride_slot + o_word
+    b_word = tl.load(p_word, mask=m_word, eviction_policy="evict_first")
+    tl.store(p_word, b_word + addend, mask=m_word, eviction_policy="evict_first")
+
+
+def _gather_calls(state: torch.Tensor, slot_sets: torch.Tensor,
+                  orders: Sequence[torch.Tensor | None] | None,
+                  addend: int = 0) -> list[Callable[[], object]]:
+    """Call i of the gather stream: every 32-bit word of the slots slot_sets[i] (in the order
+    orders[i] when given) plus addend, in place. The ceiling adds 0; the tests add 1."""
+    if not state.is_contiguous() or state.dim() < 2 or state[0].nbytes % 4:
+        raise ValueError(f"state must be a contiguous pool [S, ...] with a slot's state a "
+                         f"multiple of 4 bytes; got shape {tuple(state.shape)}, strides "
+                         f"{state.stride()}, dtype {state.dtype}")
+    if slot_sets.dim() != 2:
+        raise ValueError(f"slot_sets has shape {tuple(slot_sets.shape)}; expected [K, B]")
+    orders = [None] * slot_sets.shape[0] if orders is None else list(orders)
+    if len(orders) != slot_sets.shape[0]:
+        raise ValueError(f"orders has {len(orders)} entries; expected one per slot set "
+                         f"({slot_sets.shape[0]})")
+    words = state[0].nbytes // 4
+    pool = state.view(-1).view(torch.int32).view(state.shape[0], words)
+    rows = [(slots if order is None else slots[order.long()]).to(torch.int32).contiguous()
+            for slots, order in zip(slot_sets, orders, strict=True)]
+    grid = (triton.cdiv(words, GATHER_BLOCK), slot_sets.shape[1])
+    return [lambda row=row: _gather_in_place_kernel[grid](
+        pool, row, words, words, addend, BLOCK=GATHER_BLOCK, num_warps=_STREAM_WARPS)
+        for row in rows]
+
+
+def measure_gather_ceiling(state: torch.Tensor, slot_sets: torch.Tensor,
+                           orders: Sequence[torch.Tensor | None] | None = None) -> Timing:
+    """The gather ceiling of calls on state (a contiguous pool [S, ...], a slot's state a
+    multiple of 4 bytes): call i streams in place the state of the slots slot_sets[i] (valid
+    slots, no padding), taken in the order orders[i] when given (batch_order's meaning),
+    rotating over the K rows of slot_sets as the calls measured do. The pool's bits do not
+    change."""
+    return time_cold(_gather_calls(state, slot_sets, orders), state.device)
 
 
 def bandwidth_tbps(bytes_moved: int, us: float) -> float:

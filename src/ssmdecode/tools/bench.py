@@ -4,7 +4,8 @@ selective_state_update, per launch config and batch size, by the method of
 
 Bytes that must move: the state, read once and written once: 2 x batch x H x P x N x elem
 size. Each batch is held to the ceiling measured in the same run (ssmdecode.bench.ceiling);
-the large-transfer peak is reported beside it.
+the large-transfer peak is reported beside it, and the gather ceiling: the same stream over the
+call's own slots, what their places in the pool allow.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from collections.abc import Callable
 import torch
 
 from ssmdecode import selective_state_update, slot_order
-from ssmdecode.bench.ceiling import Ceiling, bandwidth_tbps, measure_ceiling, measure_peak
+from ssmdecode.bench.ceiling import (
+    Ceiling,
+    bandwidth_tbps,
+    measure_ceiling,
+    measure_gather_ceiling,
+    measure_peak,
+)
 from ssmdecode.bench.inputs import DecodeInputs, make_shape_inputs
 from ssmdecode.bench.presets import Shape
 from ssmdecode.bench.timer import Timing, cold_rotation, method, time_cold
@@ -71,13 +78,17 @@ def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device
                      rotation=inputs.rotation)
 
 
-def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling) -> dict[str, object]:
-    """One measured (config, batch) against its same-bytes ceiling."""
+def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling,
+              gather: Timing | None = None) -> dict[str, object]:
+    """One measured (config, batch) against its same-bytes ceiling, and against the gather
+    ceiling of its slots when given."""
     moved = 2 * shape.state_bytes(batch)
     return {
         "batch": batch, "us": timing.us, "tbps": bandwidth_tbps(moved, timing.us),
         "bytes_moved": moved, "ceiling_us": ceiling.us, "ceiling_tbps": ceiling.tbps,
         "fraction_of_ceiling": ceiling.us / timing.us, "timing": timing.to_dict(),
+        **({"gather_ceiling_us": gather.us, "fraction_of_gather_ceiling": gather.us / timing.us}
+           if gather is not None else {}),
         **({"pdl_ceiling_us": ceiling.timings["triton_pdl"].us,
             "fraction_of_pdl_ceiling": ceiling.timings["triton_pdl"].us / timing.us}
            if "triton_pdl" in ceiling.timings else {}),
@@ -143,15 +154,18 @@ def run(args: argparse.Namespace) -> int:
     peak = measure_peak(device)
     rows: list[dict[str, object]] = []
     ceilings: dict[int, Ceiling] = {}
+    gathers: dict[int, Timing] = {}
     for batch in batches:
         inputs = timing_inputs(shape, batch, device, args.seed, args.pdl)
         ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
+        orders = [slot_order(s) for s in inputs.slot_sets] if args.slot_order else None
+        gathers[batch] = measure_gather_ceiling(inputs.state, inputs.slot_sets, orders)
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
             timing = time_config(inputs, config, device, kernel, args.slot_order)
             rows.append({"config": spec.text, "launch": config.label,
                          "launch_config": config.to_dict(),
-                         **bench_row(shape, batch, timing, ceilings[batch])})
+                         **bench_row(shape, batch, timing, ceilings[batch], gathers[batch])})
             log.info("%s %s batch %d: %.2f us", spec.text, config.label, batch, timing.us)
         del inputs
 
@@ -161,19 +175,25 @@ def run(args: argparse.Namespace) -> int:
         "method": {**method(), "bytes_moved": "2 x batch x H x P x N x state elem size",
                    "ceiling": "in-place x *= 1.0000001 over the same bytes, same rotation "
                    "and timer; 'triton' is the ceiling, 'torch' (mul_) the cross-check",
+                   "gather_ceiling": "the same stream over each call's own slots of its state "
+                   "pool (in the call's order, unchanged bits), same rotation and timer: what "
+                   "the slots allow without math",
                    "inputs": "model-like (ssmdecode.bench.inputs)", "seed": args.seed,
                    "pdl": args.pdl, "slot_order": args.slot_order},
         "shape": shape.to_dict(),
         "peak": peak.to_dict(),
         "ceilings": {str(b): c.to_dict() for b, c in ceilings.items()},
+        "gather_ceilings": {str(b): t.to_dict() for b, t in gathers.items()},
         "rows": rows,
     }
     pdl_columns = all("pdl_ceiling_us" in r for r in rows)  # --pdl on a GPU
     table = markdown_table(
         ["config", "launch", "batch", "us", "TB/s", "ceiling us", "ceiling TB/s",
-         "% of ceiling", *(["pdl ceiling us", "% of pdl ceiling"] if pdl_columns else [])],
+         "% of ceiling", "gather ceiling us", "% of gather ceiling",
+         *(["pdl ceiling us", "% of pdl ceiling"] if pdl_columns else [])],
         [[r["config"], r["launch"], r["batch"], r["us"], r["tbps"], r["ceiling_us"],
-          r["ceiling_tbps"], 100 * r["fraction_of_ceiling"],
+          r["ceiling_tbps"], 100 * r["fraction_of_ceiling"], r["gather_ceiling_us"],
+          100 * r["fraction_of_gather_ceiling"],
           *([r["pdl_ceiling_us"], 100 * r["fraction_of_pdl_ceiling"]] if pdl_columns else [])]
          for r in rows],
     )
