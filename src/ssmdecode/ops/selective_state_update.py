@@ -192,11 +192,17 @@ def _selective_state_update_kernel(
     ORDERED_SUM: tl.constexpr,
     PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
     PDL_TRIGGER_FIRST: tl.constexpr,  # let the next kernel launch at the start, else at the end
+    LEAN_INDEX: tl.constexpr,  # see _LEAN_INDEX
+    HEADS_PER_GROUP: tl.constexpr,
 ):
     # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
     if PDL and PDL_TRIGGER_FIRST:  # the next kernel may launch; its own wait orders it after us
         gdc_launch_dependents()
-    if SLOT_MAJOR:  # grid (H * P blocks, B): a request's [H, P, N] state is read in memory order
+    if SLOT_MAJOR and LEAN_INDEX:  # grid (P blocks, H, B): a request's [H, P, N] state is
+        i_m = tl.program_id(0)     # read in memory order, and no division finds the tile
+        i_h = tl.program_id(1)
+        i_b = tl.program_id(2)
+    elif SLOT_MAJOR:  # grid (H * P blocks, B): the same order
         n_mblocks = tl.cdiv(headdim, BLOCK_M)
         i_h = tl.program_id(0) // n_mblocks
         i_m = tl.program_id(0) % n_mblocks
@@ -207,7 +213,10 @@ def _selective_state_update_kernel(
         i_h = tl.program_id(2)
     if HAS_ORDER:
         i_b = tl.load(p_order + i_b * stride_order)
-    i_g = i_h // heads_per_group
+    if LEAN_INDEX:  # a compile-time divisor: a shift or a multiply, not a division
+        i_g = i_h // HEADS_PER_GROUP
+    else:
+        i_g = i_h // heads_per_group
     # Cache hints: each state is touched once per step, so it streams evict-first; the slot
     # indices are read by every layer of a decode step, so they stay (evict-last), which takes
     # the index load off HBM latency before the dependent state load.
@@ -385,11 +394,16 @@ def _launch(
         ORDERED_SUM=config.ordered_sum,
         PDL=pdl,
         PDL_TRIGGER_FIRST=_PDL_TRIGGER_FIRST,
+        LEAN_INDEX=_LEAN_INDEX,
+        HEADS_PER_GROUP=nheads // ngroups if _LEAN_INDEX else 0,
         num_warps=config.num_warps,
     )
     if pdl:
         flags["launch_pdl"] = True
-    grid = (nheads * n_mblocks, batch) if config.slot_major else (n_mblocks, batch, nheads)
+    if config.slot_major:
+        grid = (n_mblocks, nheads, batch) if _LEAN_INDEX else (nheads * n_mblocks, batch)
+    else:
+        grid = (n_mblocks, batch, nheads)
     _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
 
 
@@ -398,6 +412,12 @@ def _launch(
 # wave; last (after its stores), they launch once every program of this one has run. A switch
 # only so that an exploration can measure which pays (benchmarks/explore.py --pdl-trigger).
 _PDL_TRIGGER_FIRST = True
+
+# Find a program's tile without a runtime division: the slot-major grid as (P blocks, H, B)
+# rather than (H * P blocks, B), the heads a group as a compile-time constant (one compile per
+# model's value). Same tiles, same order of programs, same bits. A switch only so that an
+# exploration can measure what the leaner prologue is worth (benchmarks/explore.py --index).
+_LEAN_INDEX = True
 
 # Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
 # only so that an exploration can measure what it is worth (benchmarks/explore.py).
