@@ -1,6 +1,5 @@
 """Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with the
-tile-mask switch (`_EVEN_TILES`) off and on, the tile index with and without divisions
-(`_LEAN_INDEX`), and programmatic dependent launch (`pdl=`) off
+tile-mask switch (`_EVEN_TILES`) off and on, and programmatic dependent launch (`pdl=`) off
 and on, the GPU clocks sampled after each row, and the same-bytes ceiling of each batch; JSON
 and a short table. Uses the bench method's timer (consecutive calls in one CUDA graph, so with
 pdl=True each call may start under the previous call's tail).
@@ -34,22 +33,20 @@ from ssmdecode.tools.report import environment, gpu_clocks
 
 
 def _rounds(args: argparse.Namespace, inputs: DecodeInputs, slot_sets: dict[str, torch.Tensor],
-            slot_modes: list[str], modes: list[bool], indexes: list[bool],
-            pdls: list[bool | None], orders: list[bool], device: torch.device,
-            times: dict[tuple, list[float]]) -> None:
+            slot_modes: list[str], modes: list[bool], pdls: list[bool | None], orders: list[bool],
+            device: torch.device, times: dict[tuple, list[float]]) -> None:
     """Every variant of every config, round after round (interleaved), into times."""
     for _ in range(args.rounds):
         for slots in slot_modes:
             inputs.slot_sets.copy_(slot_sets[slots])
             for config in args.config:
-                for even, lean in itertools.product(modes, indexes):
+                for even in modes:
                     for pdl, ordered in itertools.product(pdls, orders):
                         ssu_module._EVEN_TILES = even
-                        ssu_module._LEAN_INDEX = lean
                         ssu_module._PDL_TRIGGER_FIRST = pdl is not False
                         fn = functools.partial(selective_state_update, pdl=pdl is not None)
                         t = time_config(inputs, config, device, fn, ordered)
-                        key = (config.label, even, lean, pdl, slots, ordered)
+                        key = (config.label, even, pdl, slots, ordered)
                         times.setdefault(key, []).append(t.us)
 
 
@@ -62,9 +59,6 @@ def main() -> int:
     p.add_argument("--masks", choices=("even", "masked", "both"), default="even",
                    help="tile masks dropped where the tile divides (even, the shipped code), "
                    "always kept (masked), or both, interleaved")
-    p.add_argument("--index", choices=("lean", "seed", "both"), default="lean",
-                   help="how a program finds its tile: without a runtime division (lean, the "
-                   "shipped code: _LEAN_INDEX), with the seed's divisions, or both, interleaved")
     p.add_argument("--pdl", choices=("off", "on", "both"), default="off",
                    help="programmatic dependent launch off (the default call), on, or both, "
                    "interleaved")
@@ -86,7 +80,6 @@ def main() -> int:
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
     modes = {"even": [True], "masked": [False], "both": [True, False]}[args.masks]
-    indexes = {"lean": [True], "seed": [False], "both": [True, False]}[args.index]
     triggers = {"first": [True], "last": [False], "both": [True, False]}[args.pdl_trigger]
     pdls = {"off": [None], "on": triggers, "both": [None, *triggers]}[args.pdl]
     slot_modes = ["random", "sorted", "contiguous"] if args.slots == "all" else [args.slots]
@@ -101,19 +94,16 @@ def main() -> int:
                                                 ).view_as(inputs.slot_sets)}
         ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
         pdl_ceiling = ceiling.timings.get("triton_pdl")
-        times: dict[tuple[str, bool, bool, bool | None, str, bool], list[float]] = {}
+        times: dict[tuple[str, bool, bool | None, str, bool], list[float]] = {}
         try:
-            _rounds(args, inputs, slot_sets, slot_modes, modes, indexes, pdls, orders, device,
-                    times)
+            _rounds(args, inputs, slot_sets, slot_modes, modes, pdls, orders, device, times)
         finally:  # the shipped code's switches, whatever happened
             ssu_module._EVEN_TILES = True
-            ssu_module._LEAN_INDEX = True
             ssu_module._PDL_TRIGGER_FIRST = True
         clocks = gpu_clocks(device) if device.type == "cuda" else None
-        for (label, even, lean, pdl, slots, ordered), us in times.items():
+        for (label, even, pdl, slots, ordered), us in times.items():
             best = min(us)
-            rows.append({"batch": batch, "config": label, "even_tiles": even,
-                         "index": "lean" if lean else "seed", "slots": slots,
+            rows.append({"batch": batch, "config": label, "even_tiles": even, "slots": slots,
                          "batch_order": "slot" if ordered else "none",
                          "pdl": {None: "off", True: "first", False: "last"}[pdl], "us": best,
                          "rounds_us": us, "ceiling_us": ceiling.us,
@@ -125,12 +115,12 @@ def main() -> int:
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'index':<5} {'pdl':<5} {'slots':<10} "
-          f"{'order':<5} {'us':>8} {'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
+    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'pdl':<5} {'slots':<10} {'order':<5} "
+          f"{'us':>8} {'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
     for r in rows:
         pdl_ceiling = f"{r['pdl_ceiling_us']:11.2f}" if r["pdl_ceiling_us"] else ""
         print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{r['index']:<5} {r['pdl']:<5} {r['slots']:<10} {r['batch_order']:<5} {r['us']:8.2f} "
+              f"{r['pdl']:<5} {r['slots']:<10} {r['batch_order']:<5} {r['us']:8.2f} "
               f"{r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
     spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]

@@ -34,8 +34,6 @@
 #   bench_pdl  stage bench's headline run with --pdl
 #   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
 #   explore_order  batch_order=slot_order(slots) against rows in order, interleaved
-#   explore_index  benchmarks/explore.py --index both: the tile found with and without runtime
-#           divisions (_LEAN_INDEX), interleaved, at the table's configs
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
 #           work, beside the kernel, on the same slots (random, sorted, consecutive, whole pages)
 #   bench_order  stage bench's headline run with --slot-order
@@ -181,11 +179,6 @@ stage_explore_slots() {
 stage_explore_order() {
   python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 8 32 128 256 512 1024 --order both \
       --rounds 2 --config 16,1,slot,evict,ordered 4,1,slot,evict 8,1 --out "$R/explore-order"
-}
-stage_explore_index() {
-  python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 1 2 4 8 16 32 128 512 --index both \
-      --rounds 3 --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 4,1,slot,evict 8,1 \
-      --out "$R/explore-index"
 }
 stage_explore_stream() {
   python3 benchmarks/explore_stream.py "${HEADLINE[@]}" --batch 8 32 128 256 512 --slots all \

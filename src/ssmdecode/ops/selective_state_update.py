@@ -159,7 +159,7 @@ def _selective_state_update_kernel(
     p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
     p_src_idx, p_dst_idx, p_order,
     # sizes
-    headdim, dstate, heads_per_group, pad_slot_id,
+    headdim, dstate, pad_slot_id,
     # strides, stride_<tensor>_<dim>
     stride_state_s, stride_state_h, stride_state_p, stride_state_n,
     stride_x_b, stride_x_h, stride_x_p,
@@ -173,6 +173,7 @@ def _selective_state_update_kernel(
     stride_out_b, stride_out_h, stride_out_p,
     stride_src_idx, stride_dst_idx, stride_order,
     # flags
+    HEADS_PER_GROUP: tl.constexpr,  # one compile per model's value
     DT_SOFTPLUS: tl.constexpr,
     TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
     WRITE_STATE: tl.constexpr,
@@ -192,31 +193,23 @@ def _selective_state_update_kernel(
     ORDERED_SUM: tl.constexpr,
     PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
     PDL_TRIGGER_FIRST: tl.constexpr,  # let the next kernel launch at the start, else at the end
-    LEAN_INDEX: tl.constexpr,  # see _LEAN_INDEX
-    HEADS_PER_GROUP: tl.constexpr,
 ):
     # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
     if PDL and PDL_TRIGGER_FIRST:  # the next kernel may launch; its own wait orders it after us
         gdc_launch_dependents()
-    if SLOT_MAJOR and LEAN_INDEX:  # grid (P blocks, H, B): a request's [H, P, N] state is
-        i_m = tl.program_id(0)     # read in memory order, and no division finds the tile
+    # No runtime division finds the tile: at small batch a program's prologue is on the
+    # critical path (docs/performance.md, "The prologue").
+    if SLOT_MAJOR:  # grid (P blocks, H, B): a request's [H, P, N] state is read in memory order
+        i_m = tl.program_id(0)
         i_h = tl.program_id(1)
         i_b = tl.program_id(2)
-    elif SLOT_MAJOR:  # grid (H * P blocks, B): the same order
-        n_mblocks = tl.cdiv(headdim, BLOCK_M)
-        i_h = tl.program_id(0) // n_mblocks
-        i_m = tl.program_id(0) % n_mblocks
-        i_b = tl.program_id(1)
     else:  # grid (P blocks, B, H): the upstream order
         i_m = tl.program_id(0)
         i_b = tl.program_id(1)
         i_h = tl.program_id(2)
     if HAS_ORDER:
         i_b = tl.load(p_order + i_b * stride_order)
-    if LEAN_INDEX:  # a compile-time divisor: a shift or a multiply, not a division
-        i_g = i_h // HEADS_PER_GROUP
-    else:
-        i_g = i_h // heads_per_group
+    i_g = i_h // HEADS_PER_GROUP  # a compile-time divisor: a shift or a multiply
     # Cache hints: each state is touched once per step, so it streams evict-first; the slot
     # indices are read by every layer of a decode step, so they stay (evict-last), which takes
     # the index load off HBM latency before the dependent state load.
@@ -377,13 +370,14 @@ def _launch(
     args = (
         state, x, dt, dt_bias, A, B, C, D, z, out, src_idx, dst_idx,
         order,
-        headdim, dstate, nheads // ngroups, pad_slot_id,
+        headdim, dstate, pad_slot_id,
         *state.stride(), *x.stride(), *dt.stride(), *strides(dt_bias, 2), *A.stride(),
         *B.stride(), *C.stride(), *strides(D, 2), *strides(z, 3), *out.stride(),
         *strides(src_idx, 1), *strides(dst_idx, 1),
         1 if order is None else order.stride(0),  # 1: a constant, no kernel argument
     )
     flags = dict(
+        HEADS_PER_GROUP=nheads // ngroups,
         DT_SOFTPLUS=dt_softplus,
         TIE_HDIM=tie_hdim,
         WRITE_STATE=write_state,
@@ -394,16 +388,11 @@ def _launch(
         ORDERED_SUM=config.ordered_sum,
         PDL=pdl,
         PDL_TRIGGER_FIRST=_PDL_TRIGGER_FIRST,
-        LEAN_INDEX=_LEAN_INDEX,
-        HEADS_PER_GROUP=nheads // ngroups if _LEAN_INDEX else 0,
         num_warps=config.num_warps,
     )
     if pdl:
         flags["launch_pdl"] = True
-    if config.slot_major:
-        grid = (n_mblocks, nheads, batch) if _LEAN_INDEX else (nheads * n_mblocks, batch)
-    else:
-        grid = (n_mblocks, batch, nheads)
+    grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
     _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
 
 
@@ -412,12 +401,6 @@ def _launch(
 # wave; last (after its stores), they launch once every program of this one has run. A switch
 # only so that an exploration can measure which pays (benchmarks/explore.py --pdl-trigger).
 _PDL_TRIGGER_FIRST = True
-
-# Find a program's tile without a runtime division: the slot-major grid as (P blocks, H, B)
-# rather than (H * P blocks, B), the heads a group as a compile-time constant (one compile per
-# model's value). Same tiles, same order of programs, same bits. A switch only so that an
-# exploration can measure what the leaner prologue is worth (benchmarks/explore.py --index).
-_LEAN_INDEX = True
 
 # Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
 # only so that an exploration can measure what it is worth (benchmarks/explore.py).
