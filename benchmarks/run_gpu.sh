@@ -34,6 +34,7 @@
 #   bench_pdl  stage bench's headline run with --pdl
 #   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
 #   explore_order  batch_order=slot_order(slots) against rows in order, interleaved
+#   explore_model  e2e and bench of the same configs at bs 256 and 512 (grid order, hints)
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
 #           work, beside the kernel, on the same slots (random, sorted, consecutive, whole pages)
 #   bench_order  stage bench's headline run with --slot-order
@@ -179,6 +180,15 @@ stage_explore_slots() {
 stage_explore_order() {
   python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 8 32 128 256 512 1024 --order both \
       --rounds 2 --config 16,1,slot,evict,ordered 4,1,slot,evict 8,1 --out "$R/explore-order"
+}
+stage_explore_model() {
+  # the same configs in the 4-layer model and in the bench, one run: which attribute (grid
+  # order, cache hints) the model's ranking follows at large batch
+  local configs=(8,1 4,1 4,1,slot 4,1,evict 4,1,slot,evict 8,1,slot,evict 16,1,slot,evict,ordered)
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 256 512 --config "${configs[@]}" \
+      --out "$R/explore-model/e2e" &&
+  "${SSM[@]}" bench "${HEADLINE[@]}" --batch 256 512 --config "${configs[@]}" \
+      --out "$R/explore-model/bench"
 }
 stage_explore_stream() {
   python3 benchmarks/explore_stream.py "${HEADLINE[@]}" --batch 8 32 128 256 512 --slots all \
