@@ -41,6 +41,8 @@
 #   tune_order  ssmdecode tune --slot-order of the headline's large buckets into the shipped
 #           table (copied to $OUT/results/configs and, for the stages after it, into the package
 #           of this copy), then the headline bench, bench_order and verify with it
+#   tune_model  ssmdecode tune of the headline's bs 256-1024 buckets without cache hints into
+#           the shipped table (as tune_order), verify, and e2e against the previous entries
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
 #   e2e_order  the same with and without batch_order=slot_order(slots) once per step
 #   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
@@ -210,6 +212,20 @@ stage_tune_order() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
       --out "$R/bench" &&
   stage_bench_order && VERIFY_NAME=verify VERIFY_ARGS="" stage_verify
+}
+stage_tune_model() {
+  # the large buckets re-tuned without cache hints (run 29: in the 4-layer model the hints cost
+  # the step 0.5% at bs 256 and 1.6% at 512, though the bench ranks them 1.5-2% faster), then
+  # verify, and the model with the new table against the old entries, with and without order
+  mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/" &&
+  "${SSM[@]}" tune "${HEADLINE[@]}" --batch 256 512 1024 \
+      --config 4,1,slot 8,1,slot 4,1,slot,ordered 16,1,slot,ordered \
+      --out-dir "$R/configs" --out "$R/tune-model" &&
+  cp -r "$R/configs/." src/ssmdecode/configs/ &&
+  VERIFY_NAME=verify VERIFY_ARGS="" stage_verify &&
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 256 512 1024 \
+      --config table 16,1,slot,evict,ordered 4,1,slot,evict 8,1 --slot-order \
+      --out "$R/e2e-tune-model"
 }
 stage_e2e_pdl() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \
