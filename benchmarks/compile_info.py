@@ -1,6 +1,7 @@
 """What the compiler makes of a launch config, without a GPU: compile selective_state_update's
 kernel for a target (default sm_90, the H100/H200) as a real call would specialize it, and
-print registers, spills, shared memory and a few PTX facts per config.
+print registers, spills, shared memory, a few PTX facts and the SASS instruction count per
+config.
 
     python benchmarks/compile_info.py --preset nemotron3-super --tp 8 \
         --config 16,1,slot,evict 16,1,slot,evict,ordered,flat [--ptx DIR]
@@ -53,7 +54,7 @@ def _capture(kwargs: dict, config: LaunchConfig) -> dict:
             return launch
 
     real = {name: getattr(ssu, name) for name in _KERNELS if hasattr(ssu, name)}
-    interpreted = ssu._interpreted
+    interpreted = getattr(ssu, "_interpreted", None)  # None: a tree before the CPU check
     for name in real:
         setattr(ssu, name, Capture(name))
     ssu._interpreted = lambda: True  # let CPU tensors through to the captured launch
@@ -62,7 +63,10 @@ def _capture(kwargs: dict, config: LaunchConfig) -> dict:
     finally:
         for name, kernel in real.items():
             setattr(ssu, name, kernel)
-        ssu._interpreted = interpreted
+        if interpreted is None:
+            del ssu._interpreted
+        else:
+            ssu._interpreted = interpreted
     return seen
 
 
@@ -120,6 +124,18 @@ def _resource_usage(cubin: bytes) -> tuple[int, int]:
     return regs, spills
 
 
+def _sass(cubin: bytes) -> list[str]:
+    """The SASS instructions of a cubin, one a line (Triton's cuobjdump)."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    return [m.group(1).strip() for m in re.finditer(r"^\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", text,
+                                                     re.MULTILINE)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,7 +143,7 @@ def main() -> int:
     p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90)")
-    p.add_argument("--ptx", type=Path, help="also write each config's PTX here")
+    p.add_argument("--ptx", type=Path, help="also write each config's PTX and SASS here")
     args = p.parse_args()
     (shape,) = shapes_from_args(args, torch.device("cuda"))  # the GPU shape defaults
     inputs = make_shape_inputs(shape, args.batch, pool=args.batch, device=torch.device("cpu"),
@@ -136,21 +152,23 @@ def main() -> int:
     target = GPUTarget("cuda", args.arch, 32)
     print(f"shape {shape.label}, sm_{args.arch}")
     print(f"{'config':<34} {'regs':>5} {'stack':>6} {'smem B':>7} {'warps/SM':>8} "
-          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8}")
+          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8} {'SASS':>5}")
     for config in args.config:
         c = compile_config(kwargs, config, target)
         ptx = c.asm["ptx"]
         regs, spills = _resource_usage(c.asm["cubin"])
+        sass = _sass(c.asm["cubin"])
         per_warp = -(-regs * 32 // 256) * 256  # allocation granule: 256 registers a warp
         warps = min(64, 65536 // per_warp // config.num_warps * config.num_warps,
                      32 * config.num_warps)
         print(f"{config.label:<34} {regs:>5} {spills:>6} {c.metadata.shared:>7} {warps:>8} "
               f"{len(re.findall(r'bar.sync|barrier.sync', ptx)):>8} "
               f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6} "
-              f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8}")
+              f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8} {len(sass):>5}")
         if args.ptx:
             args.ptx.mkdir(parents=True, exist_ok=True)
             (args.ptx / f"{config.label}.ptx").write_text(ptx)
+            (args.ptx / f"{config.label}.sass").write_text("\n".join(sass) + "\n")
     return 0
 
 
