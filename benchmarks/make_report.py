@@ -135,6 +135,7 @@ def e2e_section(folder: Path) -> str:
         title = f"#### e2e: {shape['name']}, {data['layers']} Mamba2 layers, d_model {data['d_model']}"
         if variants:
             title += ", " + " and ".join(f"+{v}" for v in variants)
+        title += f" (`{path.parent.name}/`)"
         parts += [title, "", "The config column names the launch config each row ran (the table "
                   "of the day of the run, which may differ from the one shipped now)."
                   + "".join(f" {what[v]}." for v in variants), "",
