@@ -118,3 +118,15 @@ def test_cpu_tensors_are_refused_when_triton_compiles_for_the_gpu() -> None:
     with pytest.raises(ValueError, match=r"state is on cpu, but Triton compiles for the GPU"):
         selective_state_update(**kw)
     assert torch.equal(bits(kw["state"]), bits(state0))
+
+
+def test_a_batch_past_the_grid_limit_is_refused() -> None:
+    rows, p, n = 65536, 4, 16  # Mamba1 layout, small rows: nothing here is large
+    state = torch.randn(2, p, n)
+    state0 = state.clone()
+    kw = dict(state=state, x=torch.randn(rows, p), dt=torch.randn(rows, p), A=torch.randn(p, n),
+              B=torch.randn(rows, n), C=torch.randn(rows, n),
+              state_batch_indices=torch.zeros(rows, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"x has 65536 rows; one call takes at most 65535"):
+        selective_state_update(**kw)
+    assert torch.equal(bits(state), bits(state0))

@@ -402,6 +402,9 @@ def _launch(
 # only so that an exploration can measure which pays (benchmarks/explore.py --pdl-trigger).
 _PDL_TRIGGER_FIRST = True
 
+# The batch is a grid dimension (y or z), which CUDA caps at 65535.
+_MAX_BATCH = 65535
+
 # Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
 # only so that an exploration can measure what it is worth (benchmarks/explore.py).
 _EVEN_TILES = True
@@ -591,6 +594,9 @@ def selective_state_update(
             f"for the {layout} state of shape {tuple(state.shape)}"
         )
     batch = x.shape[0]
+    if batch > _MAX_BATCH:
+        raise ValueError(f"x has {batch} rows; one call takes at most {_MAX_BATCH} (a grid "
+                         "dimension of the kernel): split the batch")
     if not isinstance(B, torch.Tensor):
         raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
     if B.dim() != (2 if mamba1 else 3):
