@@ -31,6 +31,23 @@ from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_a
 from ssmdecode.tools.bench import time_config, timing_inputs
 from ssmdecode.tools.report import environment, gpu_clocks
 
+SLOT_MODES = ("random", "sorted", "contiguous")
+
+
+def slot_sets_by_mode(slot_sets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The K disjoint slot sets [K, B] of a pool three ways: as drawn (random, the bench's),
+    each set ascending (sorted), or consecutive (call i: slots i*B .. i*B+B-1, so the state it
+    touches is one flat block, as the ceiling's)."""
+    return {"random": slot_sets.clone(), "sorted": slot_sets.sort(dim=1).values,
+            "contiguous": torch.arange(slot_sets.numel(), device=slot_sets.device,
+                                       dtype=slot_sets.dtype).view(slot_sets.shape)}
+
+
+def print_spread(rows: list[dict]) -> None:
+    """How far each row's interleaved rounds lie apart, as a last line under the table."""
+    spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
+    print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
+
 
 def _rounds(args: argparse.Namespace, inputs: DecodeInputs, slot_sets: dict[str, torch.Tensor],
             slot_modes: list[str], modes: list[bool], pdls: list[bool | None], orders: list[bool],
@@ -82,16 +99,12 @@ def main() -> int:
     modes = {"even": [True], "masked": [False], "both": [True, False]}[args.masks]
     triggers = {"first": [True], "last": [False], "both": [True, False]}[args.pdl_trigger]
     pdls = {"off": [None], "on": triggers, "both": [None, *triggers]}[args.pdl]
-    slot_modes = ["random", "sorted", "contiguous"] if args.slots == "all" else [args.slots]
+    slot_modes = list(SLOT_MODES) if args.slots == "all" else [args.slots]
     orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed, args.pdl != "off")
-        slot_sets = {"random": inputs.slot_sets.clone(),
-                     "sorted": inputs.slot_sets.sort(dim=1).values,
-                     "contiguous": torch.arange(inputs.slot_sets.numel(), device=device,
-                                                dtype=inputs.slot_sets.dtype
-                                                ).view_as(inputs.slot_sets)}
+        slot_sets = slot_sets_by_mode(inputs.slot_sets)
         ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
         pdl_ceiling = ceiling.timings.get("triton_pdl")
         times: dict[tuple[str, bool, bool | None, str, bool], list[float]] = {}
@@ -123,8 +136,7 @@ def main() -> int:
               f"{r['pdl']:<5} {r['slots']:<10} {r['batch_order']:<5} {r['us']:8.2f} "
               f"{r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
-    spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
-    print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
+    print_spread(rows)
     return 0
 
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+from explore import SLOT_MODES, print_spread, slot_sets_by_mode
 
 from ssmdecode.bench.ceiling import measure_ceiling
 from ssmdecode.bench.inputs import DecodeInputs
@@ -103,6 +103,7 @@ def _call(layout: str, inputs: DecodeInputs) -> Callable[[int], object]:
 
 
 PAGE_BYTES = 2 * 2**20  # the GPU's large page, as the driver maps allocations this size
+PAGE_MODES = ("pages", "pages-random")
 
 
 def _page_sets(pool: int, rotation: int, batch: int, slot_bytes: int,
@@ -118,7 +119,7 @@ def _page_sets(pool: int, rotation: int, batch: int, slot_bytes: int,
     slots = (pages.sort(dim=1).values[:, :, None] * per_page
              + torch.arange(per_page)).view(rotation, batch).to(torch.int32)
     shuffled = torch.stack([row[torch.randperm(batch, generator=g)] for row in slots])
-    return {"pages": slots, "pages-random": shuffled}
+    return dict(zip(PAGE_MODES, (slots, shuffled), strict=True))
 
 
 def main() -> int:
@@ -132,7 +133,7 @@ def main() -> int:
         help="stream layouts (see above), and kernel:CONFIG for ssmdecode's kernel itself "
         "with a launch config, on the same slots")
     p.add_argument("--slots", nargs="+", default=["all"],
-                   choices=("random", "sorted", "contiguous", "pages", "pages-random", "all"),
+                   choices=(*SLOT_MODES, *PAGE_MODES, "all"),
                    help="each call's slots: random in the pool (the bench's), random but "
                    "ascending, consecutive, whole 2 MiB pages drawn at random (ascending, or "
                    "in a random order); all of them, interleaved")
@@ -145,16 +146,13 @@ def main() -> int:
     (shape,) = shapes_from_args(args, device)
     if shape.state_dtype != torch.float32:
         raise SystemExit("explore_stream: the streams take an fp32 state")
-    slot_modes = (["random", "sorted", "contiguous", "pages", "pages-random"]
-                  if "all" in args.slots else args.slots)
+    slot_modes = [*SLOT_MODES, *PAGE_MODES] if "all" in args.slots else args.slots
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed)
         rotation, pool = inputs.rotation, inputs.state.shape[0]
         g = torch.Generator().manual_seed(args.seed)
-        perm = inputs.slot_sets.cpu()
-        sets = {"random": perm, "sorted": perm.sort(dim=1).values,
-                "contiguous": torch.arange(pool, dtype=torch.int32).view(rotation, batch),
+        sets = {**slot_sets_by_mode(inputs.slot_sets),
                 **_page_sets(pool, rotation, batch, inputs.state[0].nbytes, g)}
         ceiling = measure_ceiling(shape.state_bytes(batch), device)
         calls = {layout: _call(layout, inputs) for layout in args.layout}
@@ -184,8 +182,7 @@ def main() -> int:
     for r in rows:
         print(f"{r['batch']:>5} {r['rotation']:>2} {r['layout']:<34} {r['slots']:<12} "
               f"{r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} {r['ceiling_us']:8.2f}")
-    spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
-    print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
+    print_spread(rows)
     return 0
 
 
