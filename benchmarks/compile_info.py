@@ -15,11 +15,13 @@ runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 os.environ.pop("TRITON_INTERPRET", None)  # compile for the target, never interpret
 
@@ -53,20 +55,13 @@ def _capture(kwargs: dict, config: LaunchConfig) -> dict:
                 seen.update(kernel=self.name, args=args, kw=kw, grid=grid)
             return launch
 
-    real = {name: getattr(ssu, name) for name in _KERNELS if hasattr(ssu, name)}
-    interpreted = getattr(ssu, "_interpreted", None)  # None: a tree before the CPU check
-    for name in real:
-        setattr(ssu, name, Capture(name))
-    ssu._interpreted = lambda: True  # let CPU tensors through to the captured launch
-    try:
+    with contextlib.ExitStack() as patches:
+        for name in _KERNELS:
+            if hasattr(ssu, name):
+                patches.enter_context(mock.patch.object(ssu, name, Capture(name)))
+        # let CPU tensors through to the captured launch (create: a tree before that check)
+        patches.enter_context(mock.patch.object(ssu, "_interpreted", lambda: True, create=True))
         ssu.selective_state_update(**kwargs, config=config)
-    finally:
-        for name, kernel in real.items():
-            setattr(ssu, name, kernel)
-        if interpreted is None:
-            del ssu._interpreted
-        else:
-            ssu._interpreted = interpreted
     return seen
 
 
@@ -110,30 +105,29 @@ def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget):
     return triton.compile(src, target=target, options=options)
 
 
-def _resource_usage(cubin: bytes) -> tuple[int, int]:
-    """(registers a thread, spill stores in bytes) of a cubin, read by Triton's cuobjdump (a
-    kernel's own n_regs is only known once it is loaded on a GPU)."""
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    """Triton's cuobjdump run with flag on a cubin."""
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True,
-                              text=True, check=True).stdout
+        return subprocess.run([str(tool), flag, f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def _resource_usage(cubin: bytes) -> tuple[int, int]:
+    """(registers a thread, spill stores in bytes) of a cubin, read by Triton's cuobjdump (a
+    kernel's own n_regs is only known once it is loaded on a GPU)."""
+    text = _cuobjdump(cubin, "-res-usage")
     regs = int(re.search(r"REG:(\d+)", text).group(1))
     spills = int(re.search(r"STACK:(\d+)", text).group(1))
     return regs, spills
 
 
 def _sass(cubin: bytes) -> list[str]:
-    """The SASS instructions of a cubin, one a line (Triton's cuobjdump)."""
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
-    return [m.group(1).strip() for m in re.finditer(r"^\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", text,
-                                                     re.MULTILINE)]
+    """The SASS instructions of a cubin, one a line."""
+    return [m.group(1).strip() for m in re.finditer(r"^\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;",
+                                                     _cuobjdump(cubin, "-sass"), re.MULTILINE)]
 
 
 def main() -> int:
