@@ -64,6 +64,11 @@ def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int,
     return make_shape_inputs(shape, batch, pool=rotation * batch, device=device, seed=seed)
 
 
+def call_orders(inputs: DecodeInputs, slot_ordered: bool) -> list[torch.Tensor | None]:
+    """Each call's batch_order: slot_order of its slot set when slot_ordered, else None."""
+    return [slot_order(slots) if slot_ordered else None for slots in inputs.slot_sets]
+
+
 def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device,
                 fn: Callable[..., torch.Tensor] | None = None,
                 slot_ordered: bool = False) -> Timing:
@@ -72,7 +77,7 @@ def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device
     pass batch_order=slot_order(slots of call i), computed before timing, as an engine computes
     it once per decode step for all layers."""
     fn = fn or selective_state_update
-    orders = [slot_order(slots) if slot_ordered else None for slots in inputs.slot_sets]
+    orders = call_orders(inputs, slot_ordered)
     extra = [{"batch_order": order} if order is not None else {} for order in orders]
     return time_cold(lambda i: fn(**inputs.kwargs(i), config=config, **extra[i]), device,
                      rotation=inputs.rotation)
@@ -158,8 +163,8 @@ def run(args: argparse.Namespace) -> int:
     for batch in batches:
         inputs = timing_inputs(shape, batch, device, args.seed, args.pdl)
         ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
-        orders = [slot_order(s) for s in inputs.slot_sets] if args.slot_order else None
-        gathers[batch] = measure_gather_ceiling(inputs.state, inputs.slot_sets, orders)
+        gathers[batch] = measure_gather_ceiling(inputs.state, inputs.slot_sets,
+                                                call_orders(inputs, args.slot_order))
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
             timing = time_config(inputs, config, device, kernel, args.slot_order)
