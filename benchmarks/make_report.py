@@ -61,16 +61,19 @@ def bench_section(data: dict, title: str, bar: float | None) -> str:
     by_batch: dict[int, list[dict]] = {}
     for row in data["rows"]:
         by_batch.setdefault(row["batch"], []).append(row)
+    # ceiling columns that every row carries (--pdl runs; gather ceilings since run 25)
+    has_pdl = all("pdl_ceiling_us" in r for r in data["rows"])
+    has_gather = all("gather_ceiling_us" in r for r in data["rows"])
     rows = []
     for batch, measured in sorted(by_batch.items()):
         table_row = next(r for r in measured if r["config"] == "table")
         upstream = next(r for r in measured if r["config"] == "upstream")
         best = min((r for r in measured if is_upstream_grid(r)), key=lambda r: r["us"])
         pdl = ([table_row["pdl_ceiling_us"], f"{100 * table_row['fraction_of_pdl_ceiling']:.1f}%"]
-               if all("pdl_ceiling_us" in r for r in data["rows"]) else [])
+               if has_pdl else [])
         gather = ([table_row["gather_ceiling_us"],
                    f"{100 * table_row['fraction_of_gather_ceiling']:.1f}%"]
-                  if "gather_ceiling_us" in table_row else [])
+                  if has_gather else [])
         rows.append([
             batch, table_row["ceiling_us"], upstream["us"], f"{best['launch']} {best['us']:.2f}",
             f"{table_row['launch']} {table_row['us']:.2f}", table_row["tbps"],
@@ -78,10 +81,8 @@ def bench_section(data: dict, title: str, bar: float | None) -> str:
             f"{upstream['us'] / table_row['us']:.2f}x", f"{best['us'] / table_row['us']:.2f}x",
         ])
     shape = data["shape"]
-    pdl_headers = (["pdl ceiling us", "table % of pdl ceiling"]
-                   if all("pdl_ceiling_us" in r for r in data["rows"]) else [])
-    gather_headers = (["gather ceiling us", "table % of gather ceiling"]
-                      if all("gather_ceiling_us" in r for r in data["rows"]) else [])
+    pdl_headers = ["pdl ceiling us", "table % of pdl ceiling"] if has_pdl else []
+    gather_headers = ["gather ceiling us", "table % of gather ceiling"] if has_gather else []
     text = [f"#### {title}: H{shape['nheads']} P{shape['headdim']} N{shape['dstate']} "
             f"G{shape['ngroups']}, {shape['state_dtype']} state, {shape['dtype']} inputs", "",
             table(["batch", "ceiling us", "upstream default us", "best upstream-grid config, us",
