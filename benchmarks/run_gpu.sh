@@ -77,6 +77,10 @@ stage_golden() {
   [ -f "$g/check.py" ] || g=.golden
   python3 "$g/check.py"
 }
+# A tune that adds to the shipped table starts from it in $R/configs; one whose table the
+# later stages of the run should use puts it back into this copy's package.
+tables_from_package() { mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/"; }
+tables_into_package() { cp -r "$R/configs/." src/ssmdecode/configs/; }
 stage_tune() {
   # two halves, so a run cut short still leaves the first half's table
   "${SSM[@]}" tune "${HEADLINE[@]}" --config "${TUNE_CONFIGS[@]}" --batch 1 2 4 8 16 32 \
@@ -95,7 +99,7 @@ SHAPE_CONFIGS=(4,1,slot,evict 8,1,slot,evict 8,2,slot,evict 16,1,slot,evict 16,2
 # SHAPES_LIST (';'-separated) narrows the shapes, e.g. SHAPES_LIST="--dstate 256".
 IFS=';' read -ra SHAPES <<< "${SHAPES_LIST:---dstate 64;--dstate 256;--headdim 128;--state-dtype bfloat16}"
 stage_tune_shapes() {
-  mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/"  # add to the shipped table
+  tables_from_package  # add to the shipped table
   local shape
   for shape in "${SHAPES[@]}"; do
     # shellcheck disable=SC2086
@@ -203,12 +207,12 @@ stage_bench_order() {
       --slot-order --out "$R/bench-slot-order"
 }
 stage_tune_order() {
-  mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/" &&
+  tables_from_package &&
   "${SSM[@]}" tune "${HEADLINE[@]}" --slot-order --batch 128 256 512 1024 \
       --config 2,1,slot,evict 4,1,slot,evict 8,1,slot,evict 4,2,slot,evict 8,2,slot,evict \
       4,1,slot,evict,ordered 8,1,slot,evict,ordered 16,1,slot,evict,ordered \
       --out-dir "$R/configs" --out "$R/tune-slot-order" &&
-  cp -r "$R/configs/." src/ssmdecode/configs/ &&
+  tables_into_package &&
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
       --out "$R/bench" &&
   stage_bench_order && VERIFY_NAME=verify VERIFY_ARGS="" stage_verify
@@ -217,11 +221,11 @@ stage_tune_model() {
   # the large buckets re-tuned without cache hints (run 29: in the 4-layer model the hints cost
   # the step 0.5% at bs 256 and 1.6% at 512, though the bench ranks them 1.5-2% faster), then
   # verify, and the model with the new table against the old entries, with and without order
-  mkdir -p "$R/configs" && cp -r src/ssmdecode/configs/. "$R/configs/" &&
+  tables_from_package &&
   "${SSM[@]}" tune "${HEADLINE[@]}" --batch 256 512 1024 \
       --config 4,1,slot 8,1,slot 4,1,slot,ordered 16,1,slot,ordered \
       --out-dir "$R/configs" --out "$R/tune-model" &&
-  cp -r "$R/configs/." src/ssmdecode/configs/ &&
+  tables_into_package &&
   VERIFY_NAME=verify VERIFY_ARGS="" stage_verify &&
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 256 512 1024 \
       --config table 16,1,slot,evict,ordered 4,1,slot,evict 8,1 --slot-order \
