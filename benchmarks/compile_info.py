@@ -72,7 +72,7 @@ def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget):
     names = jit.arg_names
     args = dict(zip(names, seen["args"], strict=False))
     kw = dict(seen["kw"])
-    options = {"num_warps": kw.pop("num_warps")}
+    options = {k: kw.pop(k) for k in ("num_warps", "maxnreg", "launch_pdl") if k in kw}
     args.update(kw)
     for name, fn in heur.values.items():  # the heuristics' constexprs
         args[name] = fn(args)

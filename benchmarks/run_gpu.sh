@@ -35,6 +35,8 @@
 #   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
 #   explore_order  batch_order=slot_order(slots) against rows in order, interleaved
 #   explore_model  e2e and bench of the same configs at bs 256 and 512 (grid order, hints)
+#   explore_regs  register caps (max_registers) against the compiler's choice, interleaved, at
+#           the bf16 state and the headline
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
 #           work, beside the kernel, on the same slots (random, sorted, consecutive, whole pages)
 #   bench_order  stage bench's headline run with --slot-order
@@ -251,6 +253,19 @@ stage_ncu() {
     grep -E "==PROF==|ERR|profiled:" "$R/ncu-bs$batch.txt" | tail -4
   done
   return $rc
+}
+stage_explore_regs() {
+  # register caps (max_registers, ptxas's maxnreg) against the compiler's choice, interleaved:
+  # the bf16 state's (16,1,slot,evict,ordered) takes 100 registers (19 warps an SM) since the
+  # lean index, 92 under regs96 (21) and 88 under regs88 (23), none spilled (compile_info.py);
+  # at the headline, (8,1) and (8,1,slot,ordered) fit 64 without spilling (25 and 28 -> 32)
+  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}" --rounds 3)
+  "${X[@]}" --state-dtype bfloat16 --batch 64 128 256 512 1024 --out "$R/explore-regs-bf16" \
+      --config 16,1,slot,evict,ordered 16,1,slot,evict,ordered,regs96 \
+      16,1,slot,evict,ordered,regs88 16,1,slot,ordered,regs88 8,1,slot,evict,ordered &&
+  "${X[@]}" --batch 8 64 128 256 512 1024 --out "$R/explore-regs" \
+      --config 16,1,slot,evict,ordered 16,1,slot,evict,ordered,regs120 16,1,slot,ordered \
+      8,1 8,1,regs64 8,1,slot,ordered 8,1,slot,ordered,regs64
 }
 stage_explore() {
   local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")

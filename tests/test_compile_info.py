@@ -16,12 +16,15 @@ def test_compile_info_reports_registers_per_config() -> None:
     env["PYTHONPATH"] = str(ROOT / "src")
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "compile_info.py"), "--heads", "2",
-         "--headdim", "8", "--dstate", "16", "--config", "8,1", "8,1,slot,evict,ordered"],
+         "--headdim", "8", "--dstate", "16", "--config", "8,1", "8,1,slot,evict,ordered",
+         "8,1,slot,evict,ordered,regs24"],
         capture_output=True, text=True, env=env, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
-    assert [r[0] for r in rows] == ["(8,1)", "(8,1,slot,evict,ordered)"]
+    assert [r[0] for r in rows] == ["(8,1)", "(8,1,slot,evict,ordered)",
+                                    "(8,1,slot,evict,ordered,regs24)"]
     assert all(0 < int(r[1]) <= 255 for r in rows)  # registers a thread
+    assert int(rows[2][1]) <= 24  # the cap reaches ptxas
 
 
 def test_ptx_snapshot_compares_instructions_not_debug_info(tmp_path: Path) -> None:

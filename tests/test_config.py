@@ -66,10 +66,22 @@ def test_parse_and_label_round_trip() -> None:
     assert LaunchConfig.parse("8,1,ordered,slot") == LaunchConfig(8, 1, slot_major=True,
                                                                   ordered_sum=True)
     assert LaunchConfig(8, 1, ordered_sum=True).label == "(8,1,ordered)"
+    capped = LaunchConfig.parse("16,1,regs88,slot")
+    assert capped == LaunchConfig(16, 1, slot_major=True, max_registers=88)
+    assert capped.label == "(16,1,slot,regs88)" and not capped.upstream_grid
+    assert LaunchConfig.from_dict(capped.to_dict()) == capped
+    assert "max_registers" not in LaunchConfig(8, 1).to_dict()  # tables before the cap read the same
     with pytest.raises(ValueError, match="unknown flag"):
         LaunchConfig.parse("8,1,fast")
     with pytest.raises(ValueError, match="expected 'BLOCK_M,WARPS"):
         LaunchConfig.parse("8")
+    with pytest.raises(ValueError, match="two register caps"):
+        LaunchConfig.parse("8,1,regs64,regs72")
+    for bad in ("8,1,regs60", "8,1,regs16", "8,1,regs256"):
+        with pytest.raises(ValueError, match="max_registers must be None or a multiple of 8"):
+            LaunchConfig.parse(bad)
+    with pytest.raises(ValueError, match="max_registers"):
+        LaunchConfig(8, 1, max_registers=True)
 
 
 def test_upstream_and_default_configs() -> None:
@@ -165,14 +177,17 @@ def test_malformed_table_names_file_and_field(table_dir: Path, data: object, mes
 
 
 def test_write_table_round_trip_is_sorted_and_reviewable(table_dir: Path) -> None:
-    entries = {KEY: {512: LaunchConfig(16, 1, True), 8: LaunchConfig(8, 2)},
+    entries = {KEY: {512: LaunchConfig(16, 1, True), 8: LaunchConfig(8, 2),
+                     1024: LaunchConfig(16, 1, True, max_registers=88)},
                "headdim=64 dstate=64 state=float32": {1: LaunchConfig(16, 1)}}
     path = write_table("FAKE_GPU", entries, {"device": "Fake GPU", "date": "2026-11-29"})
     text = path.read_text()
     assert text.endswith("}\n")
     data = json.loads(text)
     assert list(data["entries"]) == sorted(entries)
-    assert list(data["entries"][KEY]) == ["8", "512"]
+    assert list(data["entries"][KEY]) == ["8", "512", "1024"]
+    assert "max_registers" not in data["entries"][KEY]["8"]
+    assert data["entries"][KEY]["1024"]["max_registers"] == 88
     assert load_table("FAKE_GPU") == {k: dict(v) for k, v in entries.items()}
     assert lookup_config(64, 128, torch.float32, 600) == LaunchConfig(16, 1, True)
 

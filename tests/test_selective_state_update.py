@@ -244,6 +244,31 @@ def test_gpu_candidate_space_has_identical_and_different_configs() -> None:
 
 
 @pytest.mark.gpu
+def test_gpu_register_cap_reaches_the_compiler_and_keeps_the_bits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """max_registers is ptxas's maxnreg: the compiled kernel holds to it (the cap is set under
+    what the config takes uncapped, so it has to bite), and out and state keep their bits."""
+    from ssmdecode.ops import selective_state_update as ssu
+
+    kernel = ssu._selective_state_update_kernel
+    compiled = []
+    run = kernel.run
+    monkeypatch.setattr(kernel, "run", lambda *a, **k: compiled.append(run(*a, **k)) or compiled[-1])
+    case = Case(batch=12, nheads=16, headdim=64, dstate=128, ngroups=1, state="bf16", tie=True,
+                extra_slots=29)
+    kw = make_inputs(case)
+    state0 = kw["state"].clone()
+    free = LaunchConfig.parse("16,1,slot,evict,ordered")
+    want = run_bits(kw, state0, free)
+    regs = compiled[-1].n_regs
+    cap = (regs - 1) // 8 * 8
+    got = run_bits(kw, state0, dataclasses.replace(free, max_registers=cap))
+    assert compiled[-1].n_regs <= cap < regs
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(want[0], run_bits(kw, state0, upstream_config(case.dstate))[0])
+
+
+@pytest.mark.gpu
 def test_gpu_cuda_graph_capture_and_replay() -> None:
     case = Case(batch=16, nheads=16, headdim=64, dstate=128, ngroups=1, tie=True, extra_slots=40,
                 has_z=False)

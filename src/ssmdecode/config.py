@@ -52,6 +52,13 @@ class LaunchConfig:
         then a butterfly over lanes, then warps), so that its bits no longer depend on the
         register layout of the tile. Lets tiles with 8 elements a thread, or one warp at
         dstate 256, keep the upstream bits. For 16 <= dstate <= 256.
+    max_registers: a cap on the registers a thread (ptxas's maxnreg; label flag "regs<N>"), or
+        None for the compiler's choice. With one warp a program, registers bound how many
+        programs share a multiprocessor: (16,1,slot,evict,ordered) with a bf16 state takes 100
+        registers, 19 warps an SM, and under "regs88" 88 without spilling, 23 warps. A cap
+        the compiler cannot meet spills to local memory (`benchmarks/compile_info.py` shows
+        registers and spills offline). Register allocation does not change the arithmetic;
+        the tuner measures the bits all the same.
     """
 
     block_m: int
@@ -59,6 +66,7 @@ class LaunchConfig:
     slot_major: bool = False
     evict_first: bool = False
     ordered_sum: bool = False
+    max_registers: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_m", "num_warps"):
@@ -72,20 +80,33 @@ class LaunchConfig:
         for name, _ in _FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        regs = self.max_registers
+        if regs is not None and (not isinstance(regs, int) or isinstance(regs, bool)
+                                 or not _MIN_REGISTERS <= regs <= _MAX_REGISTERS or regs % 8):
+            raise ValueError(f"LaunchConfig.max_registers must be None or a multiple of 8 from "
+                             f"{_MIN_REGISTERS} to {_MAX_REGISTERS} (registers a thread), "
+                             f"got {regs!r}")
 
     @property
     def upstream_grid(self) -> bool:
         """Whether the upstream kernel can launch this config: its grid, no other knob."""
-        return not (self.slot_major or self.evict_first or self.ordered_sum)
+        return not (self.slot_major or self.evict_first or self.ordered_sum
+                    or self.max_registers is not None)
 
     @property
     def label(self) -> str:
-        """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered)"."""
+        """Short readable name: "(8,1)", "(8,1,slot)", "(16,4,slot,evict,ordered,regs88)"."""
         flags = [flag for name, flag in _FLAGS if getattr(self, name)]
+        if self.max_registers is not None:
+            flags.append(f"{_REGS_FLAG}{self.max_registers}")
         return "(" + ",".join([str(self.block_m), str(self.num_warps), *flags]) + ")"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, max_registers only when set (tables written before it read the same)."""
+        data = asdict(self)
+        if self.max_registers is None:
+            del data["max_registers"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LaunchConfig:
@@ -99,21 +120,29 @@ class LaunchConfig:
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
-        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered"."""
+        """Parse a label: "8,1", "(8,1)", "8,1,slot", "16,4,slot,evict,ordered,regs88"."""
         parts = [p.strip() for p in text.strip().strip("()").split(",") if p.strip()]
-        known = [flag for _, flag in _FLAGS]
+        known = [flag for _, flag in _FLAGS] + [f"{_REGS_FLAG}<N>"]
         if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
             raise ValueError(f"config {text!r}: expected 'BLOCK_M,WARPS' then any of the flags "
                              f"{','.join(known)}")
         flags = set(parts[2:])
-        if flags - set(known):
-            raise ValueError(f"config {text!r}: unknown flag(s) {sorted(flags - set(known))}; "
-                             f"known: {', '.join(known)}")
-        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS})
+        caps = sorted(f for f in flags if re.fullmatch(_REGS_FLAG + r"\d+", f))
+        unknown = flags - {flag for _, flag in _FLAGS} - set(caps)
+        if unknown or len(caps) > 1:
+            why = f"unknown flag(s) {sorted(unknown)}" if unknown else f"two register caps {caps}"
+            raise ValueError(f"config {text!r}: {why}; known: {', '.join(known)}")
+        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS},
+                   max_registers=int(caps[0].removeprefix(_REGS_FLAG)) if caps else None)
 
 
 # LaunchConfig's boolean fields and their flags in labels, in label order.
 _FLAGS = (("slot_major", "slot"), ("evict_first", "evict"), ("ordered_sum", "ordered"))
+# max_registers in labels: "regs88". Caps are multiples of 8 (the hardware allocates registers
+# a thread in 8s) within what ptxas's maxnreg accepts.
+_REGS_FLAG = "regs"
+_MIN_REGISTERS = 24
+_MAX_REGISTERS = 248
 
 
 def upstream_config(dstate: int) -> LaunchConfig:

@@ -392,6 +392,8 @@ def _launch(
     )
     if pdl:
         flags["launch_pdl"] = True
+    if config.max_registers is not None:
+        flags["maxnreg"] = config.max_registers
     grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
     _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
 
