@@ -228,7 +228,7 @@ stage_tune_model() {
   # the step 0.5% at bs 256 and 1.6% at 512, though the bench ranks them 1.5-2% faster), then
   # verify, and the model with the new table against the old entries, with and without order
   tables_from_package &&
-  # Since run 33 also (8,1) and (8,1,slot,ordered) capped at 64 registers (32 warps an SM
+  # Since run 34 also (8,1) and (8,1,slot,ordered) capped at 64 registers (32 warps an SM
   # instead of 25 and 28, no spills; run 32: the capped slot-major one 1.0-1.5% faster than
   # the entries at bs 256 in the bench), and the model compares the run-30 entries with them.
   "${SSM[@]}" tune "${HEADLINE[@]}" --batch 256 512 1024 \
