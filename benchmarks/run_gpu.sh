@@ -38,6 +38,8 @@
 #   explore_model  e2e and bench of the same configs at bs 256 and 512 (grid order, hints)
 #   explore_regs  register caps (max_registers) against the compiler's choice, interleaved, at
 #           the bf16 state and the headline
+#   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
+#           DRAM bytes per kernel with and without the cache hints, bs 512
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
 #           work, beside the kernel, on the same slots (random, sorted, consecutive, whole pages)
 #   bench_order  stage bench's headline run with --slot-order
@@ -273,6 +275,22 @@ stage_explore_regs() {
   "${X[@]}" --batch 8 64 128 256 512 1024 --out "$R/explore-regs" \
       --config 16,1,slot,evict,ordered 16,1,slot,evict,ordered,regs120 16,1,slot,ordered \
       8,1 8,1,regs64 8,1,slot,ordered 8,1,slot,ordered,regs64
+}
+stage_ncu_model() {
+  # the model step under Nsight Compute with the L2 as the previous kernel left it
+  # (--cache-control none): DRAM bytes each kernel reads and writes, with and without the
+  # evict-first hints (docs/performance.md, "Cache hints in a model")
+  local config name rc=0
+  for config in 4,1,slot 4,1,slot,evict; do
+    name="$R/ncu-model-${config//,/_}"
+    ncu --clock-control none --cache-control none --profile-from-start off \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum -f -o "$name" \
+        python3 benchmarks/ncu_model.py run "${HEADLINE[@]}" --batch 512 --config "$config" \
+        > "$name.log" 2>&1 || { rc=1; tail -5 "$name.log"; continue; }
+    ncu --import "$name.ncu-rep" --csv --page raw --print-units base > "$name.csv" || rc=1
+  done
+  python3 benchmarks/ncu_model.py summarize "$R"/ncu-model-*.csv || rc=1
+  return $rc
 }
 stage_explore() {
   local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")

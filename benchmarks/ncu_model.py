@@ -1,0 +1,150 @@
+"""Where a decode step's DRAM traffic lands, kernel by kernel: Nsight Compute over eager steps of
+the Mamba2 layer stack of `ssmdecode e2e`, with the L2 left as the previous kernel left it.
+
+`docs/performance.md` ("Cache hints in a model") asks why evict-first hints lengthen the model's
+step while they shorten back-to-back calls. One explanation: with the hint the state's dirty
+lines leave L2 during the kernel, without it up to an L2's worth of them drains during the
+kernels after it. Nsight Compute's default flushes the caches before each kernel, which hides
+exactly that, so this runs it with `--cache-control none` and reads the DRAM bytes each kernel
+reads and writes.
+
+    ncu --clock-control none --cache-control none --profile-from-start off \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum -o REPORT \
+        python benchmarks/ncu_model.py run --preset nemotron3-super --tp 8 --batch 512 \
+        --config 4,1,slot,evict
+    ncu --import REPORT.ncu-rep --csv --page raw --print-units base > REPORT.csv
+    python benchmarks/ncu_model.py summarize REPORT.csv [...]
+
+`run` compiles in two warm-up steps, then profiles `--steps` steps (cudaProfilerStart/Stop),
+each on its own cold slot set as in `ssmdecode e2e`. `summarize` prints, per CSV, the step's
+kernels in launch order with their time and DRAM MiB, averaged over the steps, and the totals
+of selective_state_update against the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from ssmdecode.bench.presets import PRESETS
+from ssmdecode.bench.timer import cold_rotation
+from ssmdecode.config import KERNEL, LaunchConfig
+from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims
+from ssmdecode.tools import HEADLINE, add_shape_arguments, device_from_args, shapes_from_args
+from ssmdecode.tools.e2e import CPU_D_MODEL
+
+_METRICS = {"gpu__time_duration.sum": "us", "dram__bytes_read.sum": "read MiB",
+            "dram__bytes_write.sum": "write MiB"}
+_SCALE = {"gpu__time_duration.sum": 1e-3, "dram__bytes_read.sum": 2.0**-20,
+          "dram__bytes_write.sum": 2.0**-20}  # ns -> us, bytes -> MiB (units printed as base)
+
+
+def run(args: argparse.Namespace) -> int:
+    device = device_from_args(args)
+    (shape,) = shapes_from_args(args, device)
+    # on CPU the interpreter's tiny shape, as ssmdecode e2e runs it
+    cuda = device.type == "cuda"
+    d_model = PRESETS[args.preset or HEADLINE[0]].d_model if cuda else CPU_D_MODEL
+    dims = Mamba2Dims(shape=shape, d_model=d_model)
+    conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * args.batch
+    rotation = max(cold_rotation(args.layers * (shape.state_bytes(args.batch) + conv_bytes), device),
+                   2 + args.steps)
+    stack = Mamba2DecodeStack(dims, args.layers, slots=rotation * args.batch + 1, device=device,
+                              seed=args.seed)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    for pool in stack.ssm_state:
+        pool.normal_(generator=gen)
+    slot_sets = (torch.randperm(rotation * args.batch, generator=gen, device=device) + 1).view(
+        rotation, args.batch)
+    hidden = torch.randn(args.batch, d_model, generator=gen, device=device).to(shape.dtype)
+    config = None if args.config == "table" else LaunchConfig.parse(args.config)
+    for i in range(2):  # compile every kernel outside the profiled range
+        stack.step(hidden, slot_sets[i], config)
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.cudart().cudaProfilerStart()
+    for i in range(args.steps):
+        stack.step(hidden, slot_sets[2 + i], config)
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.cudart().cudaProfilerStop()
+    print(f"profiled: {dims.shape.label}, d_model {d_model}, {args.layers} layers, batch "
+          f"{args.batch}, config {args.config}, {args.steps} steps", file=sys.stderr)
+    return 0
+
+
+def read_kernels(path: Path) -> list[tuple[str, dict[str, float]]]:
+    """The profiled kernels of an `ncu --csv --page raw --print-units base` export, in launch
+    order: (kernel name, {metric: value in us or MiB})."""
+    kernels = []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(line for line in f if not line.startswith("==")):
+            if not row.get("ID", "").strip().isdigit():
+                continue  # the units row
+            values = {}
+            for metric in _METRICS:
+                text = row.get(metric, "").replace(",", "").strip()
+                if not text:
+                    raise ValueError(f"{path}: kernel {row['ID']} has no {metric} value")
+                values[metric] = float(text) * _SCALE[metric]
+            kernels.append((row["Kernel Name"], values))
+    return kernels
+
+
+def summarize(paths: list[Path], steps: int) -> str:
+    """Per export: the kernels of one step in launch order, averaged over `steps` steps, then
+    selective_state_update's kernels against the rest of the step."""
+    out = []
+    for path in paths:
+        kernels = read_kernels(path)
+        if not kernels or len(kernels) % steps:
+            raise ValueError(f"{path}: {len(kernels)} kernels is not {steps} steps of one length")
+        per_step = len(kernels) // steps
+        out.append(f"{path.name}: {per_step} kernels a step, mean of {steps} steps")
+        out.append(f"{'#':>3} {'kernel':<60} " + " ".join(f"{u:>10}" for u in _METRICS.values()))
+        mean = [defaultdict(float) for _ in range(per_step)]
+        for i, (_, values) in enumerate(kernels):
+            for metric, value in values.items():
+                mean[i % per_step][metric] += value / steps
+        for i in range(per_step):
+            name = kernels[i][0][:60]
+            out.append(f"{i:>3} {name:<60} "
+                       + " ".join(f"{mean[i][m]:>10.2f}" for m in _METRICS))
+        groups = {"selective_state_update": [i for i in range(per_step) if KERNEL in kernels[i][0]]}
+        groups["the rest"] = [i for i in range(per_step) if i not in groups["selective_state_update"]]
+        for label, idx in groups.items():
+            out.append(f"    {label:<60} "
+                       + " ".join(f"{sum(mean[i][m] for i in idx):>10.2f}" for m in _METRICS))
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="the profiled program (run it under ncu)")
+    add_shape_arguments(r)
+    r.add_argument("--batch", type=int, default=512)
+    r.add_argument("--layers", type=int, default=4)
+    r.add_argument("--steps", type=int, default=2)
+    r.add_argument("--config", default="table", help="a launch config label, or table")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--device", default=None)
+    s = sub.add_parser("summarize", help="per-kernel table of `ncu --csv --page raw` exports")
+    s.add_argument("csv", type=Path, nargs="+")
+    s.add_argument("--steps", type=int, default=2)
+    args = p.parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    print(summarize(args.csv, args.steps))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
