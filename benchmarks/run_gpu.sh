@@ -231,8 +231,8 @@ stage_tune_model() {
   # verify, and the model with the new table against the old entries, with and without order
   tables_from_package &&
   # Since run 34 also (8,1) and (8,1,slot,ordered) capped at 64 registers (32 warps an SM
-  # instead of 25 and 28, no spills; run 32: the capped slot-major one 1.0-1.5% faster than
-  # the entries at bs 256 in the bench), and the model compares the run-30 entries with them.
+  # instead of 25 and 28, no spills; run 32: the capped slot-major one 1.5% faster than the
+  # bs 256 entry (8,1) in the bench), and the model compares the run-30 entries with them.
   "${SSM[@]}" tune "${HEADLINE[@]}" --batch 256 512 1024 \
       --config 4,1,slot 8,1,slot 4,1,slot,ordered 16,1,slot,ordered 8,1,regs64 \
       8,1,slot,ordered,regs64 --out-dir "$R/configs" --out "$R/tune-model" &&
