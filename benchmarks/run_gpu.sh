@@ -38,8 +38,6 @@
 #   explore_model  e2e and bench of the same configs at bs 256 and 512 (grid order, hints)
 #   explore_regs  register caps (max_registers) against the compiler's choice, interleaved, at
 #           the bf16 state and the headline
-#   explore_inputs  the state loaded after the other inputs (_INPUTS_FIRST) against first, at
-#           bs 1-512, interleaved
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
 #           DRAM bytes per kernel with and without the cache hints, bs 512
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
@@ -277,14 +275,6 @@ stage_explore_regs() {
   "${X[@]}" --batch 8 64 128 256 512 1024 --out "$R/explore-regs" \
       --config 16,1,slot,evict,ordered 16,1,slot,evict,ordered,regs120 16,1,slot,ordered \
       8,1 8,1,regs64 8,1,slot,ordered 8,1,slot,ordered,regs64
-}
-stage_explore_inputs() {
-  # the state loaded after x, dt, B, C, D and z (_INPUTS_FIRST) against right after the slot
-  # index, interleaved: compiled for sm_90, the table's bs 8-128 config then stores its state
-  # 75 instructions after its last state load instead of 196, interleaved with the update
-  python3 benchmarks/explore.py "${HEADLINE[@]}" --batch 1 4 8 16 32 128 512 --rounds 3 \
-      --inputs-first both --out "$R/explore-inputs" \
-      --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 8,1 16,1,slot,ordered
 }
 stage_ncu_model() {
   # the model step under Nsight Compute with the L2 as the previous kernel left it

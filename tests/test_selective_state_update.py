@@ -173,22 +173,6 @@ def test_empty_batch_is_a_no_op() -> None:
     assert torch.equal(bits(kw["state"]), bits(state0))
 
 
-@pytest.mark.parametrize("config", ["2,1,slot,evict,ordered", "4,2"])
-def test_state_loaded_after_the_inputs_gives_the_same_bits(
-        config: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """_INPUTS_FIRST only moves the state load after the other inputs' loads (an exploration's
-    switch): the same bits, pad rows and all."""
-    from ssmdecode.ops import selective_state_update as ssu
-
-    case = dataclasses.replace(BASE, pad_rows=(1,))
-    kw = make_inputs(case)
-    state0 = kw["state"].clone()
-    want = run_bits(kw, state0, LaunchConfig.parse(config))
-    monkeypatch.setattr(ssu, "_INPUTS_FIRST", True)
-    got = run_bits(kw, state0, LaunchConfig.parse(config))
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-
-
 def test_cpu_tensors_touch_no_cuda_api(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("a CUDA API was called for CPU tensors")

@@ -193,7 +193,6 @@ def _selective_state_update_kernel(
     ORDERED_SUM: tl.constexpr,
     PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
     PDL_TRIGGER_FIRST: tl.constexpr,  # let the next kernel launch at the start, else at the end
-    INPUTS_FIRST: tl.constexpr,  # load the state after the other inputs (see _INPUTS_FIRST)
 ):
     # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
     if PDL and PDL_TRIGGER_FIRST:  # the next kernel may launch; its own wait orders it after us
@@ -258,8 +257,10 @@ def _selective_state_update_kernel(
     p_src = p_state + i_src * stride_state_s + o_tile
     p_dst = p_state + i_dst * stride_state_s + o_tile
 
-    if not INPUTS_FIRST:
-        b_state = _load_state(p_src, m_read, STATE_EVICT)
+    if m_read is None:
+        b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
+    else:
+        b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
     if PDL:  # the slot indices and the state are in flight; the rest waits for the kernel before
         gdc_wait()
     b_x = tl.load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p,
@@ -295,9 +296,6 @@ def _selective_state_update_kernel(
         b_z = tl.load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p,
                       mask=m_m, other=0.0).to(tl.float32)
 
-    if INPUTS_FIRST:  # the state after the inputs: see _INPUTS_FIRST
-        b_state = _load_state(p_src, m_read, STATE_EVICT)
-
     # The same operations, in the same order, as the upstream kernel: keep them so.
     if TIE_HDIM:
         b_dB = b_B * b_dt
@@ -323,15 +321,6 @@ def _selective_state_update_kernel(
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
     if PDL and not PDL_TRIGGER_FIRST:
         gdc_launch_dependents()
-
-
-@triton.jit
-def _load_state(p_src, m_read, STATE_EVICT: tl.constexpr):
-    """The state tile, as float32; m_read None: unmasked."""
-    if m_read is None:
-        return tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
-    else:
-        return tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
 
 
 @triton.jit
@@ -399,7 +388,6 @@ def _launch(
         ORDERED_SUM=config.ordered_sum,
         PDL=pdl,
         PDL_TRIGGER_FIRST=_PDL_TRIGGER_FIRST,
-        INPUTS_FIRST=_INPUTS_FIRST and not pdl,
         num_warps=config.num_warps,
     )
     if pdl:
@@ -422,15 +410,6 @@ _MAX_BATCH = 65535
 # Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
 # only so that an exploration can measure what it is worth (benchmarks/explore.py).
 _EVEN_TILES = True
-
-# Where the state load goes (same bits either way). False: first, right after the slot index,
-# so that the largest load is in flight soonest. True: after x, dt, B, C, D and z, which do not
-# wait for the slot index; compiled for sm_90, (16,1,slot,evict,ordered) then computes
-# dB * x before its state arrives and interleaves its state stores with the update (first
-# store 75 instructions after the last state load instead of 196), where at small batch a
-# program's own latency is the critical path. Not with pdl, whose wait must come after the
-# state load. A switch so that benchmarks/explore.py --inputs-first can measure it.
-_INPUTS_FIRST = False
 
 
 def _check_tensor(name: str, t: object, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...],
