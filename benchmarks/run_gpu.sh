@@ -36,6 +36,8 @@
 #   explore_slots  random, sorted and consecutive slots per call, interleaved: the gather's cost
 #   explore_order  batch_order=slot_order(slots) against rows in order, interleaved
 #   explore_model  e2e and bench of the same configs at bs 256 and 512 (grid order, hints)
+#   explore_model_mid  e2e of the bs 8-128 entry (cache hints) against the same tile without
+#           them
 #   explore_regs  register caps (max_registers) against the compiler's choice, interleaved, at
 #           the bf16 state and the headline
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
@@ -203,6 +205,11 @@ stage_explore_model() {
       --out "$R/explore-model/e2e" &&
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch 256 512 --config "${configs[@]}" \
       --out "$R/explore-model/bench"
+}
+stage_explore_model_mid() {
+  # the mid buckets' hinted entry against the same tile without the hints, in the model
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 8 32 64 128 --config table 16,1,slot,ordered \
+      --out "$R/e2e-mid-hints"
 }
 stage_explore_stream() {
   python3 benchmarks/explore_stream.py "${HEADLINE[@]}" --batch 8 32 128 256 512 --slots all \
