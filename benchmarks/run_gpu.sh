@@ -50,6 +50,8 @@
 #           of this copy), then the headline bench, bench_order and verify with it
 #   tune_model  ssmdecode tune of the headline's bs 256-1024 buckets without cache hints into
 #           the shipped table (as tune_order), verify, and e2e against the previous entries
+#   tune_in_model  ssmdecode tune --in-model of the headline's bs 64-512 buckets into a table of
+#           its own (not shipped)
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
 #   e2e_order  the same with and without batch_order=slot_order(slots) once per step
 #   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
@@ -248,6 +250,14 @@ stage_tune_model() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 256 512 1024 \
       --config table 8,1 16,1,slot,ordered 8,1,slot,ordered,regs64 --slot-order \
       --out "$R/e2e-tune-model"
+}
+stage_tune_in_model() {
+  # ssmdecode tune --in-model of the headline's bs 64-512 buckets, with and without cache hints
+  # among the candidates, into a table of its own ($OUT/results/configs-in-model): does the
+  # tuner, timing model steps, choose what the e2e runs chose by hand (runs 29, 30, 39)?
+  "${SSM[@]}" tune "${HEADLINE[@]}" --in-model --batch 64 128 256 512 \
+      --config 16,1,slot,evict,ordered 16,1,slot,ordered 4,1,slot,evict 4,1,slot \
+      8,1,slot,ordered,regs64 --out-dir "$R/configs-in-model" --out "$R/tune-in-model"
 }
 stage_e2e_pdl() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \

@@ -155,3 +155,49 @@ def test_a_tune_split_over_runs_keeps_and_smooths_against_earlier_buckets(
     report = json.loads((tmp_path / "tune.json").read_text())
     assert report["kept_from_existing_table"] == {KEY: [1]}
     assert "previous bucket" in report["keys"][KEY][0]["reason"]
+
+
+# --- timing inside a model step ---------------------------------------------------------------
+
+
+def test_in_model_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
+    assert cli.main(["tune", *TINY, "--batch", "1", "--config", "4,1", "--rounds", "1",
+                     "--in-model", "--layers", "1", "--out-dir", str(tmp_path / "cfg"),
+                     "--out", str(tmp_path / "results")]) == 0
+    assert set(load_table("cpu", tmp_path / "cfg")[KEY]) == {1}
+    report = json.loads((tmp_path / "results" / "tune.json").read_text())
+    assert report["method"]["timed"].startswith("a decode step of 1 Mamba2 layers")
+    assert report["method"]["noise_floor"] == tune.NOISE_FLOOR[True]
+
+
+def test_in_model_ranks_by_the_step_not_the_call(tmp_path: Path, monkeypatch) -> None:
+    """With --in-model the tuner times StepBench steps (here faked: (2,2) gives the shorter
+    step, though its back-to-back call is the slower) and never the bench's call."""
+    slow_call, short_step = LaunchConfig(4, 1), LaunchConfig(2, 2)
+    fake_timer(monkeypatch, {slow_call: 1.0, short_step: 9.0})
+    steps: list[tuple[LaunchConfig, bool]] = []
+
+    def fake_step(bench, config: LaunchConfig, pdl: bool = False,
+                  slot_ordered: bool = False) -> Timing:
+        steps.append((config, slot_ordered))
+        us = {short_step: 100.0}.get(config, 101.0)  # 1%: over the 0.5% floor of a step
+        return Timing(us, (us,), 1, 1, 1, False)
+
+    monkeypatch.setattr(tune.StepBench, "time", fake_step)
+    monkeypatch.setattr(tune, "time_config", lambda *a, **k: pytest.fail("timed a call"))
+    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2", "--in-model",
+                     "--layers", "1", "--slot-order", "--out-dir", str(tmp_path),
+                     "--out", str(tmp_path)]) == 0
+    assert load_table("cpu", tmp_path)[KEY] == {2: short_step}
+    assert steps and all(ordered for _, ordered in steps)
+    # the same 1% is noise for a call: the baseline stays
+    fake_timer(monkeypatch, {short_step: 100.0, UPSTREAM: 101.0, slow_call: 101.0})
+    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2",
+                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert load_table("cpu", tmp_path)[KEY] == {2: UPSTREAM}
+
+
+def test_in_model_rejects_zero_layers(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--layers must be >= 1"):
+        cli.main(["tune", *TINY, "--batch", "1", "--in-model", "--layers", "0",
+                  "--out-dir", str(tmp_path), "--out", str(tmp_path)])

@@ -33,6 +33,7 @@ import argparse
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ import torch
 from torch.autograd import DeviceType
 
 from ssmdecode.bench.presets import PRESETS, Shape
-from ssmdecode.bench.timer import cold_rotation, method, time_cold
+from ssmdecode.bench.timer import Timing, cold_rotation, method, time_cold
 from ssmdecode.config import KERNEL, LaunchConfig
 from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims, Mamba2LM, greedy_generate
 from ssmdecode.tools import (
@@ -63,7 +64,7 @@ from ssmdecode.tools.report import (
 )
 from ssmdecode.tools.verify import bit_diff
 
-__all__ = ["add_parser", "kernel_share", "kernel_times", "run"]
+__all__ = ["StepBench", "add_parser", "kernel_share", "kernel_times", "model_dims", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +133,56 @@ def _default(args: argparse.Namespace, name: str, device: torch.device) -> int:
 def _dims(args: argparse.Namespace, device: torch.device) -> Mamba2Dims:
     """The rank's layer sizes: the shape arguments, and the width of the preset they name."""
     (shape,) = shapes_from_args(args, device)
-    if args.d_model is not None:
-        d_model = args.d_model
-    elif args.preset:
-        d_model = PRESETS[args.preset].d_model
-    else:
-        d_model = PRESETS[HEADLINE[0]].d_model if device.type == "cuda" else CPU_D_MODEL
+    return model_dims(shape, args.d_model, device)
+
+
+def model_dims(shape: Shape, d_model: int | None, device: torch.device) -> Mamba2Dims:
+    """A rank's layer sizes for a kernel shape: d_model if given, else the width of the preset
+    the shape was cut from (its name, "nemotron3-super/tp8"), else the headline's on a GPU and
+    CPU_D_MODEL on CPU."""
+    if d_model is None:
+        preset = shape.name.split("/")[0]
+        if preset in PRESETS:
+            d_model = PRESETS[preset].d_model
+        else:
+            d_model = PRESETS[HEADLINE[0]].d_model if device.type == "cuda" else CPU_D_MODEL
     return Mamba2Dims(shape=shape, d_model=d_model)
+
+
+@dataclass
+class StepBench:
+    """A Mamba2 layer stack whose state pools hold K disjoint slot sets of `batch` slots (K by
+    cold_rotation, so each timed step finds its states in HBM; slot 0 stays the null slot),
+    and one batch of hidden rows: what `e2e` times, and `tune --in-model`."""
+
+    stack: Mamba2DecodeStack
+    hidden: torch.Tensor  # [batch, d_model]
+    slot_sets: torch.Tensor  # [K, batch], int64
+
+    @classmethod
+    def build(cls, dims: Mamba2Dims, layers: int, batch: int, device: torch.device,
+              seed: int) -> StepBench:
+        shape = dims.shape
+        conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * batch
+        rotation = cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device)
+        stack = Mamba2DecodeStack(dims, layers, slots=rotation * batch + 1, device=device,
+                                  seed=seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        for pool in stack.ssm_state:
+            pool.normal_(generator=gen)
+        slot_sets = (torch.randperm(rotation * batch, generator=gen, device=device) + 1).view(
+            rotation, batch)
+        hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
+        return cls(stack, hidden, slot_sets)
+
+    def time(self, config: LaunchConfig | None, pdl: bool = False,
+             slot_ordered: bool = False) -> Timing:
+        """One decode step with config (None: the table), step i on slot set i, by the
+        cold-L2 CUDA-graph timer."""
+        return time_cold(
+            lambda i: self.stack.step(self.hidden, self.slot_sets[i], config, pdl=pdl,
+                                      slot_ordered=slot_ordered),
+            self.hidden.device, rotation=self.slot_sets.shape[0])
 
 
 def _step_config(spec: ConfigSpec, shape: Shape, batch: int,
@@ -208,26 +252,14 @@ def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpe
                 variants: tuple[Variant, ...] = (None,)) -> list[dict[str, object]]:
     """Every config's step time and kernel share at one batch size, on one stack whose pools
     hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot)."""
-    shape = dims.shape
-    conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * batch
-    rotation = cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device)
-    stack = Mamba2DecodeStack(dims, layers, slots=rotation * batch + 1, device=device, seed=seed)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    for pool in stack.ssm_state:
-        pool.normal_(generator=gen)
-    slot_sets = (torch.randperm(rotation * batch, generator=gen, device=device) + 1).view(
-        rotation, batch)
-    hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
-
+    bench = StepBench.build(dims, layers, batch, device, seed)
     rows: list[dict[str, object]] = []
     for spec, variant in [(spec, v) for spec in specs for v in variants]:
-        config, resolved = _step_config(spec, shape, batch, device)
-        kw = _step_kw(variant)
-        timing = time_cold(lambda i, c=config, kw=kw: stack.step(hidden, slot_sets[i], c, **kw),
-                           device, rotation=rotation)
+        config, resolved = _step_config(spec, dims.shape, batch, device)
+        timing = bench.time(config, **_step_kw(variant))
         name = spec.text + (f"+{variant}" if variant else "")
         path = _trace_path(trace, name, batch) if trace is not None else None
-        share = _profile(stack, hidden, slot_sets, config, path, variant)
+        share = _profile(bench.stack, bench.hidden, bench.slot_sets, config, path, variant)
         rows.append({
             "config": name, "launch": resolved.label, "launch_config": resolved.to_dict(),
             "variant": variant, "batch": batch, "step_us": timing.us,

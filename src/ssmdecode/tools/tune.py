@@ -6,7 +6,8 @@ and state dtype, are tuned together) and each batch bucket:
 1. admit: only configs whose out and written state are bit-identical to upstream_config on
    this device, at this bucket, on every shape of the key;
 2. screen: time every admitted config once by the bench method (cold L2, CUDA graph, median
-   of 5 repeats), summed over the key's shapes;
+   of 5 repeats), summed over the key's shapes; with --in-model, a decode step of a Mamba2
+   layer stack at each shape instead (the `e2e` step, every layer's call with the config);
 3. re-time the leaders (the 3 fastest, the baseline and the previous bucket's choice)
    interleaved over several rounds, so drift hits them alike; each one's time is the median
    of its rounds, its noise the spread of its rounds or of the repeats inside a round,
@@ -15,6 +16,12 @@ and state dtype, are tuned together) and each batch bucket:
    admitted) unless the fastest leader beats it by more than the noise of both; then, if the
    previous bucket's choice is within noise of this choice, keep the previous bucket's, so
    neighbouring buckets do not flap between configs that measure the same.
+
+Why --in-model: back to back, each call streams its state through an L2 that holds nothing
+else; in a model the same call shares it with the step's other kernels, and on the H200 the
+two rankings differ (docs/performance.md, "Cache hints in a model": evict-first hints gain
+1.4% back to back at bs 512 and lengthen the model's step by 1.6%). The kernel is then a
+fraction of what is timed, so the noise floor defaults to 0.5% of the step instead of 2%.
 
 Writes the table with config.write_table into --out-dir (default: the package's configs
 folder). Entries already there that this run did not tune (other keys, other buckets) are
@@ -26,9 +33,10 @@ the results folder.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +44,9 @@ import torch
 import triton
 from tqdm import tqdm
 
+from ssmdecode.bench.inputs import DecodeInputs
 from ssmdecode.bench.presets import Shape
-from ssmdecode.bench.timer import method
+from ssmdecode.bench.timer import Timing, method
 from ssmdecode.config import (
     PACKAGE_CONFIG_DIR,
     LaunchConfig,
@@ -58,6 +67,8 @@ from ssmdecode.tools import (
     shapes_from_args,
 )
 from ssmdecode.tools.bench import time_config, timing_inputs
+from ssmdecode.tools.e2e import DEFAULTS as E2E_DEFAULTS
+from ssmdecode.tools.e2e import StepBench, model_dims
 from ssmdecode.tools.report import (
     MEANINGLESS,
     environment,
@@ -73,6 +84,7 @@ log = logging.getLogger(__name__)
 
 GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CPU_BUCKETS = (1, 2, 4)
+NOISE_FLOOR = {False: 0.02, True: 0.005}  # by --in-model: of the kernel's time, of the step's
 
 
 @dataclass(frozen=True)
@@ -136,17 +148,49 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="fastest screened configs to re-time (default 3)")
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved re-timing rounds of the leaders (default 3)")
-    p.add_argument("--noise-floor", type=float, default=0.02,
-                   help="smallest relative gain taken as real (default 0.02)")
+    p.add_argument("--noise-floor", type=float,
+                   help=f"smallest relative gain taken as real (default {NOISE_FLOOR[False]}; "
+                   f"{NOISE_FLOOR[True]} with --in-model)")
     p.add_argument("--slot-order", action="store_true",
                    help="time calls with batch_order=slot_order(slots), as an engine that "
                    "passes it makes them (bench --slot-order)")
+    m = p.add_argument_group("timing inside a model step (--in-model)")
+    m.add_argument("--in-model", action="store_true",
+                   help="time each candidate as a decode step of a Mamba2 layer stack at each "
+                   "shape (what `ssmdecode e2e` times) instead of back-to-back calls")
+    m.add_argument("--layers", type=int, help="Mamba2 layers per step (default: "
+                   f"{E2E_DEFAULTS['layers'][0]} on a GPU, {E2E_DEFAULTS['layers'][1]} on CPU)")
+    m.add_argument("--d-model", type=int,
+                   help="model width (default: the preset's the shape was cut from)")
     p.add_argument("--out-dir", type=Path,
                    help="config folder the table is written into (its "
                    "selective_state_update/<device_key>.json; default on a GPU: the "
                    "package's; required on CPU, whose timings mean nothing)")
     add_common_arguments(p, "folder for tune.json and tune.md "
                          "(default benchmarks/results/<device_key>/)")
+
+
+def _timers(shapes: list[Shape], bucket: int, args: argparse.Namespace,
+            device: torch.device) -> list[Callable[[LaunchConfig], Timing]]:
+    """One timer a shape: a config's call by the bench method, or with --in-model its decode
+    step of args.layers Mamba2 layers."""
+    if not args.in_model:
+        inputs = [timing_inputs(shape, bucket, device, args.seed) for shape in shapes]
+        return [functools.partial(_time_call, i, device=device, slot_ordered=args.slot_order)
+                for i in inputs]
+    benches = [StepBench.build(model_dims(shape, args.d_model, device), args.layers, bucket,
+                               device, args.seed) for shape in shapes]
+    return [functools.partial(_time_step, b, slot_ordered=args.slot_order) for b in benches]
+
+
+def _time_call(inputs: DecodeInputs, config: LaunchConfig, device: torch.device,
+               slot_ordered: bool) -> Timing:
+    return time_config(inputs, config, device, slot_ordered=slot_ordered)
+
+
+def _time_step(bench: StepBench, config: LaunchConfig, slot_ordered: bool) -> Timing:
+    with torch.inference_mode():
+        return bench.time(config, slot_ordered=slot_ordered)
 
 
 def _tune_bucket(
@@ -174,11 +218,11 @@ def _tune_bucket(
         baseline = upstream
 
     # 2. screen every admitted config, and 3. re-time the leaders in interleaved rounds
-    inputs = [timing_inputs(shape, bucket, device, args.seed) for shape in shapes]
+    timers = _timers(shapes, bucket, args, device)
 
     def measure(config: LaunchConfig) -> tuple[float, float]:
         """(us summed over the key's shapes, the largest spread of their repeats)."""
-        timings = [time_config(i, config, device, slot_ordered=args.slot_order) for i in inputs]
+        timings = [timer(config) for timer in timers]
         return sum(t.us for t in timings), max(t.spread for t in timings)
 
     screen = {config: measure(config)[0] for config in admitted}
@@ -208,6 +252,12 @@ def _tune_bucket(
 
 def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
+    if args.noise_floor is None:
+        args.noise_floor = NOISE_FLOOR[args.in_model]
+    if args.layers is None:
+        args.layers = E2E_DEFAULTS["layers"][device.type != "cuda"]
+    if args.layers < 1:
+        raise SystemExit(f"ssmdecode tune: --layers must be >= 1, got {args.layers}")
     shapes = shapes_from_args(args, device)
     buckets = sorted(set(batches_from_args(args, device)))
     if device.type != "cuda":
@@ -260,7 +310,10 @@ def run(args: argparse.Namespace) -> int:
                    "state pool) on this device at the bucket, on every shape of the key",
                    "leaders": args.leaders, "rounds": args.rounds,
                    "noise_floor": args.noise_floor, "slot_order": args.slot_order,
-                   "seed": args.seed},
+                   "seed": args.seed,
+                   "timed": (f"a decode step of {args.layers} Mamba2 layers "
+                             "(ssmdecode.models.mamba2), every layer's call with the config"
+                             if args.in_model else "one call, back to back")},
         "shapes": {key: [s.to_dict() for s in group] for key, group in groups.items()},
         "table": str(table),
         "kept_from_existing_table": {k: b for k, b in kept.items() if b},
