@@ -31,12 +31,9 @@ from pathlib import Path
 
 import torch
 
-from ssmdecode.bench.presets import PRESETS
-from ssmdecode.bench.timer import cold_rotation
 from ssmdecode.config import KERNEL, LaunchConfig
-from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims
-from ssmdecode.tools import HEADLINE, add_shape_arguments, device_from_args, shapes_from_args
-from ssmdecode.tools.e2e import CPU_D_MODEL
+from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
+from ssmdecode.tools.e2e import StepBench, model_dims
 
 _METRICS = {"gpu__time_duration.sum": "us", "dram__bytes_read.sum": "read MiB",
             "dram__bytes_write.sum": "write MiB"}
@@ -47,21 +44,12 @@ _SCALE = {"gpu__time_duration.sum": 1e-3, "dram__bytes_read.sum": 2.0**-20,
 def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
-    # on CPU the interpreter's tiny shape, as ssmdecode e2e runs it
+    dims = model_dims(shape, None, device)  # the preset's width; on CPU the interpreter's tiny one
+    # each step on its own slot set: the two warm-up steps', then the profiled ones'
+    bench = StepBench.build(dims, args.layers, args.batch, device, args.seed,
+                            min_sets=2 + args.steps)
+    stack, hidden, slot_sets = bench.stack, bench.hidden, bench.slot_sets
     cuda = device.type == "cuda"
-    d_model = PRESETS[args.preset or HEADLINE[0]].d_model if cuda else CPU_D_MODEL
-    dims = Mamba2Dims(shape=shape, d_model=d_model)
-    conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * args.batch
-    rotation = max(cold_rotation(args.layers * (shape.state_bytes(args.batch) + conv_bytes), device),
-                   2 + args.steps)
-    stack = Mamba2DecodeStack(dims, args.layers, slots=rotation * args.batch + 1, device=device,
-                              seed=args.seed)
-    gen = torch.Generator(device=device).manual_seed(args.seed)
-    for pool in stack.ssm_state:
-        pool.normal_(generator=gen)
-    slot_sets = (torch.randperm(rotation * args.batch, generator=gen, device=device) + 1).view(
-        rotation, args.batch)
-    hidden = torch.randn(args.batch, d_model, generator=gen, device=device).to(shape.dtype)
     config = None if args.config == "table" else LaunchConfig.parse(args.config)
     for i in range(2):  # compile every kernel outside the profiled range
         stack.step(hidden, slot_sets[i], config)
@@ -73,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.cudart().cudaProfilerStop()
-    print(f"profiled: {dims.shape.label}, d_model {d_model}, {args.layers} layers, batch "
+    print(f"profiled: {dims.shape.label}, d_model {dims.d_model}, {args.layers} layers, batch "
           f"{args.batch}, config {args.config}, {args.steps} steps", file=sys.stderr)
     return 0
 

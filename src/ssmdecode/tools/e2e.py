@@ -64,7 +64,8 @@ from ssmdecode.tools.report import (
 )
 from ssmdecode.tools.verify import bit_diff
 
-__all__ = ["StepBench", "add_parser", "kernel_share", "kernel_times", "model_dims", "run"]
+__all__ = ["StepBench", "add_parser", "kernel_share", "kernel_times", "model_dims",
+           "option_or_default", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +121,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "(default benchmarks/results/<device_key>/)")
 
 
-def _default(args: argparse.Namespace, name: str, device: torch.device) -> int:
-    """An integer option, else its GPU or CPU default; must be >= 1."""
+def option_or_default(args: argparse.Namespace, name: str, device: torch.device,
+                      tool: str = "e2e") -> int:
+    """An integer option of DEFAULTS (also tune's --layers), else its GPU or CPU default; must
+    be >= 1."""
     value = getattr(args, name)
     if value is None:
         value = DEFAULTS[name][device.type != "cuda"]
     if value < 1:
-        raise SystemExit(f"ssmdecode e2e: --{name.replace('_', '-')} must be >= 1, got {value}")
+        raise SystemExit(f"ssmdecode {tool}: --{name.replace('_', '-')} must be >= 1, got {value}")
     return value
 
 
@@ -161,10 +164,13 @@ class StepBench:
 
     @classmethod
     def build(cls, dims: Mamba2Dims, layers: int, batch: int, device: torch.device,
-              seed: int) -> StepBench:
+              seed: int, min_sets: int = 1) -> StepBench:
+        """min_sets: at least that many slot sets, where a caller steps on more sets than the
+        L2 asks for (benchmarks/ncu_model.py)."""
         shape = dims.shape
         conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * batch
-        rotation = cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device)
+        rotation = max(min_sets,
+                       cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device))
         stack = Mamba2DecodeStack(dims, layers, slots=rotation * batch + 1, device=device,
                                   seed=seed)
         gen = torch.Generator(device=device).manual_seed(seed)
@@ -216,18 +222,19 @@ def _trace_path(trace: Path, name: str, batch: int) -> Path:
     return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
 
 
-def _profile(stack: Mamba2DecodeStack, hidden: torch.Tensor, slot_sets: torch.Tensor,
-             config: LaunchConfig | None, trace: Path | None,
+def _profile(bench: StepBench, config: LaunchConfig | None, trace: Path | None,
              variant: Variant = None) -> dict[str, float | None]:
     """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
     selective_state_update share of kernel time (None on CPU, where there are no kernels)."""
+    hidden, slot_sets = bench.hidden, bench.slot_sets
     activities = [torch.profiler.ProfilerActivity.CPU]
     if hidden.is_cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         for i in range(PROFILED_STEPS):
             with torch.profiler.record_function(f"decode step {i}"):
-                stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config, **_step_kw(variant))
+                bench.stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config,
+                                 **_step_kw(variant))
         if hidden.is_cuda:
             torch.cuda.synchronize(hidden.device)
     if trace is not None:
@@ -259,7 +266,7 @@ def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpe
         timing = bench.time(config, **_step_kw(variant))
         name = spec.text + (f"+{variant}" if variant else "")
         path = _trace_path(trace, name, batch) if trace is not None else None
-        share = _profile(bench.stack, bench.hidden, bench.slot_sets, config, path, variant)
+        share = _profile(bench, config, path, variant)
         rows.append({
             "config": name, "launch": resolved.label, "launch_config": resolved.to_dict(),
             "variant": variant, "batch": batch, "step_us": timing.us,
@@ -342,10 +349,10 @@ def _first_difference(ids_a: torch.Tensor, ids_b: torch.Tensor, lp_a: torch.Tens
 
 def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
                 device: torch.device) -> int:
-    count = _default(args, "prompts", device)
-    max_len = _default(args, "max_prompt_len", device)
-    new_tokens = _default(args, "new_tokens", device)
-    vocab = _default(args, "vocab", device)
+    count = option_or_default(args, "prompts", device)
+    max_len = option_or_default(args, "max_prompt_len", device)
+    new_tokens = option_or_default(args, "new_tokens", device)
+    vocab = option_or_default(args, "vocab", device)
     prompts = _prompts(count, max_len, vocab, args.seed)
     lm = Mamba2LM(dims, layers, vocab, slots=count + 1, device=device, seed=args.seed)
 
@@ -410,7 +417,7 @@ def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
 def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     dims = _dims(args, device)
-    layers = _default(args, "layers", device)
+    layers = option_or_default(args, "layers", device)
     if device.type != "cuda":
         print(MEANINGLESS)
     with torch.inference_mode():

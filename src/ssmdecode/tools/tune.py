@@ -44,7 +44,6 @@ import torch
 import triton
 from tqdm import tqdm
 
-from ssmdecode.bench.inputs import DecodeInputs
 from ssmdecode.bench.presets import Shape
 from ssmdecode.bench.timer import Timing, method
 from ssmdecode.config import (
@@ -68,7 +67,7 @@ from ssmdecode.tools import (
 )
 from ssmdecode.tools.bench import time_config, timing_inputs
 from ssmdecode.tools.e2e import DEFAULTS as E2E_DEFAULTS
-from ssmdecode.tools.e2e import StepBench, model_dims
+from ssmdecode.tools.e2e import StepBench, model_dims, option_or_default
 from ssmdecode.tools.report import (
     MEANINGLESS,
     environment,
@@ -176,16 +175,11 @@ def _timers(shapes: list[Shape], bucket: int, args: argparse.Namespace,
     step of args.layers Mamba2 layers."""
     if not args.in_model:
         inputs = [timing_inputs(shape, bucket, device, args.seed) for shape in shapes]
-        return [functools.partial(_time_call, i, device=device, slot_ordered=args.slot_order)
+        return [functools.partial(time_config, i, device=device, slot_ordered=args.slot_order)
                 for i in inputs]
     benches = [StepBench.build(model_dims(shape, args.d_model, device), args.layers, bucket,
                                device, args.seed) for shape in shapes]
     return [functools.partial(_time_step, b, slot_ordered=args.slot_order) for b in benches]
-
-
-def _time_call(inputs: DecodeInputs, config: LaunchConfig, device: torch.device,
-               slot_ordered: bool) -> Timing:
-    return time_config(inputs, config, device, slot_ordered=slot_ordered)
 
 
 def _time_step(bench: StepBench, config: LaunchConfig, slot_ordered: bool) -> Timing:
@@ -254,10 +248,7 @@ def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     if args.noise_floor is None:
         args.noise_floor = NOISE_FLOOR[args.in_model]
-    if args.layers is None:
-        args.layers = E2E_DEFAULTS["layers"][device.type != "cuda"]
-    if args.layers < 1:
-        raise SystemExit(f"ssmdecode tune: --layers must be >= 1, got {args.layers}")
+    args.layers = option_or_default(args, "layers", device, "tune")
     shapes = shapes_from_args(args, device)
     buckets = sorted(set(batches_from_args(args, device)))
     if device.type != "cuda":
