@@ -1,7 +1,7 @@
 """What the compiler makes of a launch config, without a GPU: compile selective_state_update's
 kernel for a target (default sm_90, the H100/H200) as a real call would specialize it, and
-print registers, spills, shared memory, a few PTX facts and the SASS instruction count per
-config.
+print registers, spills, shared memory, a few PTX facts, the SASS instruction count and the
+number of address registers the global stores use (st.addr) per config.
 
     python benchmarks/compile_info.py --preset nemotron3-super --tp 8 \
         --config 16,1,slot,evict 16,1,slot,evict,ordered,flat [--ptx DIR]
@@ -130,6 +130,12 @@ def _sass(cubin: bytes) -> list[str]:
                                                      _cuobjdump(cubin, "-sass"), re.MULTILINE)]
 
 
+def _store_bases(sass: list[str]) -> set[str]:
+    """The address registers of the global stores: the state tile's and out's. Where the state's
+    offsets are compile-time constants, one base serves the whole tile (STG [R+0x200], ...)."""
+    return {m.group(1) for line in sass if (m := re.search(r"STG\S* desc\[\w+\]\[(R\d+)", line))}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -138,7 +144,11 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90)")
     p.add_argument("--ptx", type=Path, help="also write each config's PTX and SASS here")
+    p.add_argument("--strided-rows", action="store_true",
+                   help="address the state tile with its runtime row stride, as before the "
+                   "packed-rows path (the kernel's _PACKED_ROWS switch off)")
     args = p.parse_args()
+    ssu._PACKED_ROWS = not args.strided_rows
     (shape,) = shapes_from_args(args, torch.device("cuda"))  # the GPU shape defaults
     inputs = make_shape_inputs(shape, args.batch, pool=args.batch, device=torch.device("cpu"),
                                seed=0)
@@ -146,7 +156,8 @@ def main() -> int:
     target = GPUTarget("cuda", args.arch, 32)
     print(f"shape {shape.label}, sm_{args.arch}")
     print(f"{'config':<34} {'regs':>5} {'stack':>6} {'smem B':>7} {'warps/SM':>8} "
-          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8} {'SASS':>5}")
+          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8} {'SASS':>5} "
+          f"{'st.addr':>7}")
     for config in args.config:
         c = compile_config(kwargs, config, target)
         ptx = c.asm["ptx"]
@@ -158,7 +169,8 @@ def main() -> int:
         print(f"{config.label:<34} {regs:>5} {spills:>6} {c.metadata.shared:>7} {warps:>8} "
               f"{len(re.findall(r'bar.sync|barrier.sync', ptx)):>8} "
               f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6} "
-              f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8} {len(sass):>5}")
+              f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8} {len(sass):>5} "
+              f"{len(_store_bases(sass)):>7}")
         if args.ptx:
             args.ptx.mkdir(parents=True, exist_ok=True)
             (args.ptx / f"{config.label}.ptx").write_text(ptx)

@@ -1,7 +1,8 @@
 """Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with the
-tile-mask switch (`_EVEN_TILES`) off and on, and programmatic dependent launch (`pdl=`) off
-and on, the GPU clocks sampled after each row, and the same-bytes ceiling of each batch; JSON
-and a short table. Uses the bench method's timer (consecutive calls in one CUDA graph, so with
+tile-mask switch (`_EVEN_TILES`) off and on, the state tile addressed from its packed rows
+(`_PACKED_ROWS`, compile-time offsets) or by its runtime strides, and programmatic dependent
+launch (`pdl=`) off and on, the GPU clocks sampled after each row, and the same-bytes ceiling
+of each batch; JSON and a short table. Uses the bench method's timer (consecutive calls in one CUDA graph, so with
 pdl=True each call may start under the previous call's tail).
 
     python benchmarks/explore.py --preset nemotron3-super --tp 8 --batch 8 128 512 \
@@ -51,19 +52,20 @@ def print_spread(rows: list[dict]) -> None:
 
 def _rounds(args: argparse.Namespace, inputs: DecodeInputs, slot_sets: dict[str, torch.Tensor],
             slot_modes: list[str], modes: list[bool], pdls: list[bool | None], orders: list[bool],
-            device: torch.device, times: dict[tuple, list[float]]) -> None:
+            packs: list[bool], device: torch.device, times: dict[tuple, list[float]]) -> None:
     """Every variant of every config, round after round (interleaved), into times."""
     for _ in range(args.rounds):
         for slots in slot_modes:
             inputs.slot_sets.copy_(slot_sets[slots])
             for config in args.config:
-                for even in modes:
+                for even, packed in itertools.product(modes, packs):
                     for pdl, ordered in itertools.product(pdls, orders):
                         ssu_module._EVEN_TILES = even
+                        ssu_module._PACKED_ROWS = packed
                         ssu_module._PDL_TRIGGER_FIRST = pdl is not False
                         fn = functools.partial(selective_state_update, pdl=pdl is not None)
                         t = time_config(inputs, config, device, fn, ordered)
-                        key = (config.label, even, pdl, slots, ordered)
+                        key = (config.label, even, packed, pdl, slots, ordered)
                         times.setdefault(key, []).append(t.us)
 
 
@@ -89,6 +91,10 @@ def main() -> int:
     p.add_argument("--order", choices=("none", "slot", "both"), default="none",
                    help="batch_order: none (rows in order), slot (slot_order of each call's "
                    "slots, computed before timing), or both, interleaved")
+    p.add_argument("--packed-rows", choices=("on", "off", "both"), default="on",
+                   help="the state tile addressed from one base and compile-time offsets where "
+                   "its rows are packed (on, the shipped code), by its runtime strides (off), or "
+                   "both, interleaved")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--device", default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -101,22 +107,25 @@ def main() -> int:
     pdls = {"off": [None], "on": triggers, "both": [None, *triggers]}[args.pdl]
     slot_modes = list(SLOT_MODES) if args.slots == "all" else [args.slots]
     orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
+    packs = {"on": [True], "off": [False], "both": [True, False]}[args.packed_rows]
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed, args.pdl != "off")
         slot_sets = slot_sets_by_mode(inputs.slot_sets)
         ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
         pdl_ceiling = ceiling.timings.get("triton_pdl")
-        times: dict[tuple[str, bool, bool | None, str, bool], list[float]] = {}
+        times: dict[tuple[str, bool, bool, bool | None, str, bool], list[float]] = {}
         try:
-            _rounds(args, inputs, slot_sets, slot_modes, modes, pdls, orders, device, times)
+            _rounds(args, inputs, slot_sets, slot_modes, modes, pdls, orders, packs, device, times)
         finally:  # the shipped code's switches, whatever happened
             ssu_module._EVEN_TILES = True
+            ssu_module._PACKED_ROWS = True
             ssu_module._PDL_TRIGGER_FIRST = True
         clocks = gpu_clocks(device) if device.type == "cuda" else None
-        for (label, even, pdl, slots, ordered), us in times.items():
+        for (label, even, packed, pdl, slots, ordered), us in times.items():
             best = min(us)
-            rows.append({"batch": batch, "config": label, "even_tiles": even, "slots": slots,
+            rows.append({"batch": batch, "config": label, "even_tiles": even,
+                         "packed_rows": packed, "slots": slots,
                          "batch_order": "slot" if ordered else "none",
                          "pdl": {None: "off", True: "first", False: "last"}[pdl], "us": best,
                          "rounds_us": us, "ceiling_us": ceiling.us,
@@ -128,12 +137,12 @@ def main() -> int:
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'pdl':<5} {'slots':<10} {'order':<5} "
-          f"{'us':>8} {'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
+    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'rows':<7} {'pdl':<5} {'slots':<10} "
+          f"{'order':<5} {'us':>8} {'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
     for r in rows:
         pdl_ceiling = f"{r['pdl_ceiling_us']:11.2f}" if r["pdl_ceiling_us"] else ""
         print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{r['pdl']:<5} {r['slots']:<10} {r['batch_order']:<5} {r['us']:8.2f} "
+              f"{'packed' if r['packed_rows'] else 'strided':<7} {r['pdl']:<5} {r['slots']:<10} {r['batch_order']:<5} {r['us']:8.2f} "
               f"{r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
     print_spread(rows)

@@ -40,6 +40,9 @@
 #           them
 #   explore_regs  register caps (max_registers) against the compiler's choice, interleaved, at
 #           the bf16 state and the headline
+#   explore_packed  the state tile addressed from packed rows (compile-time offsets, the shipped
+#           code) against its runtime strides, interleaved, at the headline, a bf16 state and
+#           dstate 256
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
 #           DRAM bytes per kernel with and without the cache hints, bs 512
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
@@ -292,6 +295,18 @@ stage_explore_regs() {
   "${X[@]}" --batch 8 64 128 256 512 1024 --out "$R/explore-regs" \
       --config 16,1,slot,evict,ordered 16,1,slot,evict,ordered,regs120 16,1,slot,ordered \
       8,1 8,1,regs64 8,1,slot,ordered 8,1,slot,ordered,regs64
+}
+stage_explore_packed() {
+  # compiled for sm_90, packed rows take the table's (16,1,slot,evict,ordered) from 128 to 95
+  # registers (16 -> 21 warps an SM) and upstream's (8,1) from 80 to 64 (25 -> 32), and put
+  # every state access's offset into the instruction (compile_info.py, st.addr 17 -> 2)
+  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}" --packed-rows both)
+  "${X[@]}" --batch 1 8 32 128 256 512 1024 --rounds 3 --out "$R/explore-packed" \
+      --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 8,1 16,1,slot,ordered &&
+  "${X[@]}" --state-dtype bfloat16 --batch 8 256 1024 --out "$R/explore-packed-bf16" \
+      --config 8,1,slot,evict,ordered 16,1,slot,evict,ordered &&
+  "${X[@]}" --dstate 256 --batch 8 256 1024 --out "$R/explore-packed-dstate256" \
+      --config 2,1,slot,evict,ordered 4,1,slot,evict,ordered 8,1
 }
 stage_ncu_model() {
   # the model step under Nsight Compute with the L2 as the previous kernel left it

@@ -27,6 +27,24 @@ def test_compile_info_reports_registers_per_config() -> None:
     assert int(rows[2][1]) <= 24  # the cap reaches ptxas
 
 
+def test_packed_rows_put_the_state_offsets_in_the_instructions() -> None:
+    """With packed state rows the whole tile is stored through one address register (offsets
+    folded into the instructions); addressed by its runtime strides, through one per 16-byte
+    store. (16,1) at N 128: 16 such stores a thread, plus out's."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "compile_info.py"), "--heads", "2",
+           "--headdim", "16", "--dstate", "128", "--config", "16,1,slot,evict,ordered"]
+    bases = []
+    for extra in ([], ["--strided-rows"]):
+        result = subprocess.run(cmd + extra, capture_output=True, text=True, env=env,
+                                timeout=300, check=False)
+        assert result.returncode == 0, result.stderr[-2000:]
+        (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
+        bases.append(int(row[-1]))
+    assert bases == [2, 17]
+
+
 def test_ptx_snapshot_compares_instructions_not_debug_info(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     env = dict(os.environ)

@@ -89,6 +89,7 @@ CPU_CASES = [
     Case(batch=4, pad_rows=(0, 2)),
     Case(dst=True),
     Case(dst=True, pad_rows=(1,)),
+    Case(batch=2, nheads=2, ngroups=1, headdim=8, dstate=16),  # packed rows (N a power of 2)
     Case(layout="mamba1", nheads=1, ngroups=1, headdim=10, dstate=16),
     Case(layout="mamba1", nheads=1, ngroups=1, headdim=10, dstate=16, indices=None, has_z=False),
 ]
@@ -160,6 +161,44 @@ def test_out_dtype_defaults_to_x_and_can_differ() -> None:
     selective_state_update(**kw, out=out, config=_cpu_config(BASE))
     ref_out, _ = selective_state_update_reference(**make_inputs(BASE))
     torch.testing.assert_close(out.double(), ref_out, rtol=1e-4, atol=1e-4)
+
+
+PACKED = Case(batch=2, nheads=2, ngroups=1, headdim=8, dstate=16, pad_rows=(1,))
+
+
+def _padded_rows(state: torch.Tensor, pad: int) -> torch.Tensor:
+    """The same pool as a view into rows pad words wider (stride over P: N + pad), the pad
+    words filled with a marker."""
+    wide = torch.full((*state.shape[:-1], state.shape[-1] + pad), 7.0, dtype=state.dtype,
+                      device=state.device)
+    wide[..., : state.shape[-1]] = state
+    return wide[..., : state.shape[-1]]
+
+
+def test_padded_state_rows_take_the_strided_path() -> None:
+    """A pool whose rows are wider than N (a view) cannot use the compile-time offsets of packed
+    rows: the strided path must give the packed pool's bits and leave the pad words alone."""
+    kw = make_inputs(PACKED)
+    state0 = kw["state"].clone()
+    want = run_bits(kw, state0, _cpu_config(PACKED))
+    kw["state"] = _padded_rows(state0, 4)
+    got = run_bits(kw, state0, _cpu_config(PACKED))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert (kw["state"].as_strided((kw["state"].numel() // 16, 4), (20, 1), 16) == 7.0).all()
+
+
+@pytest.mark.parametrize("config", ["8,1,slot,evict,ordered", "4,2"])
+def test_packed_and_strided_addressing_give_the_same_bits(
+        config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """_PACKED_ROWS only changes how the state tile's addresses are formed: the same bits."""
+    from ssmdecode.ops import selective_state_update as ssu
+
+    kw = make_inputs(PACKED)
+    state0 = kw["state"].clone()
+    want = run_bits(kw, state0, LaunchConfig.parse(config))
+    monkeypatch.setattr(ssu, "_PACKED_ROWS", False)
+    got = run_bits(kw, state0, LaunchConfig.parse(config))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_empty_batch_is_a_no_op() -> None:
@@ -266,6 +305,34 @@ def test_gpu_register_cap_reaches_the_compiler_and_keeps_the_bits(
     assert compiled[-1].n_regs <= cap < regs
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert torch.equal(want[0], run_bits(kw, state0, upstream_config(case.dstate))[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("state", ["fp32", "bf16"])
+def test_gpu_packed_rows_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled for the GPU, the packed-rows addressing (one base, offsets in the instructions)
+    writes what the strided one writes, for upstream's config and every config the table can
+    pick; and a pool with padded rows (the strided path) gets the same bits."""
+    from ssmdecode.ops import selective_state_update as ssu
+
+    case = Case(batch=24, nheads=16, headdim=64, dstate=128, ngroups=1, state=state, tie=True,
+                extra_slots=40, pad_rows=(5,))
+    kw = make_inputs(case)
+    state0 = kw["state"].clone()
+    configs = sorted(_configs_the_tables_can_pick(case) | {upstream_config(case.dstate)},
+                     key=lambda c: c.label)
+    packed = {c: run_bits(kw, state0, c) for c in configs}
+    monkeypatch.setattr(ssu, "_PACKED_ROWS", False)
+    for config in configs:
+        got = run_bits(kw, state0, config)
+        assert torch.equal(got[0], packed[config][0]), f"{config.label}: out"
+        assert torch.equal(got[1], packed[config][1]), f"{config.label}: state"
+    monkeypatch.setattr(ssu, "_PACKED_ROWS", True)
+    kw["state"] = _padded_rows(state0, 32)
+    for config in configs:
+        got = run_bits(kw, state0, config)
+        assert torch.equal(got[0], packed[config][0]), f"{config.label}: out, padded rows"
+        assert torch.equal(got[1], packed[config][1]), f"{config.label}: state, padded rows"
 
 
 @pytest.mark.gpu

@@ -185,6 +185,7 @@ def _selective_state_update_kernel(
     HAS_ORDER: tl.constexpr,  # program k takes batch row order[k] (see batch_order)
     EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
     EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
+    PACKED_ROWS: tl.constexpr,  # state rows of BLOCK_N contiguous words: compile-time offsets
     # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -252,10 +253,16 @@ def _selective_state_update_kernel(
     if HAS_DST_IDX:
         m_write = (i_dst != pad_slot_id) if m_write is None else m_write & (i_dst != pad_slot_id)
 
-    o_tile = (i_h * stride_state_h + _rows(o_m, ORDERED_SUM) * stride_state_p
-              + _cols(o_n, ORDERED_SUM) * stride_state_n)
-    p_src = p_state + i_src * stride_state_s + o_tile
-    p_dst = p_state + i_dst * stride_state_s + o_tile
+    if PACKED_ROWS:
+        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
+        o_tile = _rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + _cols(o_n, ORDERED_SUM)
+        p_src = (p_state + (i_src * stride_state_s + o_base)) + o_tile
+        p_dst = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
+    else:
+        o_tile = (i_h * stride_state_h + _rows(o_m, ORDERED_SUM) * stride_state_p
+                  + _cols(o_n, ORDERED_SUM) * stride_state_n)
+        p_src = p_state + i_src * stride_state_s + o_tile
+        p_dst = p_state + i_dst * stride_state_s + o_tile
 
     if m_read is None:
         b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
@@ -383,6 +390,7 @@ def _launch(
         WRITE_STATE=write_state,
         EVEN_M=even_m and _EVEN_TILES,
         EVEN_N=even_n and _EVEN_TILES,
+        PACKED_ROWS=_PACKED_ROWS and state.stride(-1) == 1 and state.stride(-2) == block_n,
         BLOCK_M=config.block_m,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
@@ -403,6 +411,14 @@ def _launch(
 # wave; last (after its stores), they launch once every program of this one has run. A switch
 # only so that an exploration can measure which pays (benchmarks/explore.py --pdl-trigger).
 _PDL_TRIGGER_FIRST = True
+
+# Address the state tile from one base pointer a program (the slot, head and row block) plus
+# offsets known at compile time, where the state's rows are packed (each row BLOCK_N contiguous
+# words, as in every pool engines allocate): same addresses, but ptxas then folds each 16-byte
+# access's offset into the instruction, so the loads issue as soon as the slot index arrives and
+# the tile's addresses take 2 registers instead of 2 per access. A switch only so that an
+# exploration can measure what it is worth (benchmarks/explore.py --packed-rows).
+_PACKED_ROWS = True
 
 # The batch is a grid dimension (y or z), which CUDA caps at 65535.
 _MAX_BATCH = 65535
