@@ -2,8 +2,8 @@
 tile-mask switch (`_EVEN_TILES`) off and on, the state tile addressed from its packed rows
 (`_PACKED_ROWS`, compile-time offsets) or by its runtime strides, and programmatic dependent
 launch (`pdl=`) off and on, the GPU clocks sampled after each row, and the same-bytes ceiling
-of each batch; JSON and a short table. Uses the bench method's timer (consecutive calls in one CUDA graph, so with
-pdl=True each call may start under the previous call's tail).
+of each batch; JSON and a short table. Uses the bench method's timer (consecutive calls in
+one CUDA graph, so with pdl=True each call may start under the previous call's tail).
 
     python benchmarks/explore.py --preset nemotron3-super --tp 8 --batch 8 128 512 \
         --config 16,1,slot,evict 16,1,slot,evict,ordered --masks both --pdl both --out DIR
@@ -142,8 +142,8 @@ def main() -> int:
     for r in rows:
         pdl_ceiling = f"{r['pdl_ceiling_us']:11.2f}" if r["pdl_ceiling_us"] else ""
         print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{'packed' if r['packed_rows'] else 'strided':<7} {r['pdl']:<5} {r['slots']:<10} {r['batch_order']:<5} {r['us']:8.2f} "
-              f"{r['fraction_of_ceiling']:10.1%} "
+              f"{'packed' if r['packed_rows'] else 'strided':<7} {r['pdl']:<5} {r['slots']:<10} "
+              f"{r['batch_order']:<5} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
     print_spread(rows)
     return 0
