@@ -53,6 +53,9 @@
 #           of this copy), then the headline bench, bench_order and verify with it
 #   tune_model  ssmdecode tune of the headline's bs 256-1024 buckets without cache hints into
 #           the shipped table (as tune_order), verify, and e2e against the previous entries
+#   tune_steps  ssmdecode tune --in-model of the headline's bs 256-1024 buckets into the shipped
+#           table (as tune_model), and verify
+#   bench_headline  stage bench's headline run only
 #   tune_in_model  ssmdecode tune --in-model of the headline's bs 64-512 buckets into a table of
 #           its own (not shipped)
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
@@ -124,9 +127,11 @@ stage_tune_shapes() {
 }
 stage_sweep() { "${SSM[@]}" sweep "${HEADLINE[@]}" --space basic --batch 8 128 512 --out "$R/sweep"; }
 stage_bench() {
+  stage_bench_headline && stage_bench_shapes
+}
+stage_bench_headline() {
   "${SSM[@]}" bench "${HEADLINE[@]}" --batch "${BUCKETS[@]}" --config "${UPSTREAM_BEST[@]}" table \
-      --out "$R/bench" || return
-  stage_bench_shapes
+      --out "$R/bench"
 }
 stage_bench_shapes() {
   local shape
@@ -260,6 +265,17 @@ stage_tune_in_model() {
   "${SSM[@]}" tune "${HEADLINE[@]}" --in-model --batch 64 128 256 512 \
       --config 16,1,slot,evict,ordered 16,1,slot,ordered 4,1,slot,evict 4,1,slot \
       8,1,slot,ordered,regs64 --out-dir "$R/configs-in-model" --out "$R/tune-in-model"
+}
+stage_tune_steps() {
+  # the headline's bs 256-1024 buckets re-tuned by timing model steps (tune --in-model) into
+  # the shipped table, then verify: at these batches the bench and the model disagree by more
+  # than the choices differ (runs 29-30, 44), and the model is what users run
+  tables_from_package &&
+  "${SSM[@]}" tune "${HEADLINE[@]}" --in-model --batch 256 512 1024 \
+      --config 8,1,slot 4,1,slot 16,1,slot,ordered 8,1,slot,ordered \
+      --out-dir "$R/configs" --out "$R/tune-steps" &&
+  tables_into_package &&
+  VERIFY_NAME=verify VERIFY_ARGS="" stage_verify
 }
 stage_e2e_pdl() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 1 8 64 128 512 --config table 8,1 --pdl \
