@@ -43,6 +43,8 @@
 #   explore_packed  the state tile addressed from packed rows (compile-time offsets, the shipped
 #           code) against its runtime strides, interleaved, at the headline, a bf16 state and
 #           dstate 256
+#   explore_step_packed  the same A/B inside the model step (benchmarks/explore_step.py): step
+#           time and the SSU's profiled time, packed rows on and off, interleaved
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
 #           DRAM bytes per kernel with and without the cache hints, bs 512
 #   explore_stream  benchmarks/explore_stream.py: a state stream without math, by layout of the
@@ -322,6 +324,13 @@ stage_explore_packed() {
       --config 8,1,slot,evict,ordered 16,1,slot,evict,ordered &&
   "${X[@]}" --dstate 256 --batch 8 256 1024 --out "$R/explore-packed-dstate256" \
       --config 2,1,slot,evict,ordered 4,1,slot,evict,ordered 8,1
+}
+stage_explore_step_packed() {
+  # the model step at bs 8 took 2-5 us longer with the table's config in runs 44-45 than in
+  # run 38 (the SSU's profiled time 17.7-18.1 us a step against 15.3), while the bench's A/B
+  # saw no change there: the same A/B in the step, one run
+  python3 benchmarks/explore_step.py "${HEADLINE[@]}" --switch _PACKED_ROWS --batch 8 64 512 \
+      --rounds 2 --config 16,1,slot,evict,ordered 16,1,slot,ordered 8,1 --out "$R/explore-step-packed"
 }
 stage_ncu_model() {
   # the model step under Nsight Compute with the L2 as the previous kernel left it
