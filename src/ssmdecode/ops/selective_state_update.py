@@ -17,9 +17,11 @@ Shapes (B batch, H heads, P head dim, N state dim, G groups, S state slots in th
     Mamba2   [S,H,P,N]   [B,H,P]         [H,P,N]    [B,G,N]     [H,P]
     Mamba1   [S,P,N]     [B,P]           [P,N]      [B,N]       [P]
 
-Mamba1 is run as Mamba2 with H = G = 1. Any strides are accepted. Real models pass dt, A, D and
-dt_bias as stride-0 broadcasts over P (and N): then dt' and dA are one scalar per program (the
-"tied head dim" fast path). A multi-token variant (T tokens per request, for speculative
+Mamba1 is run as Mamba2 with H = G = 1. Any strides are accepted; a state pool whose rows are
+packed (stride 1 over N, stride next_power_of_2(N) over P, as engines allocate it) is addressed
+with offsets known at compile time (see _PACKED_ROWS). Real models pass dt, A, D and dt_bias as
+stride-0 broadcasts over P (and N): then dt' and dA are one scalar per program (the "tied head
+dim" fast path). A multi-token variant (T tokens per request, for speculative
 decoding) will take x, dt, z, B, C with a token dim after the batch dim ([B,T,H,P], [B,T,G,N]);
 the rank of x tells the layouts apart, so today's callers keep working.
 
