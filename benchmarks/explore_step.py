@@ -21,7 +21,7 @@ from pathlib import Path
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops import selective_state_update as ssu_module
 from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
-from ssmdecode.tools.e2e import StepBench, _profile, model_dims
+from ssmdecode.tools.e2e import StepBench, model_dims, profile_step
 from ssmdecode.tools.report import environment, gpu_clocks
 
 SWITCHES = ("_PACKED_ROWS", "_EVEN_TILES")  # boolean switches of the kernel module
@@ -58,7 +58,7 @@ def main() -> int:
                         setattr(ssu_module, args.switch, value)
                         key = (config.label, value)
                         steps.setdefault(key, []).append(bench.time(config).us)
-                        share = _profile(bench, config, None)["ssu_us_per_step"]
+                        share = profile_step(bench, config, None)["ssu_us_per_step"]
                         ssu.setdefault(key, []).append(share or float("nan"))
         finally:
             setattr(ssu_module, args.switch, shipped)

@@ -222,7 +222,7 @@ def _trace_path(trace: Path, name: str, batch: int) -> Path:
     return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
 
 
-def _profile(bench: StepBench, config: LaunchConfig | None, trace: Path | None,
+def profile_step(bench: StepBench, config: LaunchConfig | None, trace: Path | None,
              variant: Variant = None) -> dict[str, float | None]:
     """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
     selective_state_update share of kernel time (None on CPU, where there are no kernels)."""
@@ -266,7 +266,7 @@ def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpe
         timing = bench.time(config, **_step_kw(variant))
         name = spec.text + (f"+{variant}" if variant else "")
         path = _trace_path(trace, name, batch) if trace is not None else None
-        share = _profile(bench, config, path, variant)
+        share = profile_step(bench, config, path, variant)
         rows.append({
             "config": name, "launch": resolved.label, "launch_config": resolved.to_dict(),
             "variant": variant, "batch": batch, "step_us": timing.us,
