@@ -19,7 +19,6 @@ import functools
 import itertools
 import json
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -28,7 +27,12 @@ from ssmdecode.bench.inputs import DecodeInputs
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops import selective_state_update as ssu_module
 from ssmdecode.ops.selective_state_update import selective_state_update
-from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
+from ssmdecode.tools import (
+    add_common_arguments,
+    add_shape_arguments,
+    device_from_args,
+    shapes_from_args,
+)
 from ssmdecode.tools.bench import time_config, timing_inputs
 from ssmdecode.tools.report import environment, gpu_clocks
 
@@ -96,9 +100,7 @@ def main() -> int:
                    "its rows are packed (on, the shipped code), by its runtime strides (off), or "
                    "both, interleaved")
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--device", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, required=True)
+    add_common_arguments(p, "folder for explore.json", out_required=True)
     args = p.parse_args()
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)

@@ -16,11 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from pathlib import Path
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops import selective_state_update as ssu_module
-from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
+from ssmdecode.tools import (
+    add_common_arguments,
+    add_shape_arguments,
+    device_from_args,
+    shapes_from_args,
+)
 from ssmdecode.tools.e2e import StepBench, model_dims, profile_step
 from ssmdecode.tools.report import environment, gpu_clocks
 
@@ -38,9 +42,7 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--d-model", type=int, default=None)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--device", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, required=True)
+    add_common_arguments(p, "folder for explore_step.json", out_required=True)
     args = p.parse_args()
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)

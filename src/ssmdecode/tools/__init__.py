@@ -39,12 +39,14 @@ def device_from_args(args: argparse.Namespace) -> torch.device:
     return torch.device("cpu")
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, out_help: str) -> None:
-    """--device, --seed and --out, which every tool takes."""
+def add_common_arguments(parser: argparse.ArgumentParser, out_help: str,
+                         out_required: bool = False) -> None:
+    """--device, --seed and --out, which every tool takes (the exploration scripts under
+    benchmarks/ with --out required: they only write files)."""
     parser.add_argument("--device", help="torch device (default: the current CUDA device, "
                         "else cpu under Triton's interpreter)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    parser.add_argument("--out", type=Path, help=out_help)
+    parser.add_argument("--out", type=Path, required=out_required, help=out_help)
 
 
 def add_shape_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
