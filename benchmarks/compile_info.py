@@ -147,8 +147,11 @@ def main() -> int:
     p.add_argument("--strided-rows", action="store_true",
                    help="address the state tile with its runtime row stride, as before the "
                    "packed-rows path (the kernel's _PACKED_ROWS switch off)")
+    p.add_argument("--off", choices=ssu.SWITCHES, nargs="+", default=[],
+                   help="compile with these boolean switches of the kernel module off")
     args = p.parse_args()
-    ssu._PACKED_ROWS = not args.strided_rows
+    for name in {*args.off, *(["_PACKED_ROWS"] if args.strided_rows else [])}:
+        setattr(ssu, name, False)
     (shape,) = shapes_from_args(args, torch.device("cuda"))  # the GPU shape defaults
     inputs = make_shape_inputs(shape, args.batch, pool=args.batch, device=torch.device("cpu"),
                                seed=0)

@@ -1,6 +1,7 @@
 """Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with the
 tile-mask switch (`_EVEN_TILES`) off and on, the state tile addressed from its packed rows
-(`_PACKED_ROWS`, compile-time offsets) or by its runtime strides, and programmatic dependent
+(`_PACKED_ROWS`, compile-time offsets) or by its runtime strides, any other boolean switch of
+the kernel module on and off (`--switch`, e.g. `_PAD_READS_SLOT0`), and programmatic dependent
 launch (`pdl=`) off and on, the GPU clocks sampled after each row, and the same-bytes ceiling
 of each batch; JSON and a short table. Uses the bench method's timer (consecutive calls in
 one CUDA graph, so with pdl=True each call may start under the previous call's tail).
@@ -36,16 +37,21 @@ from ssmdecode.tools import (
 from ssmdecode.tools.bench import time_config, timing_inputs
 from ssmdecode.tools.report import environment, gpu_clocks
 
-SLOT_MODES = ("random", "sorted", "contiguous")
+SLOT_MODES = ("random", "sorted", "contiguous")  # --slots all
+PAD_SLOT_ID = -1  # selective_state_update's default
 
 
 def slot_sets_by_mode(slot_sets: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The K disjoint slot sets [K, B] of a pool three ways: as drawn (random, the bench's),
-    each set ascending (sorted), or consecutive (call i: slots i*B .. i*B+B-1, so the state it
-    touches is one flat block, as the ceiling's)."""
+    """The K disjoint slot sets [K, B] of a pool four ways: as drawn (random, the bench's),
+    each set ascending (sorted), consecutive (call i: slots i*B .. i*B+B-1, so the state it
+    touches is one flat block, as the ceiling's), or as drawn with the second half of each
+    set's rows padding (padded: pad_slot_id, as an engine pads a batch to its graph's size)."""
+    padded = slot_sets.clone()
+    padded[:, slot_sets.shape[1] // 2:] = PAD_SLOT_ID
     return {"random": slot_sets.clone(), "sorted": slot_sets.sort(dim=1).values,
             "contiguous": torch.arange(slot_sets.numel(), device=slot_sets.device,
-                                       dtype=slot_sets.dtype).view(slot_sets.shape)}
+                                       dtype=slot_sets.dtype).view(slot_sets.shape),
+            "padded": padded}
 
 
 def print_spread(rows: list[dict]) -> None:
@@ -56,20 +62,23 @@ def print_spread(rows: list[dict]) -> None:
 
 def _rounds(args: argparse.Namespace, inputs: DecodeInputs, slot_sets: dict[str, torch.Tensor],
             slot_modes: list[str], modes: list[bool], pdls: list[bool | None], orders: list[bool],
-            packs: list[bool], device: torch.device, times: dict[tuple, list[float]]) -> None:
+            packs: list[bool], switches: list[tuple[bool, ...]], device: torch.device,
+            times: dict[tuple, list[float]]) -> None:
     """Every variant of every config, round after round (interleaved), into times."""
     for _ in range(args.rounds):
         for slots in slot_modes:
             inputs.slot_sets.copy_(slot_sets[slots])
             for config in args.config:
-                for even, packed in itertools.product(modes, packs):
+                for even, packed, values in itertools.product(modes, packs, switches):
                     for pdl, ordered in itertools.product(pdls, orders):
                         ssu_module._EVEN_TILES = even
                         ssu_module._PACKED_ROWS = packed
+                        for name, value in zip(args.switch, values, strict=True):
+                            setattr(ssu_module, name, value)
                         ssu_module._PDL_TRIGGER_FIRST = pdl is not False
                         fn = functools.partial(selective_state_update, pdl=pdl is not None)
                         t = time_config(inputs, config, device, fn, ordered)
-                        key = (config.label, even, packed, pdl, slots, ordered)
+                        key = (config.label, even, packed, values, pdl, slots, ordered)
                         times.setdefault(key, []).append(t.us)
 
 
@@ -88,10 +97,13 @@ def main() -> int:
     p.add_argument("--pdl-trigger", choices=("first", "last", "both"), default="first",
                    help="with pdl: each program lets the next kernel launch at its start "
                    "(first, the shipped code), after its stores (last), or both, interleaved")
-    p.add_argument("--slots", choices=("random", "sorted", "contiguous", "all"), default="random",
+    p.add_argument("--slots", choices=(*SLOT_MODES, "padded", "all"), nargs="+",
+                   default=["random"],
                    help="each call's slots: random in the pool (the bench's), random but in "
-                   "ascending order, or consecutive (call i: slots i*B .. i*B+B-1, so the "
-                   "state it touches is one flat block, as the ceiling's); all, interleaved")
+                   "ascending order, consecutive (call i: slots i*B .. i*B+B-1, so the state "
+                   "it touches is one flat block, as the ceiling's), or random with the second "
+                   "half of the rows padding (pad_slot_id); several, or all of the first three, "
+                   "interleaved")
     p.add_argument("--order", choices=("none", "slot", "both"), default="none",
                    help="batch_order: none (rows in order), slot (slot_order of each call's "
                    "slots, computed before timing), or both, interleaved")
@@ -99,6 +111,9 @@ def main() -> int:
                    help="the state tile addressed from one base and compile-time offsets where "
                    "its rows are packed (on, the shipped code), by its runtime strides (off), or "
                    "both, interleaved")
+    p.add_argument("--switch", choices=ssu_module.SWITCHES, nargs="+", default=[],
+                   help="boolean switches of the kernel module, each timed on and off "
+                   "(every combination, interleaved)")
     p.add_argument("--rounds", type=int, default=2)
     add_common_arguments(p, "folder for explore.json", out_required=True)
     args = p.parse_args()
@@ -107,27 +122,32 @@ def main() -> int:
     modes = {"even": [True], "masked": [False], "both": [True, False]}[args.masks]
     triggers = {"first": [True], "last": [False], "both": [True, False]}[args.pdl_trigger]
     pdls = {"off": [None], "on": triggers, "both": [None, *triggers]}[args.pdl]
-    slot_modes = list(SLOT_MODES) if args.slots == "all" else [args.slots]
+    slot_modes = list(dict.fromkeys(m for s in args.slots
+                                    for m in (SLOT_MODES if s == "all" else (s,))))
     orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
     packs = {"on": [True], "off": [False], "both": [True, False]}[args.packed_rows]
+    switches = list(itertools.product(*[(True, False)] * len(args.switch)))
+    shipped = {name: getattr(ssu_module, name)
+               for name in ("_EVEN_TILES", "_PACKED_ROWS", "_PDL_TRIGGER_FIRST", *args.switch)}
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed, args.pdl != "off")
         slot_sets = slot_sets_by_mode(inputs.slot_sets)
         ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
         pdl_ceiling = ceiling.timings.get("triton_pdl")
-        times: dict[tuple[str, bool, bool, bool | None, str, bool], list[float]] = {}
+        times: dict[tuple, list[float]] = {}
         try:
-            _rounds(args, inputs, slot_sets, slot_modes, modes, pdls, orders, packs, device, times)
+            _rounds(args, inputs, slot_sets, slot_modes, modes, pdls, orders, packs, switches,
+                    device, times)
         finally:  # the shipped code's switches, whatever happened
-            ssu_module._EVEN_TILES = True
-            ssu_module._PACKED_ROWS = True
-            ssu_module._PDL_TRIGGER_FIRST = True
+            for name, value in shipped.items():
+                setattr(ssu_module, name, value)
         clocks = gpu_clocks(device) if device.type == "cuda" else None
-        for (label, even, packed, pdl, slots, ordered), us in times.items():
+        for (label, even, packed, values, pdl, slots, ordered), us in times.items():
             best = min(us)
             rows.append({"batch": batch, "config": label, "even_tiles": even,
-                         "packed_rows": packed, "slots": slots,
+                         "packed_rows": packed, "switches": dict(zip(args.switch, values, strict=True)),
+                         "slots": slots,
                          "batch_order": "slot" if ordered else "none",
                          "pdl": {None: "off", True: "first", False: "last"}[pdl], "us": best,
                          "rounds_us": us, "ceiling_us": ceiling.us,
@@ -139,12 +159,17 @@ def main() -> int:
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'rows':<7} {'pdl':<5} {'slots':<10} "
+    names = " ".join(f"{name.strip('_').lower():>{max(5, len(name) - 1)}}" for name in args.switch)
+    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'rows':<7} {names}{' ' if names else ''}"
+          f"{'pdl':<5} {'slots':<10} "
           f"{'order':<5} {'us':>8} {'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
     for r in rows:
         pdl_ceiling = f"{r['pdl_ceiling_us']:11.2f}" if r["pdl_ceiling_us"] else ""
+        values = " ".join(f"{'on' if v else 'off':>{max(5, len(n) - 1)}}"
+                          for n, v in r["switches"].items())
         print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{'packed' if r['packed_rows'] else 'strided':<7} {r['pdl']:<5} {r['slots']:<10} "
+              f"{'packed' if r['packed_rows'] else 'strided':<7} {values}{' ' if values else ''}"
+              f"{r['pdl']:<5} {r['slots']:<10} "
               f"{r['batch_order']:<5} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
     print_spread(rows)

@@ -28,8 +28,6 @@ from ssmdecode.tools import (
 from ssmdecode.tools.e2e import StepBench, model_dims, profile_step
 from ssmdecode.tools.report import environment, gpu_clocks
 
-SWITCHES = ("_PACKED_ROWS", "_EVEN_TILES")  # boolean switches of the kernel module
-
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
@@ -37,7 +35,7 @@ def main() -> int:
     add_shape_arguments(p)
     p.add_argument("--batch", type=int, nargs="+", default=[8, 64, 512])
     p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True)
-    p.add_argument("--switch", choices=SWITCHES, required=True,
+    p.add_argument("--switch", choices=ssu_module.SWITCHES, required=True,
                    help="the kernel module's boolean switch, timed on (shipped) and off")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--d-model", type=int, default=None)

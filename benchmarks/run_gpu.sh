@@ -43,6 +43,8 @@
 #   explore_packed  the state tile addressed from packed rows (compile-time offsets, the shipped
 #           code) against its runtime strides, interleaved, at the headline, a bf16 state and
 #           dstate 256
+#   explore_lean  pad rows reading slot 0 and unmasked vectors (_PAD_READS_SLOT0, _EVEN_VECTORS)
+#           on and off, interleaved, at the headline; and with half of each call's rows padding
 #   explore_step_packed  the same A/B inside the model step (benchmarks/explore_step.py): step
 #           time and the SSU's profiled time, packed rows on and off, interleaved
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
@@ -324,6 +326,18 @@ stage_explore_packed() {
       --config 8,1,slot,evict,ordered 16,1,slot,evict,ordered &&
   "${X[@]}" --dstate 256 --batch 8 256 1024 --out "$R/explore-packed-dstate256" \
       --config 2,1,slot,evict,ordered 4,1,slot,evict,ordered 8,1
+}
+stage_explore_lean() {
+  # pad rows reading slot 0 (unpredicated state loads) and the vectors unmasked where the tile
+  # divides: compiled for sm_90, the table's bs 8-128 config (16,1,slot,evict,ordered) runs 536
+  # SASS instructions instead of 608, its 16 state loads back to back (compile_info.py --off);
+  # and the cost of the pad rows' reads, with half of each call's rows padding
+  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")
+  "${X[@]}" --switch _PAD_READS_SLOT0 _EVEN_VECTORS --batch 1 4 8 32 128 512 --rounds 3 \
+      --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 16,1,slot,ordered 8,1 \
+      --out "$R/explore-lean" &&
+  "${X[@]}" --switch _PAD_READS_SLOT0 --slots padded --batch 8 512 --rounds 3 \
+      --config 16,1,slot,evict,ordered 16,1,slot,ordered --out "$R/explore-lean-padded"
 }
 stage_explore_step_packed() {
   # the model step at bs 8 took 2-5 us longer with the table's config in runs 44-45 than in

@@ -201,6 +201,54 @@ def test_packed_and_strided_addressing_give_the_same_bits(
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
+SLOT0_CASES = [
+    Case(batch=4, nheads=2, ngroups=1, headdim=8, dstate=16, extra_slots=4),  # even tiles
+    Case(batch=4, nheads=2, ngroups=2, headdim=7, dstate=5, extra_slots=4),  # masked tiles
+    Case(batch=4, nheads=2, ngroups=1, headdim=8, dstate=16, extra_slots=4, dst=True),
+]
+
+
+@pytest.mark.parametrize("case", SLOT0_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("switch", ["_PAD_READS_SLOT0", "_EVEN_VECTORS"])
+def test_switches_keep_the_bits_with_slot_0_live_beside_pad_rows(
+        case: Case, switch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pad row reads slot 0's tile and discards it (_PAD_READS_SLOT0); the vectors go
+    unmasked where the tile divides (_EVEN_VECTORS). Neither may change a bit: here slot 0 is
+    a live request's, read and written in the same call as the pad rows' reads, and on and off
+    must write the same out and pool (run_and_check holds the pool's other slots)."""
+    from ssmdecode.ops import selective_state_update as ssu
+
+    kw = make_inputs(case)
+    idx = kw["state_batch_indices"]
+    kw["state_batch_indices"] = torch.tensor([0, -1, 5, -1], dtype=idx.dtype, device=idx.device)
+    if case.dst:
+        dst = kw["dst_state_batch_indices"]
+        kw["dst_state_batch_indices"] = torch.tensor([0, 6, -1, -1], dtype=dst.dtype,
+                                                     device=dst.device)
+    state0 = kw["state"].clone()
+    config = LaunchConfig.parse("8,1,slot,evict,ordered" if case.dstate == 16 else "8,1")
+    want = run_bits(kw, state0, config)
+    monkeypatch.setattr(ssu, switch, False)
+    got = run_bits(kw, state0, config)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert (want[0][[1, 3]] == 0).all(), "pad rows' out"
+    unwritten = [s for s in range(state0.shape[0]) if s not in ({0} if case.dst else {0, 5})]
+    assert torch.equal(want[1][unwritten], bits(state0[unwritten]))
+    assert not torch.equal(want[1][0], bits(state0[0])), "slot 0's own row must update it"
+
+
+def test_all_pad_rows_on_an_empty_pool_read_nothing() -> None:
+    """With no slot in the pool there is no slot 0 to read: pad rows must read nothing (an
+    out-of-bounds load would corrupt the interpreter's process, or fault on a GPU)."""
+    case = Case(batch=2, nheads=2, ngroups=1, headdim=8, dstate=16)
+    kw = make_inputs(case)
+    kw["state"] = kw["state"][:0]
+    idx = kw["state_batch_indices"]
+    kw["state_batch_indices"] = torch.full_like(idx, -1)
+    out = selective_state_update(**kw, config=LaunchConfig.parse("8,1,slot,evict,ordered"))
+    assert (out == 0).all()
+
+
 def test_empty_batch_is_a_no_op() -> None:
     kw = make_inputs(dataclasses.replace(BASE, batch=1))
     state0 = kw["state"].clone()
@@ -333,6 +381,34 @@ def test_gpu_packed_rows_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPat
         got = run_bits(kw, state0, config)
         assert torch.equal(got[0], packed[config][0]), f"{config.label}: out, padded rows"
         assert torch.equal(got[1], packed[config][1]), f"{config.label}: state, padded rows"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("state", ["fp32", "bf16"])
+@pytest.mark.parametrize("switch", ["_PAD_READS_SLOT0", "_EVEN_VECTORS"])
+def test_gpu_switches_keep_the_bits(state: str, switch: str,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled for the GPU, pad rows reading slot 0 (unpredicated state loads) and unmasked
+    vectors write what the predicated, masked code writes, for upstream's config and every
+    config the table can pick, with pad rows beside a live slot 0."""
+    from ssmdecode.ops import selective_state_update as ssu
+
+    case = Case(batch=24, nheads=16, headdim=64, dstate=128, ngroups=1, state=state, tie=True,
+                extra_slots=40, pad_rows=(5, 11, 23))
+    kw = make_inputs(case)
+    idx = kw["state_batch_indices"]
+    idx[idx == 0] = idx[0]  # slot 0 live, in row 0
+    idx[0] = 0
+    state0 = kw["state"].clone()
+    configs = sorted(_configs_the_tables_can_pick(case) | {upstream_config(case.dstate)},
+                     key=lambda c: c.label)
+    want = {c: run_bits(kw, state0, c) for c in configs}
+    monkeypatch.setattr(ssu, switch, False)
+    for config in configs:
+        got = run_bits(kw, state0, config)
+        assert torch.equal(got[0], want[config][0]), f"{config.label}: out"
+        assert torch.equal(got[1], want[config][1]), f"{config.label}: state"
+        assert (got[0][list(case.pad_rows)] == 0).all(), f"{config.label}: pad rows' out"
 
 
 @pytest.mark.gpu

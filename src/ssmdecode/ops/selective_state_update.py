@@ -188,6 +188,8 @@ def _selective_state_update_kernel(
     EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
     EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
     PACKED_ROWS: tl.constexpr,  # state rows of BLOCK_N contiguous words: compile-time offsets
+    PAD_READS_SLOT0: tl.constexpr,  # a pad row reads slot 0's tile (discarded), unpredicated
+    EVEN_VECTORS: tl.constexpr,  # x, dt, D, z, out, B, C unmasked where the tile divides
     # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -241,6 +243,10 @@ def _selective_state_update_kernel(
         o_n = tl.arange(0, BLOCK_N)
     m_m = o_m < headdim
     m_n = o_n < dstate
+    # Masks of the vectors over rows (x, dt, D, z, out) and columns (B, C): None where the tile
+    # divides, so that no load waits on a predicate or zero-fills its registers first.
+    m_vm = None if EVEN_M and EVEN_VECTORS else m_m
+    m_vn = None if EVEN_N and EVEN_VECTORS else m_n
     # Masks of the state tile: rows and columns only where the tile overhangs, the pad slot
     # only with indices; None when nothing can be out of bounds (unpredicated 16-byte accesses).
     m_tile = None
@@ -255,25 +261,33 @@ def _selective_state_update_kernel(
     if HAS_DST_IDX:
         m_write = (i_dst != pad_slot_id) if m_write is None else m_write & (i_dst != pad_slot_id)
 
+    # A pad row (no request) reads slot 0's tile instead of nothing and discards it (its out
+    # is 0 and it writes no state): the state loads then carry no predicate and no zero-fill
+    # (32 instructions fewer a program of (16,1), all before or between the state loads). All
+    # pad rows of a call read the same lines, so they cost the HBM one slot's tile at most.
+    i_read = i_src
+    m_load = m_read
+    if HAS_SRC_IDX and PAD_READS_SLOT0:
+        i_read = tl.where(i_src != pad_slot_id, i_src, 0)
+        m_load = m_tile
     if PACKED_ROWS:
         o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
         o_tile = _rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + _cols(o_n, ORDERED_SUM)
-        p_src = (p_state + (i_src * stride_state_s + o_base)) + o_tile
+        p_src = (p_state + (i_read * stride_state_s + o_base)) + o_tile
         p_dst = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
     else:
         o_tile = (i_h * stride_state_h + _rows(o_m, ORDERED_SUM) * stride_state_p
                   + _cols(o_n, ORDERED_SUM) * stride_state_n)
-        p_src = p_state + i_src * stride_state_s + o_tile
+        p_src = p_state + i_read * stride_state_s + o_tile
         p_dst = p_state + i_dst * stride_state_s + o_tile
 
-    if m_read is None:
+    if m_load is None:
         b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
     else:
-        b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+        b_state = tl.load(p_src, mask=m_load, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
     if PDL:  # the slot indices and the state are in flight; the rest waits for the kernel before
         gdc_wait()
-    b_x = tl.load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p,
-                  mask=m_m, other=0.0).to(tl.float32)
+    b_x = _load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p, m_vm).to(tl.float32)
     if TIE_HDIM:
         b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h).to(tl.float32)
         if HAS_DT_BIAS:
@@ -283,11 +297,11 @@ def _selective_state_update_kernel(
         b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
         b_dA = tl.exp(b_A * b_dt)
     else:
-        b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h + o_m * stride_dt_p,
-                       mask=m_m, other=0.0).to(tl.float32)
+        b_dt = _load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h + o_m * stride_dt_p,
+                     m_vm).to(tl.float32)
         if HAS_DT_BIAS:
-            b_dt += tl.load(p_dt_bias + i_h * stride_dt_bias_h + o_m * stride_dt_bias_p,
-                            mask=m_m, other=0.0).to(tl.float32)
+            b_dt += _load(p_dt_bias + i_h * stride_dt_bias_h + o_m * stride_dt_bias_p,
+                          m_vm).to(tl.float32)
         if DT_SOFTPLUS:
             b_dt = tl.where(b_dt <= 20.0, tl.log(tl.exp(b_dt) + 1), b_dt)
         b_A = tl.load(p_A + i_h * stride_A_h + _rows(o_m, ORDERED_SUM) * stride_A_p
@@ -295,15 +309,12 @@ def _selective_state_update_kernel(
                       mask=_rows(m_m, ORDERED_SUM) & _cols(m_n, ORDERED_SUM),
                       other=0.0).to(tl.float32)
         b_dA = tl.exp(b_A * _rows(b_dt, ORDERED_SUM))
-    b_B = tl.load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n,
-                  mask=m_n, other=0.0).to(tl.float32)
-    b_C = tl.load(p_C + i_b * stride_C_b + i_g * stride_C_g + o_n * stride_C_n,
-                  mask=m_n, other=0.0).to(tl.float32)
+    b_B = _load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n, m_vn).to(tl.float32)
+    b_C = _load(p_C + i_b * stride_C_b + i_g * stride_C_g + o_n * stride_C_n, m_vn).to(tl.float32)
     if HAS_D:
-        b_D = tl.load(p_D + i_h * stride_D_h + o_m * stride_D_p, mask=m_m, other=0.0).to(tl.float32)
+        b_D = _load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
     if HAS_Z:
-        b_z = tl.load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p,
-                      mask=m_m, other=0.0).to(tl.float32)
+        b_z = _load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p, m_vm).to(tl.float32)
 
     # The same operations, in the same order, as the upstream kernel: keep them so.
     if TIE_HDIM:
@@ -327,9 +338,18 @@ def _selective_state_update_kernel(
         b_out *= b_z * tl.sigmoid(b_z)
     if HAS_SRC_IDX:
         b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
-    tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_m)
+    tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_vm)
     if PDL and not PDL_TRIGGER_FIRST:
         gdc_launch_dependents()
+
+
+@triton.jit
+def _load(p, mask):
+    """tl.load, masked with 0 for what lies outside, or unmasked where mask is None."""
+    if mask is None:
+        return tl.load(p)
+    else:
+        return tl.load(p, mask=mask, other=0.0)
 
 
 @triton.jit
@@ -393,6 +413,8 @@ def _launch(
         EVEN_M=even_m and _EVEN_TILES,
         EVEN_N=even_n and _EVEN_TILES,
         PACKED_ROWS=_PACKED_ROWS and state.stride(-1) == 1 and state.stride(-2) == block_n,
+        PAD_READS_SLOT0=_PAD_READS_SLOT0 and state.shape[0] > 0,
+        EVEN_VECTORS=_EVEN_VECTORS,
         BLOCK_M=config.block_m,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
@@ -422,12 +444,23 @@ _PDL_TRIGGER_FIRST = True
 # exploration can measure what it is worth (benchmarks/explore.py --packed-rows).
 _PACKED_ROWS = True
 
+# Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
+# only so that an exploration can measure what it is worth (benchmarks/explore.py --masks).
+_EVEN_TILES = True
+
+# Pad rows read slot 0 (unpredicated state loads; see the kernel), and the vectors' masks are
+# dropped where the tile divides. Same bits. Switches only so that an exploration can measure
+# what each is worth (benchmarks/explore.py --switch).
+_PAD_READS_SLOT0 = True
+_EVEN_VECTORS = True
+
+# The boolean switches above whose off position is the general (or the earlier) code with the
+# same bits: the explorations time them on and off (benchmarks/explore.py --switch,
+# explore_step.py --switch, compile_info.py --off).
+SWITCHES = ("_EVEN_TILES", "_PACKED_ROWS", "_PAD_READS_SLOT0", "_EVEN_VECTORS")
+
 # The batch is a grid dimension (y or z), which CUDA caps at 65535.
 _MAX_BATCH = 65535
-
-# Drop the tile masks where the tile divides the state (same bits; fewer predicates). A switch
-# only so that an exploration can measure what it is worth (benchmarks/explore.py).
-_EVEN_TILES = True
 
 
 def _check_tensor(name: str, t: object, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...],
