@@ -1,7 +1,7 @@
 """Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with the
 tile-mask switch (`_EVEN_TILES`) off and on, the state tile addressed from its packed rows
 (`_PACKED_ROWS`, compile-time offsets) or by its runtime strides, any other boolean switch of
-the kernel module on and off (`--switch`, e.g. `_PAD_READS_SLOT0`), and programmatic dependent
+the kernel module on and off (`--switch`, e.g. `_EVEN_VECTORS`), and programmatic dependent
 launch (`pdl=`) off and on, the GPU clocks sampled after each row, and the same-bytes ceiling
 of each batch; JSON and a short table. Uses the bench method's timer (consecutive calls in
 one CUDA graph, so with pdl=True each call may start under the previous call's tail).

@@ -43,8 +43,8 @@
 #   explore_packed  the state tile addressed from packed rows (compile-time offsets, the shipped
 #           code) against its runtime strides, interleaved, at the headline, a bf16 state and
 #           dstate 256
-#   explore_lean  pad rows reading slot 0 and unmasked vectors (_PAD_READS_SLOT0, _EVEN_VECTORS)
-#           on and off, interleaved, at the headline; and with half of each call's rows padding
+#   explore_lean  the vectors unmasked where the tile divides (_EVEN_VECTORS) on and off,
+#           interleaved, at the headline
 #   explore_step_packed  the same A/B inside the model step (benchmarks/explore_step.py): step
 #           time and the SSU's profiled time, packed rows on and off, interleaved
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
@@ -328,16 +328,16 @@ stage_explore_packed() {
       --config 2,1,slot,evict,ordered 4,1,slot,evict,ordered 8,1
 }
 stage_explore_lean() {
-  # pad rows reading slot 0 (unpredicated state loads) and the vectors unmasked where the tile
-  # divides: compiled for sm_90, the table's bs 8-128 config (16,1,slot,evict,ordered) runs 536
-  # SASS instructions instead of 608, its 16 state loads back to back (compile_info.py --off);
-  # and the cost of the pad rows' reads, with half of each call's rows padding
-  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}")
-  "${X[@]}" --switch _PAD_READS_SLOT0 _EVEN_VECTORS --batch 1 4 8 32 128 512 --rounds 3 \
+  # the vectors unmasked where the tile divides (_EVEN_VECTORS): compiled for sm_90, the
+  # table's bs 8-128 config (16,1,slot,evict,ordered) runs 584 SASS instructions instead of
+  # 608 and upstream's (8,1) 8 predicated loads instead of 19, its first state load 23
+  # instructions earlier (compile_info.py --off _EVEN_VECTORS --ptx DIR). Run 48
+  # (f452066) timed it beside a variant since removed, pad rows reading slot 0 unpredicated
+  # (_PAD_READS_SLOT0, with a second call of half-padded batches): docs/performance.md
+  python3 benchmarks/explore.py "${HEADLINE[@]}" --switch _EVEN_VECTORS \
+      --batch 1 4 8 32 128 512 --rounds 3 \
       --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 16,1,slot,ordered 8,1 \
-      --out "$R/explore-lean" &&
-  "${X[@]}" --switch _PAD_READS_SLOT0 --slots padded --batch 8 512 --rounds 3 \
-      --config 16,1,slot,evict,ordered 16,1,slot,ordered --out "$R/explore-lean-padded"
+      --out "$R/explore-lean"
 }
 stage_explore_step_packed() {
   # the model step at bs 8 took 2-5 us longer with the table's config in runs 44-45 than in

@@ -188,7 +188,6 @@ def _selective_state_update_kernel(
     EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
     EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
     PACKED_ROWS: tl.constexpr,  # state rows of BLOCK_N contiguous words: compile-time offsets
-    PAD_READS_SLOT0: tl.constexpr,  # a pad row reads slot 0's tile (discarded), unpredicated
     EVEN_VECTORS: tl.constexpr,  # x, dt, D, z, out, B, C unmasked where the tile divides
     # launch knobs
     BLOCK_M: tl.constexpr,
@@ -261,30 +260,21 @@ def _selective_state_update_kernel(
     if HAS_DST_IDX:
         m_write = (i_dst != pad_slot_id) if m_write is None else m_write & (i_dst != pad_slot_id)
 
-    # A pad row (no request) reads slot 0's tile instead of nothing and discards it (its out
-    # is 0 and it writes no state): the state loads then carry no predicate and no zero-fill
-    # (32 instructions fewer a program of (16,1), all before or between the state loads). All
-    # pad rows of a call read the same lines, so they cost the HBM one slot's tile at most.
-    i_read = i_src
-    m_load = m_read
-    if HAS_SRC_IDX and PAD_READS_SLOT0:
-        i_read = tl.where(i_src != pad_slot_id, i_src, 0)
-        m_load = m_tile
     if PACKED_ROWS:
         o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
         o_tile = _rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + _cols(o_n, ORDERED_SUM)
-        p_src = (p_state + (i_read * stride_state_s + o_base)) + o_tile
+        p_src = (p_state + (i_src * stride_state_s + o_base)) + o_tile
         p_dst = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
     else:
         o_tile = (i_h * stride_state_h + _rows(o_m, ORDERED_SUM) * stride_state_p
                   + _cols(o_n, ORDERED_SUM) * stride_state_n)
-        p_src = p_state + i_read * stride_state_s + o_tile
+        p_src = p_state + i_src * stride_state_s + o_tile
         p_dst = p_state + i_dst * stride_state_s + o_tile
 
-    if m_load is None:
+    if m_read is None:
         b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
     else:
-        b_state = tl.load(p_src, mask=m_load, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+        b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
     if PDL:  # the slot indices and the state are in flight; the rest waits for the kernel before
         gdc_wait()
     b_x = _load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p, m_vm).to(tl.float32)
@@ -413,7 +403,6 @@ def _launch(
         EVEN_M=even_m and _EVEN_TILES,
         EVEN_N=even_n and _EVEN_TILES,
         PACKED_ROWS=_PACKED_ROWS and state.stride(-1) == 1 and state.stride(-2) == block_n,
-        PAD_READS_SLOT0=_PAD_READS_SLOT0 and state.shape[0] > 0,
         EVEN_VECTORS=_EVEN_VECTORS,
         BLOCK_M=config.block_m,
         EVICT_FIRST=config.evict_first,
@@ -448,16 +437,16 @@ _PACKED_ROWS = True
 # only so that an exploration can measure what it is worth (benchmarks/explore.py --masks).
 _EVEN_TILES = True
 
-# Pad rows read slot 0 (unpredicated state loads; see the kernel), and the vectors' masks are
-# dropped where the tile divides. Same bits. Switches only so that an exploration can measure
-# what each is worth (benchmarks/explore.py --switch).
-_PAD_READS_SLOT0 = True
+# Drop the masks of the vectors (x, dt, D, z, out over the rows; B, C over the columns) where
+# the tile divides: their loads then neither wait on a predicate nor zero-fill registers first.
+# Same bits. A switch only so that an exploration can measure what it is worth
+# (benchmarks/explore.py --switch _EVEN_VECTORS).
 _EVEN_VECTORS = True
 
 # The boolean switches above whose off position is the general (or the earlier) code with the
 # same bits: the explorations time them on and off (benchmarks/explore.py --switch,
 # explore_step.py --switch, compile_info.py --off).
-SWITCHES = ("_EVEN_TILES", "_PACKED_ROWS", "_PAD_READS_SLOT0", "_EVEN_VECTORS")
+SWITCHES = ("_EVEN_TILES", "_PACKED_ROWS", "_EVEN_VECTORS")
 
 # The batch is a grid dimension (y or z), which CUDA caps at 65535.
 _MAX_BATCH = 65535
