@@ -45,8 +45,6 @@
 #           dstate 256
 #   explore_lean  the vectors unmasked where the tile divides (_EVEN_VECTORS) on and off,
 #           interleaved, at the headline
-#   explore_pad_branch  pad rows branching around the state loads (_PAD_BRANCH) on and off,
-#           interleaved, at the headline, with and without padding rows
 #   explore_step_packed  the same A/B inside the model step (benchmarks/explore_step.py): step
 #           time and the SSU's profiled time, packed rows on and off, interleaved
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
@@ -340,17 +338,6 @@ stage_explore_lean() {
       --batch 1 4 8 32 128 512 --rounds 3 \
       --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 16,1,slot,ordered 8,1 \
       --out "$R/explore-lean"
-}
-stage_explore_pad_branch() {
-  # pad rows branching around the state loads instead of predicating each on the pad check:
-  # compiled for sm_90, (16,1,slot,evict,ordered) issues its 16 state loads back to back right
-  # after the slot index (584 -> 552 SASS instructions, 95 -> 102 registers); and the same with
-  # half of each call's rows padding
-  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}" --switch _PAD_BRANCH --rounds 3)
-  "${X[@]}" --batch 1 4 8 16 32 128 512 --out "$R/explore-pad-branch" \
-      --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 16,1,slot,ordered 8,1 &&
-  "${X[@]}" --slots padded --batch 8 512 --out "$R/explore-pad-branch-padded" \
-      --config 16,1,slot,evict,ordered 16,1,slot,ordered
 }
 stage_explore_step_packed() {
   # the model step at bs 8 took 2-5 us longer with the table's config in runs 44-45 than in

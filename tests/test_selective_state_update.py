@@ -209,13 +209,12 @@ SLOT0_CASES = [
 
 
 @pytest.mark.parametrize("case", SLOT0_CASES, ids=lambda c: c.id)
-@pytest.mark.parametrize("switch", ["_EVEN_VECTORS", "_PAD_BRANCH"])
-def test_switches_keep_the_bits_beside_pad_rows(
-        case: Case, switch: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The vectors (x, dt, D, z, out; B, C) unmasked where the tile divides (_EVEN_VECTORS),
-    and pad rows branching around the state loads (_PAD_BRANCH): on and off must write the
-    same out and pool, with pad rows beside live ones (slot 0 among them, which a pad slot of
-    -1 must never alias), pad rows' out 0 and no slot but the live rows' written."""
+def test_unmasked_vectors_keep_the_bits_beside_pad_rows(
+        case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vectors (x, dt, D, z, out; B, C) go unmasked where the tile divides (_EVEN_VECTORS):
+    on and off must write the same out and pool, with pad rows beside live ones (slot 0 among
+    them, which a pad slot of -1 must never alias), pad rows' out 0 and no slot but the live
+    rows' written."""
     from ssmdecode.ops import selective_state_update as ssu
 
     kw = make_inputs(case)
@@ -228,7 +227,7 @@ def test_switches_keep_the_bits_beside_pad_rows(
     state0 = kw["state"].clone()
     config = LaunchConfig.parse("8,1,slot,evict,ordered" if case.dstate == 16 else "8,1")
     want = run_bits(kw, state0, config)
-    monkeypatch.setattr(ssu, switch, False)
+    monkeypatch.setattr(ssu, "_EVEN_VECTORS", False)
     got = run_bits(kw, state0, config)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert (want[0][[1, 3]] == 0).all(), "pad rows' out"
@@ -385,12 +384,10 @@ def test_gpu_packed_rows_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("state", ["fp32", "bf16"])
-@pytest.mark.parametrize("switch", ["_EVEN_VECTORS", "_PAD_BRANCH"])
-def test_gpu_switches_keep_the_bits(state: str, switch: str,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compiled for the GPU, the unmasked vectors (_EVEN_VECTORS) and the pad rows' branch
-    (_PAD_BRANCH) write what the masked, predicated code writes, for upstream's config and
-    every config the table can pick, with pad rows beside a live slot 0."""
+def test_gpu_unmasked_vectors_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled for the GPU, the unmasked vectors (_EVEN_VECTORS) write what the masked code
+    writes, for upstream's config and every config the table can pick, with pad rows beside
+    a live slot 0."""
     from ssmdecode.ops import selective_state_update as ssu
 
     case = Case(batch=24, nheads=16, headdim=64, dstate=128, ngroups=1, state=state, tie=True,
@@ -404,7 +401,7 @@ def test_gpu_switches_keep_the_bits(state: str, switch: str,
     configs = sorted(_configs_the_tables_can_pick(case) | {upstream_config(case.dstate)},
                      key=lambda c: c.label)
     want = {c: run_bits(kw, state0, c) for c in configs}
-    monkeypatch.setattr(ssu, switch, False)
+    monkeypatch.setattr(ssu, "_EVEN_VECTORS", False)
     for config in configs:
         got = run_bits(kw, state0, config)
         assert torch.equal(got[0], want[config][0]), f"{config.label}: out"

@@ -189,7 +189,6 @@ def _selective_state_update_kernel(
     EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
     PACKED_ROWS: tl.constexpr,  # state rows of BLOCK_N contiguous words: compile-time offsets
     EVEN_VECTORS: tl.constexpr,  # x, dt, D, z, out, B, C unmasked where the tile divides
-    PAD_BRANCH: tl.constexpr,  # pad rows branch around the state loads (no predicates)
     # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -272,23 +271,7 @@ def _selective_state_update_kernel(
         p_src = p_state + i_src * stride_state_s + o_tile
         p_dst = p_state + i_dst * stride_state_s + o_tile
 
-    # With indices, a program whose row is padding (no request) takes a branch of its own:
-    # elsewhere the state loads then carry no predicate, and ptxas issues all of them right
-    # after the slot index arrives, ahead of the other inputs' loads (whose latency they
-    # overlap), where predicated loads with a zero fill each were spread among them.
-    if HAS_SRC_IDX and PAD_BRANCH:
-        if i_src != pad_slot_id:
-            if m_tile is None:
-                b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
-            else:
-                b_state = tl.load(p_src, mask=m_tile, other=0.0,
-                                  eviction_policy=STATE_EVICT).to(tl.float32)
-        else:
-            if ORDERED_SUM:
-                b_state = tl.zeros((BLOCK_N // 4, BLOCK_M, 4), tl.float32)
-            else:
-                b_state = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    elif m_read is None:
+    if m_read is None:
         b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
     else:
         b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
@@ -421,7 +404,6 @@ def _launch(
         EVEN_N=even_n and _EVEN_TILES,
         PACKED_ROWS=_PACKED_ROWS and state.stride(-1) == 1 and state.stride(-2) == block_n,
         EVEN_VECTORS=_EVEN_VECTORS,
-        PAD_BRANCH=_PAD_BRANCH,
         BLOCK_M=config.block_m,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
@@ -461,15 +443,10 @@ _EVEN_TILES = True
 # (benchmarks/explore.py --switch _EVEN_VECTORS).
 _EVEN_VECTORS = True
 
-# Pad rows branch around the state loads instead of predicating every load on the pad check
-# (see the kernel). Same bits. A switch only so that an exploration can measure what it is
-# worth (benchmarks/explore.py --switch _PAD_BRANCH).
-_PAD_BRANCH = True
-
 # The boolean switches above whose off position is the general (or the earlier) code with the
 # same bits: the explorations time them on and off (benchmarks/explore.py --switch,
 # explore_step.py --switch, compile_info.py --off).
-SWITCHES = ("_EVEN_TILES", "_PACKED_ROWS", "_EVEN_VECTORS", "_PAD_BRANCH")
+SWITCHES = ("_EVEN_TILES", "_PACKED_ROWS", "_EVEN_VECTORS")
 
 # The batch is a grid dimension (y or z), which CUDA caps at 65535.
 _MAX_BATCH = 65535
