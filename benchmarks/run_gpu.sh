@@ -65,7 +65,8 @@
 #   e2e_pdl  ssmdecode e2e of the headline with the table, with and without pdl=True
 #   e2e_order  the same with and without batch_order=slot_order(slots) once per step
 #   ncu     Nsight Compute (--clock-control none) on the table config and the ceiling's stream,
-#           same bytes, at bs 8 and 512 (benchmarks/ncu_driver.py)
+#           same bytes, at bs 8 and 512 (NCU_BATCHES; benchmarks/ncu_driver.py), with the
+#           stall reasons per issued instruction
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -290,12 +291,15 @@ stage_e2e_order() {
       --out "$R/e2e-order-nemotron3-super-tp8"
 }
 stage_ncu() {
+  # NCU_BATCHES narrows the batches (default 8 512); each kernel's stall reasons per issued
+  # instruction (the Warp State section's breakdown) and its top stall sites come with it
   local batch rc=0
-  for batch in 8 512; do
+  for batch in ${NCU_BATCHES:-8 512}; do
     ncu --clock-control none --kernel-name regex:'_selective_state_update_kernel|_scale_in_place' \
         --launch-skip 2 --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+        --section SchedulerStats --section SourceCounters \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
         python3 benchmarks/ncu_driver.py "${HEADLINE[@]}" --batch "$batch" \
         > "$R/ncu-bs$batch.txt" 2>&1 || rc=1
     grep -E "==PROF==|ERR|profiled:" "$R/ncu-bs$batch.txt" | tail -4
