@@ -47,7 +47,7 @@ def slot_sets_by_mode(slot_sets: torch.Tensor) -> dict[str, torch.Tensor]:
     touches is one flat block, as the ceiling's), or as drawn with the second half of each
     set's rows padding (padded: pad_slot_id, as an engine pads a batch to its graph's size)."""
     padded = slot_sets.clone()
-    padded[:, slot_sets.shape[1] // 2:] = PAD_SLOT_ID
+    padded[:, (slot_sets.shape[1] + 1) // 2:] = PAD_SLOT_ID
     return {"random": slot_sets.clone(), "sorted": slot_sets.sort(dim=1).values,
             "contiguous": torch.arange(slot_sets.numel(), device=slot_sets.device,
                                        dtype=slot_sets.dtype).view(slot_sets.shape),
@@ -111,9 +111,10 @@ def main() -> int:
                    help="the state tile addressed from one base and compile-time offsets where "
                    "its rows are packed (on, the shipped code), by its runtime strides (off), or "
                    "both, interleaved")
-    p.add_argument("--switch", choices=ssu_module.SWITCHES, nargs="+", default=[],
-                   help="boolean switches of the kernel module, each timed on and off "
-                   "(every combination, interleaved)")
+    p.add_argument("--switch", nargs="+", default=[],
+                   choices=[s for s in ssu_module.SWITCHES if s not in ("_EVEN_TILES", "_PACKED_ROWS")],
+                   help="other boolean switches of the kernel module, each timed on and off "
+                   "(every combination, interleaved); --masks and --packed-rows set the first two")
     p.add_argument("--rounds", type=int, default=2)
     add_common_arguments(p, "folder for explore.json", out_required=True)
     args = p.parse_args()
