@@ -78,8 +78,8 @@ def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget):
         args[name] = fn(args)
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(names):
-        value = args[name]
         param = jit.params[i]
+        value = args[name] if name in args else param.default  # a constexpr left at its default
         if param.is_constexpr:
             signature[name] = "constexpr"
             constexprs[name] = value
