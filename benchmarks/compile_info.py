@@ -79,7 +79,7 @@ def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget):
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(names):
         param = jit.params[i]
-        value = args[name] if name in args else param.default  # a constexpr left at its default
+        value = args.get(name, param.default)  # a constexpr left at its default
         if param.is_constexpr:
             signature[name] = "constexpr"
             constexprs[name] = value

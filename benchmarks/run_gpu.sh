@@ -45,8 +45,6 @@
 #           dstate 256
 #   explore_lean  the vectors unmasked where the tile divides (_EVEN_VECTORS) on and off,
 #           interleaved, at the headline
-#   explore_strides  the strides as compile-time constants (_CONSTEXPR_STRIDES) on and off,
-#           interleaved, at the headline
 #   explore_step_packed  the same A/B inside the model step (benchmarks/explore_step.py): step
 #           time and the SSU's profiled time, packed rows on and off, interleaved
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
@@ -344,16 +342,6 @@ stage_explore_lean() {
       --batch 1 4 8 32 128 512 --rounds 3 \
       --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 16,1,slot,ordered 8,1 \
       --out "$R/explore-lean"
-}
-stage_explore_strides() {
-  # the strides as compile-time constants instead of kernel parameters: compiled for sm_90 the
-  # kernel then reads 13 parameter words instead of 21 (Nsight Compute, run 52: at bs 8 the
-  # table config's warps wait 1.05 cycles an issued instruction on constant-cache misses, the
-  # stream's 3.9 of 62), and (16,1,slot,evict,ordered) runs 568 SASS instructions instead of
-  # 584, upstream's (8,1) 448 instead of 512
-  python3 benchmarks/explore.py "${HEADLINE[@]}" --switch _CONSTEXPR_STRIDES --rounds 3 \
-      --batch 1 4 8 16 32 128 512 --out "$R/explore-strides" \
-      --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 16,1,slot,ordered 8,1
 }
 stage_explore_step_packed() {
   # the model step at bs 8 took 2-5 us longer with the table's config in runs 44-45 than in

@@ -197,46 +197,8 @@ def _selective_state_update_kernel(
     ORDERED_SUM: tl.constexpr,
     PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
     PDL_TRIGGER_FIRST: tl.constexpr,  # let the next kernel launch at the start, else at the end
-    STRIDES: tl.constexpr = None,
 ):
     # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
-    # With STRIDES (a tuple of the 32 strides above, in their order) the strides are
-    # compile-time constants: no parameter reads for them (at small batch a program's
-    # parameter reads miss the constant cache, docs/performance.md), and the address
-    # arithmetic folds. One compile per layout of the tensors, as for any constexpr.
-    if STRIDES is not None:
-        stride_state_s = STRIDES[0]
-        stride_state_h = STRIDES[1]
-        stride_state_p = STRIDES[2]
-        stride_state_n = STRIDES[3]
-        stride_x_b = STRIDES[4]
-        stride_x_h = STRIDES[5]
-        stride_x_p = STRIDES[6]
-        stride_dt_b = STRIDES[7]
-        stride_dt_h = STRIDES[8]
-        stride_dt_p = STRIDES[9]
-        stride_dt_bias_h = STRIDES[10]
-        stride_dt_bias_p = STRIDES[11]
-        stride_A_h = STRIDES[12]
-        stride_A_p = STRIDES[13]
-        stride_A_n = STRIDES[14]
-        stride_B_b = STRIDES[15]
-        stride_B_g = STRIDES[16]
-        stride_B_n = STRIDES[17]
-        stride_C_b = STRIDES[18]
-        stride_C_g = STRIDES[19]
-        stride_C_n = STRIDES[20]
-        stride_D_h = STRIDES[21]
-        stride_D_p = STRIDES[22]
-        stride_z_b = STRIDES[23]
-        stride_z_h = STRIDES[24]
-        stride_z_p = STRIDES[25]
-        stride_out_b = STRIDES[26]
-        stride_out_h = STRIDES[27]
-        stride_out_p = STRIDES[28]
-        stride_src_idx = STRIDES[29]
-        stride_dst_idx = STRIDES[30]
-        stride_order = STRIDES[31]
     if PDL and PDL_TRIGGER_FIRST:  # the next kernel may launch; its own wait orders it after us
         gdc_launch_dependents()
     # No runtime division finds the tile: at small batch a program's prologue is on the
@@ -453,8 +415,6 @@ def _launch(
         flags["launch_pdl"] = True
     if config.max_registers is not None:
         flags["maxnreg"] = config.max_registers
-    if _CONSTEXPR_STRIDES:
-        flags["STRIDES"] = args[16:]  # the strides, after 13 tensors and 3 sizes
     grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
     _selective_state_update_kernel[grid](*args, **flags, SLOT_MAJOR=config.slot_major)
 
@@ -483,15 +443,10 @@ _EVEN_TILES = True
 # (benchmarks/explore.py --switch _EVEN_VECTORS).
 _EVEN_VECTORS = True
 
-# Pass the strides as compile-time constants (the kernel's STRIDES), not as parameters. Same
-# bits. A switch only so that an exploration can measure what it is worth
-# (benchmarks/explore.py --switch _CONSTEXPR_STRIDES).
-_CONSTEXPR_STRIDES = True
-
 # The boolean switches above whose off position is the general (or the earlier) code with the
 # same bits: the explorations time them on and off (benchmarks/explore.py --switch,
 # explore_step.py --switch, compile_info.py --off).
-SWITCHES = ("_EVEN_TILES", "_PACKED_ROWS", "_EVEN_VECTORS", "_CONSTEXPR_STRIDES")
+SWITCHES = ("_EVEN_TILES", "_PACKED_ROWS", "_EVEN_VECTORS")
 
 # The batch is a grid dimension (y or z), which CUDA caps at 65535.
 _MAX_BATCH = 65535
