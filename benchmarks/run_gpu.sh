@@ -45,6 +45,7 @@
 #           dstate 256
 #   explore_lean  the vectors unmasked where the tile divides (_EVEN_VECTORS) on and off,
 #           interleaved, at the headline
+#   explore_lean_shapes  the same at dstate 64 and 256, head dim 128 and a bf16 state
 #   explore_step_packed  the same A/B inside the model step (benchmarks/explore_step.py): step
 #           time and the SSU's profiled time, packed rows on and off, interleaved
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
@@ -342,6 +343,17 @@ stage_explore_lean() {
       --batch 1 4 8 32 128 512 --rounds 3 \
       --config 2,1,slot,evict,ordered 16,1,slot,evict,ordered 16,1,slot,ordered 8,1 \
       --out "$R/explore-lean"
+}
+stage_explore_lean_shapes() {
+  # the same switch at the other issue-4 shapes, their table entries and an upstream config:
+  # run 49's bench had head dim 128's bs-8 entry 3.5% and dstate 256's 2.4% slower than run 43's
+  local X=(python3 benchmarks/explore.py "${HEADLINE[@]}" --switch _EVEN_VECTORS --rounds 3
+           --batch 8 128 1024)
+  "${X[@]}" --headdim 128 --config 4,1,slot,evict,ordered 8,1 --out "$R/explore-lean-headdim128" &&
+  "${X[@]}" --dstate 256 --config 2,1,slot,evict,ordered 4,8 --out "$R/explore-lean-dstate256" &&
+  "${X[@]}" --dstate 64 --config 8,1,slot,evict 8,4 --out "$R/explore-lean-dstate64" &&
+  "${X[@]}" --state-dtype bfloat16 --config 8,1,slot,evict,ordered 4,4 \
+      --out "$R/explore-lean-bf16"
 }
 stage_explore_step_packed() {
   # the model step at bs 8 took 2-5 us longer with the table's config in runs 44-45 than in
