@@ -17,6 +17,7 @@
 #   tune_shapes  the same for dstate 64 and 256, head dim 128 and a bf16 state (SHAPES_LIST
 #           narrows them), added to the shipped table (in $OUT/results/configs, and in the
 #           package of this copy for the stages after it)
+#   tune_shapes_small  the same for the shapes' bs 1 and 8 buckets only
 #   sweep   ssmdecode sweep: every (BLOCK_M, warps) of the upstream grid at batch 8, 128, 512
 #   bench   ssmdecode bench: the headline shape, upstream configs vs the table, 11 batches;
 #           and the issue-4 shapes (dstate 64 and 256, head dim 128, bf16 state)
@@ -130,6 +131,19 @@ stage_tune_shapes() {
         --leaders 2 --rounds 2 --out-dir "$R/configs" --out "$R/tune${shape// /}" || return
   done
   tables_into_package  # the later stages of the run use the new keys
+}
+stage_tune_shapes_small() {
+  # the shapes' bs 1 and 8 buckets only (SHAPES_LIST narrows the shapes), added to the shipped
+  # table as stage tune_shapes does: the unmasked vectors (f3dc460) made head dim 128's and
+  # dstate 256's bs-8 entries 2-3% slower and upstream's configs faster (run 54)
+  tables_from_package
+  local shape
+  for shape in "${SHAPES[@]}"; do
+    # shellcheck disable=SC2086
+    "${SSM[@]}" tune "${HEADLINE[@]}" $shape --config "${SHAPE_CONFIGS[@]}" --batch 1 8 \
+        --leaders 2 --rounds 2 --out-dir "$R/configs" --out "$R/tune-small${shape// /}" || return
+  done
+  tables_into_package
 }
 stage_sweep() { "${SSM[@]}" sweep "${HEADLINE[@]}" --space basic --batch 8 128 512 --out "$R/sweep"; }
 stage_bench() {
