@@ -349,7 +349,7 @@ stage_explore_packed() {
 stage_explore_lean() {
   # the vectors unmasked where the tile divides (_EVEN_VECTORS): compiled for sm_90, the
   # table's bs 8-128 config (16,1,slot,evict,ordered) runs 584 SASS instructions instead of
-  # 608 and upstream's (8,1) 8 predicated loads instead of 19, its first state load 23
+  # 608 and upstream's (8,1) 8 predicated loads instead of 19, its first state load 15
   # instructions earlier (compile_info.py --off _EVEN_VECTORS --ptx DIR). Run 48
   # (f452066) timed it beside a variant since removed, pad rows reading slot 0 unpredicated
   # (_PAD_READS_SLOT0, with a second call of half-padded batches): docs/performance.md
