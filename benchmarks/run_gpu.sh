@@ -122,28 +122,26 @@ SHAPE_CONFIGS=(4,1,slot,evict 8,1,slot,evict 8,2,slot,evict 16,1,slot,evict 16,2
                16,1,slot,evict,ordered,regs96)
 # SHAPES_LIST (';'-separated) narrows the shapes, e.g. SHAPES_LIST="--dstate 256".
 IFS=';' read -ra SHAPES <<< "${SHAPES_LIST:---dstate 64;--dstate 256;--headdim 128;--state-dtype bfloat16}"
-stage_tune_shapes() {
+# tune_shapes_into_table NAME BATCH...: each shape of SHAPES tuned at these batches, added to the
+# shipped table (in $R/configs, and in the package of this copy for the stages after it); its
+# report in $R/NAME--<shape>
+tune_shapes_into_table() {
+  local name=$1 shape
+  shift
   tables_from_package  # add to the shipped table
-  local shape
   for shape in "${SHAPES[@]}"; do
     # shellcheck disable=SC2086
-    "${SSM[@]}" tune "${HEADLINE[@]}" $shape --config "${SHAPE_CONFIGS[@]}" --batch 1 8 64 256 1024 \
-        --leaders 2 --rounds 2 --out-dir "$R/configs" --out "$R/tune${shape// /}" || return
+    "${SSM[@]}" tune "${HEADLINE[@]}" $shape --config "${SHAPE_CONFIGS[@]}" --batch "$@" \
+        --leaders 2 --rounds 2 --out-dir "$R/configs" --out "$R/$name${shape// /}" || return
   done
   tables_into_package  # the later stages of the run use the new keys
 }
+stage_tune_shapes() { tune_shapes_into_table tune 1 8 64 256 1024; }
 stage_tune_shapes_small() {
-  # the shapes' bs 1 and 8 buckets only (SHAPES_LIST narrows the shapes), added to the shipped
-  # table as stage tune_shapes does: the unmasked vectors (f3dc460) made head dim 128's and
-  # dstate 256's bs-8 entries 2-3% slower and upstream's configs faster (run 54)
-  tables_from_package
-  local shape
-  for shape in "${SHAPES[@]}"; do
-    # shellcheck disable=SC2086
-    "${SSM[@]}" tune "${HEADLINE[@]}" $shape --config "${SHAPE_CONFIGS[@]}" --batch 1 8 \
-        --leaders 2 --rounds 2 --out-dir "$R/configs" --out "$R/tune-small${shape// /}" || return
-  done
-  tables_into_package
+  # the shapes' bs 1 and 8 buckets only (SHAPES_LIST narrows the shapes): the unmasked vectors
+  # (f3dc460) made head dim 128's and dstate 256's bs-8 entries 2-3% slower and upstream's
+  # configs faster (run 54)
+  tune_shapes_into_table tune-small 1 8
 }
 stage_sweep() { "${SSM[@]}" sweep "${HEADLINE[@]}" --space basic --batch 8 128 512 --out "$R/sweep"; }
 stage_bench() {
