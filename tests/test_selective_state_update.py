@@ -304,6 +304,15 @@ def _configs_the_tables_can_pick(case: Case) -> set[LaunchConfig]:
     return picks | {default_config(case.dstate, sdt)}
 
 
+def _assert_same_bits_for_each(kw: dict, state0: torch.Tensor, configs: list[LaunchConfig],
+                               want: dict, what: str = "") -> None:
+    """Each config run from state0 writes the bits want[config] holds (out, then the pool)."""
+    for config in configs:
+        got = run_bits(kw, state0, config)
+        assert torch.equal(got[0], want[config][0]), f"{config.label}: out{what}"
+        assert torch.equal(got[1], want[config][1]), f"{config.label}: state{what}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.id)
 def test_gpu_table_configs_are_bit_identical_to_upstream(case: Case) -> None:
@@ -370,16 +379,10 @@ def test_gpu_packed_rows_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPat
                      key=lambda c: c.label)
     packed = {c: run_bits(kw, state0, c) for c in configs}
     monkeypatch.setattr(ssu, "_PACKED_ROWS", False)
-    for config in configs:
-        got = run_bits(kw, state0, config)
-        assert torch.equal(got[0], packed[config][0]), f"{config.label}: out"
-        assert torch.equal(got[1], packed[config][1]), f"{config.label}: state"
+    _assert_same_bits_for_each(kw, state0, configs, packed)
     monkeypatch.setattr(ssu, "_PACKED_ROWS", True)
     kw["state"] = _padded_rows(state0, 32)
-    for config in configs:
-        got = run_bits(kw, state0, config)
-        assert torch.equal(got[0], packed[config][0]), f"{config.label}: out, padded rows"
-        assert torch.equal(got[1], packed[config][1]), f"{config.label}: state, padded rows"
+    _assert_same_bits_for_each(kw, state0, configs, packed, ", padded rows")
 
 
 @pytest.mark.gpu
@@ -401,12 +404,10 @@ def test_gpu_unmasked_vectors_keep_the_bits(state: str, monkeypatch: pytest.Monk
     configs = sorted(_configs_the_tables_can_pick(case) | {upstream_config(case.dstate)},
                      key=lambda c: c.label)
     want = {c: run_bits(kw, state0, c) for c in configs}
-    monkeypatch.setattr(ssu, "_EVEN_VECTORS", False)
     for config in configs:
-        got = run_bits(kw, state0, config)
-        assert torch.equal(got[0], want[config][0]), f"{config.label}: out"
-        assert torch.equal(got[1], want[config][1]), f"{config.label}: state"
-        assert (got[0][list(case.pad_rows)] == 0).all(), f"{config.label}: pad rows' out"
+        assert (want[config][0][list(case.pad_rows)] == 0).all(), f"{config.label}: pad rows' out"
+    monkeypatch.setattr(ssu, "_EVEN_VECTORS", False)
+    _assert_same_bits_for_each(kw, state0, configs, want)
 
 
 @pytest.mark.gpu
