@@ -15,13 +15,11 @@ runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 os.environ.pop("TRITON_INTERPRET", None)  # compile for the target, never interpret
 
@@ -32,46 +30,23 @@ from triton.compiler import ASTSource
 
 from ssmdecode.bench.inputs import make_shape_inputs
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops import selective_state_update as ssu
+from ssmdecode.ops.selective_state_update.decode import Variant, prepare
 from ssmdecode.tools import add_shape_arguments, shapes_from_args
 
 _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
                  torch.int32: "i32", torch.int64: "i64"}
 
 
-_KERNELS = ("_selective_state_update_kernel",)
-
-
-def _capture(kwargs: dict, config: LaunchConfig) -> dict:
-    """The kernel the launcher picks for this call, with its arguments: captured, not launched."""
-    seen: dict = {}
-
-    class Capture:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                seen.update(kernel=self.name, args=args, kw=kw, grid=grid)
-            return launch
-
-    with contextlib.ExitStack() as patches:
-        for name in _KERNELS:
-            if hasattr(ssu, name):
-                patches.enter_context(mock.patch.object(ssu, name, Capture(name)))
-        # let CPU tensors through to the captured launch (create: a tree before that check)
-        patches.enter_context(mock.patch.object(ssu, "_interpreted", lambda: True, create=True))
-        ssu.selective_state_update(**kwargs, config=config)
-    return seen
-
-
-def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget):
-    seen = _capture(kwargs, config)
-    heur = getattr(ssu, seen["kernel"])
+def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget,
+                   variant: Variant | None = None):
+    """Compile the kernel a call with these selective_state_update keyword arguments launches
+    (prepared by the library as the call would be, on CPU tensors, and not run)."""
+    _, launch = prepare(**kwargs, config=config, _variant=variant or Variant())
+    heur = launch.kernel
     jit = heur.fn
     names = jit.arg_names
-    args = dict(zip(names, seen["args"], strict=False))
-    kw = dict(seen["kw"])
+    args = dict(zip(names, launch.args, strict=False))
+    kw = dict(launch.kwargs)
     options = {k: kw.pop(k) for k in ("num_warps", "maxnreg", "launch_pdl") if k in kw}
     args.update(kw)
     for name, fn in heur.values.items():  # the heuristics' constexprs
@@ -146,12 +121,12 @@ def main() -> int:
     p.add_argument("--ptx", type=Path, help="also write each config's PTX and SASS here")
     p.add_argument("--strided-rows", action="store_true",
                    help="address the state tile with its runtime row stride, as before the "
-                   "packed-rows path (the kernel's _PACKED_ROWS switch off)")
-    p.add_argument("--off", choices=ssu.SWITCHES, nargs="+", default=[],
-                   help="compile with these boolean switches of the kernel module off")
+                   "packed-rows path (the kernel variant Variant(strided_rows=True))")
+    p.add_argument("--masked-vectors", action="store_true",
+                   help="mask the vectors where the tile divides too, as before the unmasked "
+                   "vectors (Variant(masked_vectors=True))")
     args = p.parse_args()
-    for name in {*args.off, *(["_PACKED_ROWS"] if args.strided_rows else [])}:
-        setattr(ssu, name, False)
+    variant = Variant(masked_vectors=args.masked_vectors, strided_rows=args.strided_rows)
     (shape,) = shapes_from_args(args, torch.device("cuda"))  # the GPU shape defaults
     inputs = make_shape_inputs(shape, args.batch, pool=args.batch, device=torch.device("cpu"),
                                seed=0)
@@ -162,7 +137,7 @@ def main() -> int:
           f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8} {'SASS':>5} "
           f"{'st.addr':>7}")
     for config in args.config:
-        c = compile_config(kwargs, config, target)
+        c = compile_config(kwargs, config, target, variant)
         ptx = c.asm["ptx"]
         regs, spills = _resource_usage(c.asm["cubin"])
         sass = _sass(c.asm["cubin"])

@@ -1,13 +1,13 @@
-"""Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with the
-tile-mask switch (`_EVEN_TILES`) off and on, the state tile addressed from its packed rows
-(`_PACKED_ROWS`, compile-time offsets) or by its runtime strides, any other boolean switch of
-the kernel module on and off (`--switch`, e.g. `_EVEN_VECTORS`), and programmatic dependent
-launch (`pdl=`) off and on, the GPU clocks sampled after each row, and the same-bytes ceiling
-of each batch; JSON and a short table. Uses the bench method's timer (consecutive calls in
-one CUDA graph, so with pdl=True each call may start under the previous call's tail).
+"""Exploration timings for docs/performance.md: configs x batches, interleaved rounds, with
+kernel variants of the same bits (`--variant`: the vectors masked where the tile divides, the
+state tile addressed by its runtime strides instead of its packed rows), slot placements,
+batch_order and programmatic dependent launch (`pdl=`) off and on, the GPU clocks sampled after
+each row, and the same-bytes ceiling of each batch; JSON and a short table. Uses the bench
+method's timer (consecutive calls in one CUDA graph, so with pdl=True each call may start under
+the previous call's tail).
 
     python benchmarks/explore.py --preset nemotron3-super --tp 8 --batch 8 128 512 \
-        --config 16,1,slot,evict 16,1,slot,evict,ordered --masks both --pdl both --out DIR
+        --config 16,1,slot,evict 16,1,slot,evict,ordered --variant default strided_rows --out DIR
 
 Not a results tool: the committed results come from `ssmdecode bench|sweep|tune`. This is for
 asking one question of the kernel and writing down the answer.
@@ -16,7 +16,6 @@ asking one question of the kernel and writing down the answer.
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import statistics
@@ -26,8 +25,8 @@ import torch
 from ssmdecode.bench.ceiling import measure_ceiling
 from ssmdecode.bench.inputs import DecodeInputs
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops import selective_state_update as ssu_module
-from ssmdecode.ops.selective_state_update import selective_state_update
+from ssmdecode.ops.selective_state_update import decode
+from ssmdecode.ops.selective_state_update.decode import Variant
 from ssmdecode.tools import (
     add_common_arguments,
     add_shape_arguments,
@@ -60,26 +59,30 @@ def print_spread(rows: list[dict]) -> None:
     print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
 
 
+VARIANTS = {"default": Variant(), "masked_vectors": Variant(masked_vectors=True),
+            "strided_rows": Variant(strided_rows=True)}
+
+
+def _kernel(variant: str, pdl: bool):
+    """selective_state_update as a variant of the kernel (decode.prepare's _variant)."""
+    def call(**kwargs: object) -> None:
+        decode.run(*decode.prepare(**kwargs, pdl=pdl, _variant=VARIANTS[variant]))
+
+    return call
+
+
 def _rounds(args: argparse.Namespace, inputs: DecodeInputs, slot_sets: dict[str, torch.Tensor],
-            slot_modes: list[str], modes: list[bool], pdls: list[bool | None], orders: list[bool],
-            packs: list[bool], switches: list[tuple[bool, ...]], device: torch.device,
+            slot_modes: list[str], pdls: list[bool], orders: list[bool], device: torch.device,
             times: dict[tuple, list[float]]) -> None:
     """Every variant of every config, round after round (interleaved), into times."""
     for _ in range(args.rounds):
         for slots in slot_modes:
             inputs.slot_sets.copy_(slot_sets[slots])
             for config in args.config:
-                for even, packed, values in itertools.product(modes, packs, switches):
-                    for pdl, ordered in itertools.product(pdls, orders):
-                        ssu_module._EVEN_TILES = even
-                        ssu_module._PACKED_ROWS = packed
-                        for name, value in zip(args.switch, values, strict=True):
-                            setattr(ssu_module, name, value)
-                        ssu_module._PDL_TRIGGER_FIRST = pdl is not False
-                        fn = functools.partial(selective_state_update, pdl=pdl is not None)
-                        t = time_config(inputs, config, device, fn, ordered)
-                        key = (config.label, even, packed, values, pdl, slots, ordered)
-                        times.setdefault(key, []).append(t.us)
+                for variant, pdl, ordered in itertools.product(args.variant, pdls, orders):
+                    t = time_config(inputs, config, device, _kernel(variant, pdl), ordered)
+                    key = (config.label, variant, pdl, slots, ordered)
+                    times.setdefault(key, []).append(t.us)
 
 
 def main() -> int:
@@ -88,15 +91,13 @@ def main() -> int:
     add_shape_arguments(p)
     p.add_argument("--batch", type=int, nargs="+", default=[8, 128, 512])
     p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True)
-    p.add_argument("--masks", choices=("even", "masked", "both"), default="even",
-                   help="tile masks dropped where the tile divides (even, the shipped code), "
-                   "always kept (masked), or both, interleaved")
+    p.add_argument("--variant", choices=sorted(VARIANTS), nargs="+", default=["default"],
+                   help="kernel variants of the same bits, interleaved: default (the shipped "
+                   "code), masked_vectors (x, dt, D, z, out, B, C masked where the tile "
+                   "divides), strided_rows (the state tile by its runtime strides)")
     p.add_argument("--pdl", choices=("off", "on", "both"), default="off",
                    help="programmatic dependent launch off (the default call), on, or both, "
                    "interleaved")
-    p.add_argument("--pdl-trigger", choices=("first", "last", "both"), default="first",
-                   help="with pdl: each program lets the next kernel launch at its start "
-                   "(first, the shipped code), after its stores (last), or both, interleaved")
     p.add_argument("--slots", choices=(*SLOT_MODES, "padded", "all"), nargs="+",
                    default=["random"],
                    help="each call's slots: random in the pool (the bench's), random but in "
@@ -107,29 +108,15 @@ def main() -> int:
     p.add_argument("--order", choices=("none", "slot", "both"), default="none",
                    help="batch_order: none (rows in order), slot (slot_order of each call's "
                    "slots, computed before timing), or both, interleaved")
-    p.add_argument("--packed-rows", choices=("on", "off", "both"), default="on",
-                   help="the state tile addressed from one base and compile-time offsets where "
-                   "its rows are packed (on, the shipped code), by its runtime strides (off), or "
-                   "both, interleaved")
-    p.add_argument("--switch", nargs="+", default=[],
-                   choices=[s for s in ssu_module.SWITCHES if s not in ("_EVEN_TILES", "_PACKED_ROWS")],
-                   help="other boolean switches of the kernel module, each timed on and off "
-                   "(every combination, interleaved); --masks and --packed-rows set the first two")
     p.add_argument("--rounds", type=int, default=2)
     add_common_arguments(p, "folder for explore.json", out_required=True)
     args = p.parse_args()
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
-    modes = {"even": [True], "masked": [False], "both": [True, False]}[args.masks]
-    triggers = {"first": [True], "last": [False], "both": [True, False]}[args.pdl_trigger]
-    pdls = {"off": [None], "on": triggers, "both": [None, *triggers]}[args.pdl]
+    pdls = {"off": [False], "on": [True], "both": [False, True]}[args.pdl]
     slot_modes = list(dict.fromkeys(m for s in args.slots
                                     for m in (SLOT_MODES if s == "all" else (s,))))
     orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
-    packs = {"on": [True], "off": [False], "both": [True, False]}[args.packed_rows]
-    switches = list(itertools.product(*[(True, False)] * len(args.switch)))
-    shipped = {name: getattr(ssu_module, name)
-               for name in ("_EVEN_TILES", "_PACKED_ROWS", "_PDL_TRIGGER_FIRST", *args.switch)}
     rows = []
     for batch in args.batch:
         inputs = timing_inputs(shape, batch, device, args.seed, args.pdl != "off")
@@ -137,20 +124,13 @@ def main() -> int:
         ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
         pdl_ceiling = ceiling.timings.get("triton_pdl")
         times: dict[tuple, list[float]] = {}
-        try:
-            _rounds(args, inputs, slot_sets, slot_modes, modes, pdls, orders, packs, switches,
-                    device, times)
-        finally:  # the shipped code's switches, whatever happened
-            for name, value in shipped.items():
-                setattr(ssu_module, name, value)
+        _rounds(args, inputs, slot_sets, slot_modes, pdls, orders, device, times)
         clocks = gpu_clocks(device) if device.type == "cuda" else None
-        for (label, even, packed, values, pdl, slots, ordered), us in times.items():
+        for (label, variant, pdl, slots, ordered), us in times.items():
             best = min(us)
-            rows.append({"batch": batch, "config": label, "even_tiles": even,
-                         "packed_rows": packed, "switches": dict(zip(args.switch, values, strict=True)),
-                         "slots": slots,
+            rows.append({"batch": batch, "config": label, "variant": variant, "slots": slots,
                          "batch_order": "slot" if ordered else "none",
-                         "pdl": {None: "off", True: "first", False: "last"}[pdl], "us": best,
+                         "pdl": "on" if pdl else "off", "us": best,
                          "rounds_us": us, "ceiling_us": ceiling.us,
                          "fraction_of_ceiling": ceiling.us / best,
                          "pdl_ceiling_us": pdl_ceiling.us if pdl_ceiling else None,
@@ -160,17 +140,11 @@ def main() -> int:
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    names = " ".join(f"{name.strip('_').lower():>{max(5, len(name) - 1)}}" for name in args.switch)
-    print(f"{'batch':>5} {'config':<34} {'masks':<7} {'rows':<7} {names}{' ' if names else ''}"
-          f"{'pdl':<5} {'slots':<10} "
+    print(f"{'batch':>5} {'config':<34} {'variant':<15} {'pdl':<5} {'slots':<10} "
           f"{'order':<5} {'us':>8} {'of ceiling':>10} {'ceiling':>8} {'pdl ceiling':>11}")
     for r in rows:
         pdl_ceiling = f"{r['pdl_ceiling_us']:11.2f}" if r["pdl_ceiling_us"] else ""
-        values = " ".join(f"{'on' if v else 'off':>{max(5, len(n) - 1)}}"
-                          for n, v in r["switches"].items())
-        print(f"{r['batch']:>5} {r['config']:<34} {'even' if r['even_tiles'] else 'masked':<7} "
-              f"{'packed' if r['packed_rows'] else 'strided':<7} {values}{' ' if values else ''}"
-              f"{r['pdl']:<5} {r['slots']:<10} "
+        print(f"{r['batch']:>5} {r['config']:<34} {r['variant']:<15} {r['pdl']:<5} {r['slots']:<10} "
               f"{r['batch_order']:<5} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
     print_spread(rows)

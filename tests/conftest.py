@@ -132,13 +132,18 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
-def run_bits(kw: dict, state0: torch.Tensor, config: object, **extra: object
+def run_bits(kw: dict, state0: torch.Tensor, config: object, variant: object = None, **extra: object
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """One call from state0 with config (and extra keyword arguments): the bits of out (stored
-    as float32, so a changed row-sum order cannot round away) and of the state pool."""
+    as float32, so a changed row-sum order cannot round away) and of the state pool. variant:
+    a kernel Variant of the same bits (decode.Variant), run through the private launch path."""
     from ssmdecode import selective_state_update  # after TRITON_INTERPRET is set above
+    from ssmdecode.ops.selective_state_update import decode
 
     kw["state"].copy_(state0)
     out = torch.full(kw["x"].shape, float("nan"), dtype=torch.float32, device=kw["x"].device)
-    selective_state_update(**kw, out=out, config=config, **extra)
+    if variant is None:
+        selective_state_update(**kw, out=out, config=config, **extra)
+    else:
+        decode.run(*decode.prepare(**kw, out=out, config=config, _variant=variant, **extra))
     return bits(out).clone(), bits(kw["state"]).clone()

@@ -20,7 +20,7 @@ import triton.language as tl
 from conftest import DEVICE, HAS_GPU, Case, bits, make_inputs
 from ssmdecode import LaunchConfig, selective_state_update
 from ssmdecode.config import upstream_config
-from ssmdecode.ops.selective_state_update import _rowsum_upstream_order
+from ssmdecode.ops.selective_state_update.common import rowsum_upstream_order as _rowsum_upstream_order
 
 
 @triton.jit

@@ -22,6 +22,7 @@ from ssmdecode.config import (
     table_key,
     upstream_config,
 )
+from ssmdecode.ops.selective_state_update.decode import Variant
 
 # (rtol, atol) by the dtype a value is stored in: out in x's dtype, state in its own. float32
 # values still carry float32 rounding of a 128-term row sum and of exp.
@@ -188,16 +189,12 @@ def test_padded_state_rows_take_the_strided_path() -> None:
 
 
 @pytest.mark.parametrize("config", ["8,1,slot,evict,ordered", "4,2"])
-def test_packed_and_strided_addressing_give_the_same_bits(
-        config: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """_PACKED_ROWS only changes how the state tile's addresses are formed: the same bits."""
-    from ssmdecode.ops import selective_state_update as ssu
-
+def test_packed_and_strided_addressing_give_the_same_bits(config: str) -> None:
+    """Packed rows only change how the state tile's addresses are formed: the same bits."""
     kw = make_inputs(PACKED)
     state0 = kw["state"].clone()
     want = run_bits(kw, state0, LaunchConfig.parse(config))
-    monkeypatch.setattr(ssu, "_PACKED_ROWS", False)
-    got = run_bits(kw, state0, LaunchConfig.parse(config))
+    got = run_bits(kw, state0, LaunchConfig.parse(config), variant=Variant(strided_rows=True))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -209,14 +206,11 @@ SLOT0_CASES = [
 
 
 @pytest.mark.parametrize("case", SLOT0_CASES, ids=lambda c: c.id)
-def test_unmasked_vectors_keep_the_bits_beside_pad_rows(
-        case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The vectors (x, dt, D, z, out; B, C) go unmasked where the tile divides (_EVEN_VECTORS):
-    on and off must write the same out and pool, with pad rows beside live ones (slot 0 among
-    them, which a pad slot of -1 must never alias), pad rows' out 0 and no slot but the live
-    rows' written."""
-    from ssmdecode.ops import selective_state_update as ssu
-
+def test_unmasked_vectors_keep_the_bits_beside_pad_rows(case: Case) -> None:
+    """The vectors (x, dt, D, z, out; B, C) go unmasked where the tile divides: unmasked and
+    masked (Variant(masked_vectors=True)) must write the same out and pool, with pad rows beside
+    live ones (slot 0 among them, which a pad slot of -1 must never alias), pad rows' out 0 and
+    no slot but the live rows' written."""
     kw = make_inputs(case)
     idx = kw["state_batch_indices"]
     kw["state_batch_indices"] = torch.tensor([0, -1, 5, -1], dtype=idx.dtype, device=idx.device)
@@ -227,8 +221,7 @@ def test_unmasked_vectors_keep_the_bits_beside_pad_rows(
     state0 = kw["state"].clone()
     config = LaunchConfig.parse("8,1,slot,evict,ordered" if case.dstate == 16 else "8,1")
     want = run_bits(kw, state0, config)
-    monkeypatch.setattr(ssu, "_EVEN_VECTORS", False)
-    got = run_bits(kw, state0, config)
+    got = run_bits(kw, state0, config, variant=Variant(masked_vectors=True))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert (want[0][[1, 3]] == 0).all(), "pad rows' out"
     unwritten = [s for s in range(state0.shape[0]) if s not in ({0} if case.dst else {0, 5})]
@@ -305,10 +298,11 @@ def _configs_the_tables_can_pick(case: Case) -> set[LaunchConfig]:
 
 
 def _assert_same_bits_for_each(kw: dict, state0: torch.Tensor, configs: list[LaunchConfig],
-                               want: dict, what: str = "") -> None:
-    """Each config run from state0 writes the bits want[config] holds (out, then the pool)."""
+                               want: dict, what: str = "", variant: Variant | None = None) -> None:
+    """Each config run from state0 (as variant, where given) writes the bits want[config] holds
+    (out, then the pool)."""
     for config in configs:
-        got = run_bits(kw, state0, config)
+        got = run_bits(kw, state0, config, variant=variant)
         assert torch.equal(got[0], want[config][0]), f"{config.label}: out{what}"
         assert torch.equal(got[1], want[config][1]), f"{config.label}: state{what}"
 
@@ -343,9 +337,9 @@ def test_gpu_register_cap_reaches_the_compiler_and_keeps_the_bits(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """max_registers is ptxas's maxnreg: the compiled kernel holds to it (the cap is set under
     what the config takes uncapped, so it has to bite), and out and state keep their bits."""
-    from ssmdecode.ops import selective_state_update as ssu
+    from ssmdecode.ops.selective_state_update import decode
 
-    kernel = ssu._selective_state_update_kernel
+    kernel = decode._selective_state_update_kernel
     compiled = []
     run = kernel.run
     monkeypatch.setattr(kernel, "run", lambda *a, **k: compiled.append(run(*a, **k)) or compiled[-1])
@@ -365,12 +359,10 @@ def test_gpu_register_cap_reaches_the_compiler_and_keeps_the_bits(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("state", ["fp32", "bf16"])
-def test_gpu_packed_rows_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_packed_rows_keep_the_bits(state: str) -> None:
     """Compiled for the GPU, the packed-rows addressing (one base, offsets in the instructions)
     writes what the strided one writes, for upstream's config and every config the table can
     pick; and a pool with padded rows (the strided path) gets the same bits."""
-    from ssmdecode.ops import selective_state_update as ssu
-
     case = Case(batch=24, nheads=16, headdim=64, dstate=128, ngroups=1, state=state, tie=True,
                 extra_slots=40, pad_rows=(5,))
     kw = make_inputs(case)
@@ -378,21 +370,17 @@ def test_gpu_packed_rows_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPat
     configs = sorted(_configs_the_tables_can_pick(case) | {upstream_config(case.dstate)},
                      key=lambda c: c.label)
     packed = {c: run_bits(kw, state0, c) for c in configs}
-    monkeypatch.setattr(ssu, "_PACKED_ROWS", False)
-    _assert_same_bits_for_each(kw, state0, configs, packed)
-    monkeypatch.setattr(ssu, "_PACKED_ROWS", True)
+    _assert_same_bits_for_each(kw, state0, configs, packed, variant=Variant(strided_rows=True))
     kw["state"] = _padded_rows(state0, 32)
     _assert_same_bits_for_each(kw, state0, configs, packed, ", padded rows")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("state", ["fp32", "bf16"])
-def test_gpu_unmasked_vectors_keep_the_bits(state: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compiled for the GPU, the unmasked vectors (_EVEN_VECTORS) write what the masked code
-    writes, for upstream's config and every config the table can pick, with pad rows beside
-    a live slot 0."""
-    from ssmdecode.ops import selective_state_update as ssu
-
+def test_gpu_unmasked_vectors_keep_the_bits(state: str) -> None:
+    """Compiled for the GPU, the unmasked vectors write what the masked code writes
+    (Variant(masked_vectors=True)), for upstream's config and every config the table can pick,
+    with pad rows beside a live slot 0."""
     case = Case(batch=24, nheads=16, headdim=64, dstate=128, ngroups=1, state=state, tie=True,
                 extra_slots=40, pad_rows=(5, 11, 23))
     kw = make_inputs(case)
@@ -406,8 +394,7 @@ def test_gpu_unmasked_vectors_keep_the_bits(state: str, monkeypatch: pytest.Monk
     want = {c: run_bits(kw, state0, c) for c in configs}
     for config in configs:
         assert (want[config][0][list(case.pad_rows)] == 0).all(), f"{config.label}: pad rows' out"
-    monkeypatch.setattr(ssu, "_EVEN_VECTORS", False)
-    _assert_same_bits_for_each(kw, state0, configs, want)
+    _assert_same_bits_for_each(kw, state0, configs, want, variant=Variant(masked_vectors=True))
 
 
 @pytest.mark.gpu

@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ssmdecode.config import LaunchConfig
-    from ssmdecode.ops.selective_state_update import selective_state_update, slot_order
-    from ssmdecode.reference import selective_state_update_reference
+    from ssmdecode.ops.selective_state_update import (
+        selective_state_update,
+        selective_state_update_reference,
+        slot_order,
+    )
 
 __all__ = ["LaunchConfig", "selective_state_update", "selective_state_update_reference",
            "slot_order"]
@@ -22,7 +25,7 @@ __version__ = "0.1.0"
 _HOMES = {
     "LaunchConfig": "ssmdecode.config",
     "selective_state_update": "ssmdecode.ops.selective_state_update",
-    "selective_state_update_reference": "ssmdecode.reference",
+    "selective_state_update_reference": "ssmdecode.ops.selective_state_update",
     "slot_order": "ssmdecode.ops.selective_state_update",
 }
 

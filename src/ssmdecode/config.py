@@ -5,7 +5,7 @@ A launch config changes how the work is cut into programs, never what each row c
 it can change the bits of `out`: the row sum over the state dim is a reduction whose order
 follows the register layout Triton derives from the tile (elements per thread along N, lanes
 along N, warps along N). On an H200 with Triton 3.6, (2,4), (2,8) and (4,8) gave different
-bits from the upstream (4,4) at dstate 128 (../shared/MEASURING.md). So no config is trusted
+bits from the upstream (4,4) at dstate 128 (docs/measuring.md). So no config is trusted
 to be identical: a table entry is written only by `ssmdecode tune`, after the config was
 compared bit for bit with `upstream_config` on the GPU.
 
@@ -231,15 +231,34 @@ def _cuda_device_key(index: int) -> str:
     return re.sub(r"[^0-9A-Za-z]", "_", torch.cuda.get_device_name(index))
 
 
-def table_key(headdim: int, dstate: int, state_dtype: torch.dtype | str) -> str:
-    """The readable entry key of a shape: "headdim=64 dstate=128 state=float32"."""
+# What a call writes besides out (see Call.mode in ops/selective_state_update/checks.py):
+# single-token decode, or T tokens a request writing the final state, every token's state to an
+# intermediate buffer (sglang's verify), or every token's state to its own slot (vLLM's).
+MODES = ("single", "final", "buffer", "dst")
+
+
+def table_key(
+    headdim: int, dstate: int, state_dtype: torch.dtype | str, mode: str = "single", tokens: int = 0
+) -> str:
+    """The readable entry key of a shape: "headdim=64 dstate=128 state=float32" for
+    single-token decode; multi-token calls add their mode and token count,
+    "headdim=64 dstate=128 state=float32 mode=buffer tokens=4"."""
     name = state_dtype if isinstance(state_dtype, str) else str(state_dtype).removeprefix("torch.")
     if name not in _STATE_DTYPES:
         raise ValueError(f"state dtype {name!r} is not one of {sorted(_STATE_DTYPES)}")
-    return f"headdim={headdim} dstate={dstate} state={name}"
+    key = f"headdim={headdim} dstate={dstate} state={name}"
+    if mode == "single":
+        return key
+    if mode not in MODES or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"mode {mode!r} with tokens {tokens!r}: expected one of {MODES} and "
+                         "tokens >= 1 (or mode 'single')")
+    return f"{key} mode={mode} tokens={tokens}"
 
 
-_KEY_RE = re.compile(r"^headdim=(\d+) dstate=(\d+) state=(float32|bfloat16|float16)$")
+_KEY_RE = re.compile(
+    r"^headdim=(\d+) dstate=(\d+) state=(float32|bfloat16|float16)"
+    r"(?: mode=(final|buffer|dst) tokens=([1-9]\d*))?$"
+)
 
 
 def config_dir() -> Path:
@@ -253,7 +272,30 @@ def table_path(device: str, directory: Path | None = None) -> Path:
     return (directory or config_dir()) / KERNEL / f"{device}.json"
 
 
-def _validate_table(path: Path, data: Any) -> dict[str, dict[int, LaunchConfig]]:
+@dataclass(frozen=True)
+class TableEntry:
+    """One bucket of a table: the config and how it got there. tuned_by: the command, UTC
+    date and git commit of the tune run that chose it ({"command", "date", "git_commit"}),
+    None in tables written before entries carried it (their file's made_by names the last
+    tune run only)."""
+
+    config: LaunchConfig
+    tuned_by: dict[str, str | None] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.config.to_dict()
+        if self.tuned_by is not None:
+            data[_TUNED_BY] = dict(self.tuned_by)
+        return data
+
+
+_TUNED_BY = "tuned_by"
+_TUNED_BY_FIELDS = ("command", "date", "git_commit")
+
+Table = dict[str, dict[int, TableEntry]]
+
+
+def _validate_table(path: Path, data: Any) -> Table:
     def fail(field: str, why: str) -> TableError:
         return TableError(f"{path}: field {field!r}: {why}")
 
@@ -264,10 +306,11 @@ def _validate_table(path: Path, data: Any) -> dict[str, dict[int, LaunchConfig]]
     entries = data.get("entries")
     if not isinstance(entries, dict) or not entries:
         raise fail("entries", "expected a non-empty object of shape keys")
-    table: dict[str, dict[int, LaunchConfig]] = {}
+    table: Table = {}
     for key, buckets in entries.items():
         if not _KEY_RE.match(key):
-            raise fail(f"entries.{key}", "key must read 'headdim=P dstate=N state=DTYPE'")
+            raise fail(f"entries.{key}", "key must read 'headdim=P dstate=N state=DTYPE', then "
+                       "optionally ' mode=final|buffer|dst tokens=T'")
         if not isinstance(buckets, dict) or not buckets:
             raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
         table[key] = {}
@@ -277,15 +320,23 @@ def _validate_table(path: Path, data: Any) -> dict[str, dict[int, LaunchConfig]]
                 raise fail(where, "batch bucket must be a positive integer string")
             if not isinstance(cfg, dict):
                 raise fail(where, f"expected a config object, got {cfg!r}")
+            cfg = dict(cfg)
+            tuned_by = cfg.pop(_TUNED_BY, None)
+            if tuned_by is not None and (
+                not isinstance(tuned_by, dict) or set(tuned_by) != set(_TUNED_BY_FIELDS)
+                or not all(v is None or isinstance(v, str) for v in tuned_by.values())
+            ):
+                raise fail(f"{where}.{_TUNED_BY}", f"expected an object of {list(_TUNED_BY_FIELDS)} "
+                           f"(strings or null), got {tuned_by!r}")
             try:
-                table[key][int(bucket)] = LaunchConfig.from_dict(cfg)
+                table[key][int(bucket)] = TableEntry(LaunchConfig.from_dict(cfg), tuned_by)
             except (TypeError, ValueError) as e:
                 raise fail(where, str(e)) from None
     return table
 
 
 @functools.lru_cache(maxsize=32)
-def _load_table_cached(path: str, mtime_ns: int) -> dict[str, dict[int, LaunchConfig]]:
+def _load_table_cached(path: str, mtime_ns: int) -> Table:
     del mtime_ns  # part of the cache key: an edited file is read again
     p = Path(path)
     try:
@@ -295,13 +346,23 @@ def _load_table_cached(path: str, mtime_ns: int) -> dict[str, dict[int, LaunchCo
     return _validate_table(p, data)
 
 
-def load_table(device: str, directory: Path | None = None) -> dict[str, dict[int, LaunchConfig]] | None:
-    """The validated table of a device key ({shape key: {batch bucket: config}}), or None when
-    the device has no table. Raises TableError on a malformed file."""
+def load_table_entries(device: str, directory: Path | None = None) -> Table | None:
+    """The validated table of a device key with each entry's provenance ({shape key: {batch
+    bucket: TableEntry}}), or None when the device has no table. Raises TableError on a
+    malformed file."""
     path = table_path(device, directory)
     if not path.is_file():
         return None
     return _load_table_cached(str(path), path.stat().st_mtime_ns)
+
+
+def load_table(device: str, directory: Path | None = None) -> dict[str, dict[int, LaunchConfig]] | None:
+    """The validated table of a device key ({shape key: {batch bucket: config}}), or None when
+    the device has no table. Raises TableError on a malformed file."""
+    entries = load_table_entries(device, directory)
+    if entries is None:
+        return None
+    return {key: {b: e.config for b, e in buckets.items()} for key, buckets in entries.items()}
 
 
 def nearest_bucket(buckets: list[int], batch: int) -> int:
@@ -315,22 +376,37 @@ def lookup_config(
     state_dtype: torch.dtype,
     batch: int,
     device: torch.device | int | str | None = None,
+    mode: str = "single",
+    tokens: int = 0,
 ) -> LaunchConfig:
-    """The table's config for this shape and batch on this device, else default_config."""
-    return _lookup(headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()))
+    """The table's config for this shape and batch on this device, else default_config.
+    Multi-token calls (mode final, buffer or dst, tokens T) take the entry of their mode with
+    the token count nearest to T (log2 distance; ties to the smaller), then the nearest batch
+    bucket; a mode the table does not hold falls back to default_config."""
+    return _lookup(headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()),
+                   mode, tokens)
 
 
 @functools.lru_cache(maxsize=4096)
 def _lookup(
-    headdim: int, dstate: int, state_dtype: torch.dtype, batch: int, device: str, directory: str
+    headdim: int, dstate: int, state_dtype: torch.dtype, batch: int, device: str, directory: str,
+    mode: str, tokens: int,
 ) -> LaunchConfig:
     # Cached: a decode step calls this once per layer, so no file system work on the hot path.
     # write_table clears it; so does clear_config_cache() for a table edited by hand.
-    table = load_table(device, Path(directory))
+    table = load_table_entries(device, Path(directory))
     if table is not None:
-        buckets = table.get(table_key(headdim, dstate, state_dtype))
+        if mode == "single":
+            buckets = table.get(table_key(headdim, dstate, state_dtype))
+        else:
+            counts = [int(m.group(5)) for k in table if (m := _KEY_RE.match(k)) and m.group(4) == mode
+                      and k.startswith(table_key(headdim, dstate, state_dtype) + " ")]
+            buckets = None
+            if counts:
+                nearest = nearest_bucket(counts, tokens)
+                buckets = table[table_key(headdim, dstate, state_dtype, mode, nearest)]
         if buckets:
-            return buckets[nearest_bucket(list(buckets), batch)]
+            return buckets[nearest_bucket(list(buckets), batch)].config
     return default_config(dstate, state_dtype)
 
 
@@ -342,16 +418,19 @@ def clear_config_cache() -> None:
 
 def write_table(
     device: str,
-    entries: dict[str, dict[int, LaunchConfig]],
+    entries: dict[str, dict[int, LaunchConfig | TableEntry]],
     meta: dict[str, Any],
     directory: Path | None = None,
 ) -> Path:
     """Write a device's table (the tuner's job): meta fields, then entries with sorted shape
-    keys and batch buckets in numeric order, indent 2, newline at end. Validates what it
-    writes by loading it back."""
+    keys and batch buckets in numeric order, each with its provenance where it has one, indent
+    2, newline at end. Validates what it writes by loading it back."""
+    def entry(e: LaunchConfig | TableEntry) -> dict[str, Any]:
+        return (e if isinstance(e, TableEntry) else TableEntry(e)).to_dict()
+
     data: dict[str, Any] = {"kernel": KERNEL, "device_key": device, **meta}
     data["entries"] = {
-        shape: {str(b): cfgs[b].to_dict() for b in sorted(cfgs)} for shape, cfgs in sorted(entries.items())
+        shape: {str(b): entry(cfgs[b]) for b in sorted(cfgs)} for shape, cfgs in sorted(entries.items())
     }
     path = table_path(device, directory)
     path.parent.mkdir(parents=True, exist_ok=True)

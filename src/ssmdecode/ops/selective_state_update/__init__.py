@@ -1,0 +1,22 @@
+"""selective_state_update, the decode step of Mamba1 / Mamba2 layers, as a family of modes.
+
+    module          what it holds
+    decode.py       the public selective_state_update (one token or T tokens a request) and
+                    the single-token kernel; the recurrence, shapes, dtypes and bits
+    verify.py       the multi-token kernel: speculative decoding's verify step, with sglang's
+                    intermediate-state buffer and EAGLE trees and vLLM's accepted-token slots
+    naive.py        the float64 reference of every mode, for tests and tools
+    common.py       the @triton.jit helpers every kernel shares (the ordered row sum above all:
+                    each mode must compute with them to keep the bits)
+    checks.py       every argument check, with a cheap path for valid calls
+    slot_order.py   slot_order, the batch rows by state slot (for batch_order)
+
+One public function a mode; the engines' calling conventions live in ssmdecode.compat.
+"""
+
+from ssmdecode.ops.selective_state_update.checks import ties_head_dim
+from ssmdecode.ops.selective_state_update.decode import selective_state_update
+from ssmdecode.ops.selective_state_update.naive import selective_state_update_reference
+from ssmdecode.ops.selective_state_update.slot_order import slot_order
+
+__all__ = ["selective_state_update", "selective_state_update_reference", "slot_order", "ties_head_dim"]

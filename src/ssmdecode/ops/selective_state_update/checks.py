@@ -1,0 +1,507 @@
+"""Every argument check of the family in one place: `check_call` turns the public function's
+arguments into a `Call` (the tensors in the kernels' Mamba2 layout, with a token dim for
+multi-token calls, and the sizes), or raises TypeError / ValueError naming the argument, what
+it got and what was expected, before anything is written.
+
+The cheap path: a valid call costs one compound comparison per tensor (`expect`); the messages
+are built only for an argument that fails. Checks of index *values* (slots inside the pool,
+cu_seqlens monotonic, EAGLE parents before their token) read the tensors on the host, which
+synchronizes with the GPU: they run only with validate_indices=True (or the environment
+variable SSMDECODE_VALIDATE_INDICES=1), never on the hot path. Unchecked values cannot make
+the kernels read or write outside x, out or the index tensors (the kernels clamp the token
+ranges of cu_seqlens and the accepted-token column), but slots outside the pool are used as
+given, as every engine's kernel uses them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ssmdecode.config import LaunchConfig
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "INDEX_DTYPES",
+    "MAX_BATCH",
+    "VALIDATE_INDICES_ENV",
+    "Call",
+    "check_call",
+    "expect",
+    "interpreted",
+    "ties_head_dim",
+    "validate_permutation",
+]
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+VALIDATE_INDICES_ENV = "SSMDECODE_VALIDATE_INDICES"
+
+# The batch is a grid dimension (y or z), which CUDA caps at 65535.
+MAX_BATCH = 65535
+
+
+@triton.jit
+def _probe():
+    pass
+
+
+def interpreted() -> bool:
+    """Whether this family's kernels run under Triton's interpreter (TRITON_INTERPRET=1 when
+    they were defined, at import): only then can they take CPU tensors."""
+    return not isinstance(_probe, triton.runtime.jit.JITFunction)
+
+
+def expect(
+    name: str,
+    t: object,
+    shape: tuple[int, ...],
+    dtypes: tuple[torch.dtype, ...],
+    device: torch.device,
+    what: str,
+) -> None:
+    """t must be a tensor of this shape, one of these dtypes, on this device."""
+    if isinstance(t, torch.Tensor) and t.shape == shape and t.dtype in dtypes and t.device == device:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(f"{name} has dtype {t.dtype}; expected one of {names}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {shape} {what}")
+    raise ValueError(f"{name} is on {t.device}; expected {device}, the device of state")
+
+
+def _expect_type(name: str, value: object, kind: type, what: str) -> None:
+    """A plain int or bool argument (a bool is not an int here, nor a tensor a number)."""
+    if type(value) is not kind:
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+
+
+def _expect_rank(name: str, t: object, ranks: tuple[int, ...], expected: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() not in ranks:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {expected}")
+
+
+def ties_head_dim(dt: torch.Tensor, A: torch.Tensor, dt_bias: torch.Tensor | None) -> bool:
+    """Whether dt, A (and dt_bias) are stride-0 broadcasts over the head dim (and A over N), as
+    real models pass them: then dt' and dA are one scalar per (request, head), the kernels'
+    TIE_HDIM fast path (upstream's too). Tensors in the Mamba2 layout."""
+    return (
+        dt.stride(-1) == 0
+        and A.stride(-1) == 0
+        and A.stride(-2) == 0
+        and (dt_bias is None or dt_bias.stride(-1) == 0)
+    )
+
+
+@dataclass(frozen=True)
+class Call:
+    """A checked call, every tensor in the Mamba2 layout (a Mamba1 call gets H = G = 1).
+
+    Single-token (tokens == 0): x, dt, z, out [B, H, P]; B, C [B, G, N]; indices [B].
+    Multi-token: x, dt, z, out [B', T', H, P] and B, C [B', T', G, N], where B' = B, T' = T
+    for the dense layout and B' = 1, T' = total tokens with cu_seqlens [B + 1] (the packed
+    layout: request b's tokens are cu_seqlens[b] .. cu_seqlens[b + 1] - 1); src_idx [B] or
+    [>=B, K]; dst_idx [B] (the final state's slot) or [>=B, >=T] (each token's state's slot);
+    buffer [R, T_c, H, P, N] with buffer_idx [B]; parents [B, >=T].
+    tokens: T, the most tokens of one request (the dense T, or what the per-token writes
+    allow with cu_seqlens); 0 for single-token calls. unrolled: whether the kernel may unroll
+    the tokens (it knows their number at compile time) or loops over each request's count.
+    """
+
+    state: torch.Tensor
+    x: torch.Tensor
+    dt: torch.Tensor
+    A: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor | None
+    z: torch.Tensor | None
+    dt_bias: torch.Tensor | None
+    out: torch.Tensor
+    result: torch.Tensor  # what the public function returns: out in the caller's layout
+    src_idx: torch.Tensor | None
+    dst_idx: torch.Tensor | None
+    batch: int
+    tokens: int
+    cu_seqlens: torch.Tensor | None = None
+    num_accepted: torch.Tensor | None = None
+    buffer: torch.Tensor | None = None
+    buffer_idx: torch.Tensor | None = None
+    parents: torch.Tensor | None = None
+    unrolled: bool = True
+
+    @property
+    def multi_token(self) -> bool:
+        return self.tokens > 0
+
+    @property
+    def mode(self) -> str:
+        """What a multi-token call writes besides out: "buffer" (every token's state into the
+        intermediate-state buffer), "dst" (every token's state into its own slot) or "final"
+        (the last token's state only); "single" for single-token calls. Table keys carry it."""
+        if not self.multi_token:
+            return "single"
+        if self.buffer is not None:
+            return "buffer"
+        return "dst" if self.dst_idx is not None and self.dst_idx.dim() == 2 else "final"
+
+
+# Multi-token calls unroll up to this many tokens a request (each token's loads are then issued
+# together); longer requests take a loop over their tokens.
+MAX_UNROLLED_TOKENS = 16
+
+
+def check_call(
+    state: object,
+    x: object,
+    dt: object,
+    A: object,
+    B: object,
+    C: object,
+    D: object,
+    z: object,
+    dt_bias: object,
+    dt_softplus: object,
+    state_batch_indices: object,
+    dst_state_batch_indices: object,
+    pad_slot_id: object,
+    out: object,
+    disable_state_update: object,
+    config: object,
+    cu_seqlens: object = None,
+    num_accepted_tokens: object = None,
+    intermediate_states: object = None,
+    intermediate_state_indices: object = None,
+    parent_token_indices: object = None,
+    fast_exp: object = False,
+    validate_indices: object = None,
+    batch_order: object = None,
+    pdl: object = False,
+) -> Call:
+    """The arguments of selective_state_update, checked; see its docstring for their meaning.
+    Allocates out when it is None (nothing else is written)."""
+    if not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+    if state.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"state has dtype {state.dtype}; expected float32, bfloat16 or float16")
+    if state.dim() not in (3, 4):
+        raise ValueError(
+            f"state has shape {tuple(state.shape)}; expected [S, H, P, N] (Mamba2) or [S, P, N] (Mamba1)"
+        )
+    mamba1 = state.dim() == 3
+    if mamba1:
+        slots, headdim, dstate = state.shape
+        nheads = 1
+    else:
+        slots, nheads, headdim, dstate = state.shape
+    device = state.device
+    layout = "Mamba1" if mamba1 else "Mamba2"
+    for name, value, what in (
+        ("dt_softplus", dt_softplus, "a bool"),
+        ("disable_state_update", disable_state_update, "a bool"),
+        ("fast_exp", fast_exp, "a bool"),
+        ("pdl", pdl, "a bool"),
+        ("pad_slot_id", pad_slot_id, "an int (the slot index that marks a padded row)"),
+    ):
+        _expect_type(name, value, bool if what == "a bool" else int, what)
+    if config is not None and not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
+
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    varlen = cu_seqlens is not None
+    # A token dim only in the Mamba2 layout ([B, T, H, P], sglang's): a 3-dim x beside a Mamba1
+    # state would read as heads there. Mamba1 takes T tokens a request packed (cu_seqlens).
+    token_dim = not mamba1 and x.dim() == 4
+    if not token_dim and x.dim() != state.dim() - 1:
+        raise ValueError(
+            f"x has shape {tuple(x.shape)}; expected {'[B, P]' if mamba1 else '[B, H, P] or [B, T, H, P]'}"
+            f" for the {layout} state of shape {tuple(state.shape)}"
+        )
+    if varlen and token_dim:
+        raise ValueError(
+            f"x has shape {tuple(x.shape)}: with cu_seqlens, x packs the tokens of every request "
+            f"along its first dim ({'[total_tokens, P]' if mamba1 else '[total_tokens, H, P]'})"
+        )
+    multi = token_dim or varlen or any(
+        t is not None
+        for t in (num_accepted_tokens, intermediate_states, intermediate_state_indices, parent_token_indices)
+    )
+    multi = multi or any(isinstance(t, torch.Tensor) and t.dim() == 2
+                         for t in (state_batch_indices, dst_state_batch_indices))
+    if varlen:
+        _expect_rank("cu_seqlens", cu_seqlens, (1,), "[B + 1], the token offsets of the requests")
+        batch = cu_seqlens.shape[0] - 1
+        if batch < 0:
+            raise ValueError("cu_seqlens is empty; expected [B + 1] token offsets, starting at 0")
+        expect("cu_seqlens", cu_seqlens, (batch + 1,), INDEX_DTYPES, device, "")
+        steps = x.shape[0]  # the kernels see x as [1, total tokens, ...]
+    elif token_dim:
+        batch, steps = x.shape[0], x.shape[1]
+    else:
+        batch, steps = x.shape[0], 1
+    if batch > MAX_BATCH:
+        what = "requests" if varlen else "rows"
+        raise ValueError(f"x has {batch} {what}; one call takes at most {MAX_BATCH} (a grid "
+                         "dimension of the kernel): split the batch")
+
+    _expect_rank("B", B, (2 + token_dim,) if mamba1 else (3 + token_dim,),
+                 ("[B, T, N]" if token_dim else "[B, N]") if mamba1
+                 else ("[B, T, G, N]" if token_dim else "[B, G, N]") + f" for the {layout} layout")
+    ngroups = 1 if mamba1 else B.shape[-2]
+    if ngroups < 1 or nheads % ngroups:
+        raise ValueError(f"B has {ngroups} groups, which does not divide the {nheads} heads of state")
+
+    lead = (batch, steps) if token_dim else (x.shape[0],)
+    if mamba1:  # the caller's layout: no head and group dims
+        xs, bs = (*lead, headdim), (*lead, dstate)
+        a_shape, d_shape = (headdim, dstate), (headdim,)
+    else:
+        xs, bs = (*lead, nheads, headdim), (*lead, ngroups, dstate)
+        a_shape, d_shape = (nheads, headdim, dstate), (nheads, headdim)
+    xs_what = "(tokens, heads, head dim of state)" if varlen else (
+        "(batch, tokens, heads, head dim of state)" if token_dim else "(batch, heads, head dim of state)")
+    expect("x", x, xs, FLOAT_DTYPES, device, xs_what)
+    for name, t in (("dt", dt), ("z", z), ("out", out)):
+        if t is not None or name == "dt":
+            expect(name, t, xs, FLOAT_DTYPES, device, "(the shape of x)")
+    expect("A", A, a_shape, FLOAT_DTYPES, device, "(heads, head dim, state dim)")
+    expect("B", B, bs, FLOAT_DTYPES, device, "(batch, groups, state dim)" if not multi else
+           "(the leading dims of x, groups, state dim)")
+    expect("C", C, bs, FLOAT_DTYPES, device, "(the shape of B)")
+    for name, t in (("D", D), ("dt_bias", dt_bias)):
+        if t is not None:
+            expect(name, t, d_shape, FLOAT_DTYPES, device, "(heads, head dim)")
+
+    src, dst = state_batch_indices, dst_state_batch_indices
+    if not multi:
+        for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
+            if idx is not None:
+                expect(name, idx, (batch,), INDEX_DTYPES, device, "(one slot per batch row)")
+    if src is None:
+        if dst is not None:
+            raise ValueError("dst_state_batch_indices needs state_batch_indices")
+        if slots < batch:
+            raise ValueError(
+                f"state has {slots} slots but x has batch {batch}; without state_batch_indices "
+                "row b uses slot b, so the pool needs at least batch slots"
+            )
+    if batch_order is not None:
+        if multi:
+            raise ValueError("batch_order is taken by single-token calls only")
+        expect("batch_order", batch_order, (batch,), INDEX_DTYPES, device,
+               "(a permutation of the batch rows)")
+    if device.type != "cuda" and pdl:
+        pdl = False  # ignored for CPU tensors: the interpreter runs one kernel at a time
+
+    if out is None:
+        out = torch.empty(xs, dtype=x.dtype, device=device)
+    result = out
+    if mamba1:  # run as Mamba2 with one head and one group
+        head = -2 if token_dim or varlen else 1
+        state, x, dt, A = state.unsqueeze(1), x.unsqueeze(head), dt.unsqueeze(head), A.unsqueeze(0)
+        B, C, out = B.unsqueeze(head), C.unsqueeze(head), out.unsqueeze(head)
+        D, z, dt_bias = _unsq(D, 0), _unsq(z, head), _unsq(dt_bias, 0)
+    if not multi:
+        if validate_indices is None:
+            validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
+        if validate_indices:
+            for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
+                if idx is not None:
+                    _validate_slots(name, idx, slots, pad_slot_id)
+            if batch_order is not None:
+                validate_permutation(batch_order)
+        return Call(state, x, dt, A, B, C, D, z, dt_bias, out, result, src, dst, batch, tokens=0)
+
+    if varlen:  # the packed tokens as one row of the dense layout: [1, total, H, P]
+        x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
+        z = _unsq(z, 0)
+    elif not token_dim:  # single-token arguments with multi-token indices: T = 1
+        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
+        z = _unsq(z, 1)
+    dense_tokens = None if varlen else steps
+
+    # the slots read: [B], or [>=B, K] with the column of each request's initial state
+    if src is not None:
+        _expect_rank("state_batch_indices", src, (1, 2), "[B] or [>=B, K] (K slots a request)")
+        if src.dim() == 1:
+            expect("state_batch_indices", src, (batch,), INDEX_DTYPES, device, "(one slot per request)")
+        else:
+            _expect_rows("state_batch_indices", src, batch, 1, device, "(a row of slots per request)")
+    if num_accepted_tokens is not None:
+        if src is None or src.dim() != 2:
+            raise ValueError("num_accepted_tokens needs state_batch_indices of shape [>=B, K]: the "
+                             "initial state is read from state_batch_indices[b, num_accepted - 1]")
+        expect("num_accepted_tokens", num_accepted_tokens, (batch,), INDEX_DTYPES, device,
+               "(one count per request)")
+    elif src is not None and src.dim() == 2:
+        src = src[:, 0] if src.shape[0] == batch else src[:batch, 0]  # the initial state: column 0
+
+    # the slots written: [B] (the final state) or [>=B, >=T] (each token's state)
+    per_token = []  # how many tokens the per-token writes allow a request
+    if dst is not None:
+        _expect_rank("dst_state_batch_indices", dst, (1, 2),
+                     "[B] (the slot of the final state) or [>=B, >=T] (a slot for each token's state)")
+        if dst.dim() == 1:
+            expect("dst_state_batch_indices", dst, (batch,), INDEX_DTYPES, device, "(one slot per request)")
+        else:
+            _expect_rows("dst_state_batch_indices", dst, batch, dense_tokens or 1, device,
+                         "(a slot for each token of each request)")
+            per_token.append(dst.shape[1])
+    if intermediate_states is not None:
+        _expect_rank("intermediate_states", intermediate_states, (5,),
+                     f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c "
+                     "token states a request)")
+        r, steps_c = intermediate_states.shape[:2]
+        expect("intermediate_states", intermediate_states, (r, steps_c, nheads, headdim, dstate),
+               FLOAT_DTYPES, device, "(rows, steps, heads, head dim, state dim)")
+        if dense_tokens is not None and steps_c < dense_tokens:
+            raise ValueError(f"intermediate_states holds {steps_c} token states a row; the call "
+                             f"has {dense_tokens} tokens a request")
+        per_token.append(steps_c)
+        if intermediate_state_indices is not None:
+            expect("intermediate_state_indices", intermediate_state_indices, (batch,), INDEX_DTYPES,
+                   device, "(a row of intermediate_states per request)")
+    elif intermediate_state_indices is not None:
+        raise ValueError("intermediate_state_indices needs intermediate_states")
+    if parent_token_indices is not None:
+        if intermediate_states is None:
+            raise ValueError("parent_token_indices needs intermediate_states: a token continues "
+                             "from its parent's state as the buffer holds it")
+        _expect_rank("parent_token_indices", parent_token_indices, (2,), "[B, T]")
+        _expect_rows("parent_token_indices", parent_token_indices, batch, dense_tokens or 1, device,
+                     "(a parent token for each token of each request)", exact_rows=True)
+    if dense_tokens is not None:
+        tokens, unrolled = dense_tokens, dense_tokens <= MAX_UNROLLED_TOKENS
+    elif per_token:
+        tokens = min(per_token)
+        unrolled = tokens <= MAX_UNROLLED_TOKENS
+    else:  # no per-token writes bound the requests' token counts: the kernel loops
+        tokens, unrolled = steps, False
+    if validate_indices is None:
+        validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
+    if validate_indices:
+        _validate_multi_token(
+            slots, pad_slot_id, state_batch_indices, src, dst, num_accepted_tokens, cu_seqlens,
+            steps if varlen else None, per_token, intermediate_states, intermediate_state_indices,
+            parent_token_indices, batch, dense_tokens,
+        )
+    return Call(state, x, dt, A, B, C, D, z, dt_bias, out, result, src, dst, batch, tokens,
+                cu_seqlens=cu_seqlens, num_accepted=num_accepted_tokens, buffer=intermediate_states,
+                buffer_idx=intermediate_state_indices, parents=parent_token_indices,
+                unrolled=unrolled)
+
+
+def _expect_rows(name: str, t: torch.Tensor, batch: int, columns: int, device: torch.device,
+                 what: str, exact_rows: bool = False) -> None:
+    """A 2-D index tensor with at least (or exactly) batch rows and at least columns columns."""
+    if t.dtype not in INDEX_DTYPES:
+        expect(name, t, tuple(t.shape), INDEX_DTYPES, device, what)
+    rows_ok = t.shape[0] == batch if exact_rows else t.shape[0] >= batch
+    if not rows_ok or t.shape[1] < columns:
+        rows = f"{batch}" if exact_rows else f">={batch}"
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected [{rows}, >={columns}] {what}")
+    expect(name, t, tuple(t.shape), INDEX_DTYPES, device, what)
+
+
+def _unsq(t: torch.Tensor | None, dim: int) -> torch.Tensor | None:
+    """Insert a dim into an optional tensor."""
+    return None if t is None else t.unsqueeze(dim)
+
+
+def _validate_slots(name: str, idx: torch.Tensor, slots: int, pad_slot_id: int) -> None:
+    values = idx.cpu()  # synchronizes: only on request
+    bad = ((values < 0) | (values >= slots)) & (values != pad_slot_id)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        at = ", ".join(map(str, where))
+        raise ValueError(
+            f"{name}[{at}] = {int(values[where])} is outside the state pool [0, {slots}) "
+            f"and is not pad_slot_id ({pad_slot_id})"
+        )
+
+
+def validate_permutation(order: torch.Tensor) -> None:
+    """order must hold each of 0 .. n - 1 once (synchronizes)."""
+    values = order.cpu()  # synchronizes: only on request
+    n = len(values)
+    if not torch.equal(values.sort().values, torch.arange(n, dtype=values.dtype)):
+        in_range = (values >= 0) & (values < n)
+        seen = torch.bincount(values.where(in_range, n), minlength=n + 1)
+        missing = int((seen[:n] == 0).nonzero()[0, 0])
+        raise ValueError(f"batch_order is not a permutation of the {n} batch rows: "
+                         f"row {missing} is missing")
+
+
+def _validate_multi_token(
+    slots: int, pad_slot_id: int, src_given: torch.Tensor | None, src: torch.Tensor | None,
+    dst: torch.Tensor | None, num_accepted: torch.Tensor | None, cu_seqlens: torch.Tensor | None,
+    total: int | None, per_token: list[int], buffer: torch.Tensor | None,
+    buffer_idx: torch.Tensor | None, parents: torch.Tensor | None, batch: int,
+    dense_tokens: int | None,
+) -> None:
+    """The value checks of a multi-token call (synchronizes; only on request)."""
+    if src_given is not None:
+        _validate_slots("state_batch_indices", src_given[:batch], slots, pad_slot_id)
+    if dst is not None:
+        _validate_slots("dst_state_batch_indices", dst[:batch], slots, pad_slot_id)
+    lengths = None
+    if cu_seqlens is not None:
+        cu = cu_seqlens.cpu().long()
+        if int(cu[0]) != 0:
+            raise ValueError(f"cu_seqlens[0] = {int(cu[0])}; expected 0")
+        steps = cu[1:] - cu[:-1]
+        if bool((steps < 0).any()):
+            b = int((steps < 0).nonzero()[0, 0])
+            raise ValueError(f"cu_seqlens is not monotonic: cu_seqlens[{b + 1}] = {int(cu[b + 1])} "
+                             f"< cu_seqlens[{b}] = {int(cu[b])}")
+        if int(cu[-1]) != total:
+            raise ValueError(f"cu_seqlens ends at {int(cu[-1])}; expected the token count of x, {total}")
+        lengths = steps
+        if per_token and batch and int(steps.max()) > min(per_token):
+            b = int(steps.argmax())
+            raise ValueError(f"request {b} has {int(steps[b])} tokens; the per-token state writes "
+                             f"(dst_state_batch_indices columns, intermediate_states steps) hold "
+                             f"{min(per_token)}")
+    if num_accepted is not None:
+        columns = src_given.shape[1]
+        na = num_accepted.cpu()
+        bad = (na < 0) | (na > columns)
+        if bool(bad.any()):
+            b = int(bad.nonzero()[0, 0])
+            raise ValueError(f"num_accepted_tokens[{b}] = {int(na[b])} is outside [0, {columns}], the "
+                             "columns of state_batch_indices")
+    if buffer is not None:
+        rows = buffer.shape[0]
+        where = buffer_idx if buffer_idx is not None else src
+        name = "intermediate_state_indices" if buffer_idx is not None else "state_batch_indices"
+        if where is not None:
+            values = where[:batch].cpu()
+            bad = ((values < 0) | (values >= rows)) & (values != pad_slot_id)
+            if bool(bad.any()):
+                b = int(bad.nonzero()[0, 0])
+                raise ValueError(f"{name}[{b}] = {int(values[b])} is outside the {rows} rows of "
+                                 f"intermediate_states and is not pad_slot_id ({pad_slot_id})")
+        elif batch > rows:
+            raise ValueError(f"intermediate_states has {rows} rows; without indices request b "
+                             f"uses row b, so it needs at least {batch}")
+    if parents is not None:
+        values = parents.cpu().long()
+        width = values.shape[1]
+        t = torch.arange(width)
+        if lengths is None:
+            lengths = torch.full((batch,), dense_tokens if dense_tokens is not None else width)
+        live = t[None, :] < lengths[:, None]
+        bad = live & (t[None, :] > 0) & ~((values == -1) | ((values >= 0) & (values < t[None, :])))
+        if bool(bad.any()):
+            b, k = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"parent_token_indices[{b}, {k}] = {int(values[b, k])}; expected -1 or "
+                             f"a token before {k}")

@@ -1,0 +1,135 @@
+"""The PyTorch reference of selective_state_update, in float64 by default, for every mode.
+
+Same arguments and semantics as ssmdecode.selective_state_update (decode.py's docstring has the
+recurrence, the shapes and the multi-token conventions), but pure: it modifies nothing and
+returns the output and the whole state pool after the call (and the intermediate-state buffer
+after it, when one is given). Tests, tools and `ssmdecode verify --tolerance` all import this
+one function, so they never drift apart. A loop over requests and tokens, written for reading,
+not speed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["selective_state_update_reference"]
+
+
+def _slot(idx: torch.Tensor | None, b: int, column: int = 0) -> int:
+    if idx is None:
+        return b
+    return int(idx[b] if idx.dim() == 1 else idx[b, column])
+
+
+def selective_state_update_reference(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    dst_state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    disable_state_update: bool = False,
+    compute_dtype: torch.dtype = torch.float64,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    intermediate_states: torch.Tensor | None = None,
+    intermediate_state_indices: torch.Tensor | None = None,
+    parent_token_indices: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """Returns (out, new_state): out with x's shape and new_state with state's shape, both in
+    compute_dtype; with intermediate_states also the buffer after the call (compute_dtype,
+    each token's state rounded to the buffer's dtype first, as the kernel stores it and as an
+    EAGLE parent reads it back). Padded requests (read slot == pad_slot_id) get out = 0 and
+    touch no slot; slots and buffer rows nobody writes keep their values."""
+    f = compute_dtype
+    mamba1 = state.dim() == 3
+    token_dim = x.dim() == state.dim()
+    varlen = cu_seqlens is not None
+    if mamba1:  # as Mamba2 with one head and one group
+        head = -2 if token_dim or varlen else 1
+        state, A = state.unsqueeze(1), A.unsqueeze(0)
+        x, dt, B, C = x.unsqueeze(head), dt.unsqueeze(head), B.unsqueeze(head), C.unsqueeze(head)
+        D = None if D is None else D.unsqueeze(0)
+        z = None if z is None else z.unsqueeze(head)
+        dt_bias = None if dt_bias is None else dt_bias.unsqueeze(0)
+    if not token_dim and not varlen:  # one token a request: T = 1
+        x, dt, B, C = x.unsqueeze(1), dt.unsqueeze(1), B.unsqueeze(1), C.unsqueeze(1)
+        z = None if z is None else z.unsqueeze(1)
+    if varlen:
+        cu = cu_seqlens.detach().cpu().long()
+        spans = [(0, int(cu[b]), int(cu[b + 1]) - int(cu[b])) for b in range(len(cu) - 1)]
+        x, dt, B, C = x.unsqueeze(0), dt.unsqueeze(0), B.unsqueeze(0), C.unsqueeze(0)
+        z = None if z is None else z.unsqueeze(0)
+    else:
+        spans = [(b, 0, x.shape[1]) for b in range(x.shape[0])]
+    nheads = x.shape[-2]
+    heads_per_group = nheads // B.shape[-2]
+
+    def cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.detach().cpu().long()
+
+    src, dst = cpu(state_batch_indices), cpu(dst_state_batch_indices)
+    accepted, buf_idx, parents = cpu(num_accepted_tokens), cpu(intermediate_state_indices), cpu(
+        parent_token_indices)
+    per_token = dst is not None and dst.dim() == 2
+
+    dt = dt.to(f)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(f)
+    if dt_softplus:
+        dt = torch.where(dt <= 20.0, F.softplus(dt), dt)
+    Bh = B.to(f).repeat_interleave(heads_per_group, dim=-2)  # [.., T, H, N]
+    Ch = C.to(f).repeat_interleave(heads_per_group, dim=-2)
+    Af = A.to(f)
+    new_state = state.detach().to(f).clone()
+    new_buffer = None if intermediate_states is None else intermediate_states.detach().to(f).clone()
+    out = torch.zeros(x.shape, dtype=f, device=x.device)
+    for b, (row, start, count) in enumerate(spans):
+        column = 0
+        if accepted is not None:
+            column = max(int(accepted[b]) - 1, 0)
+        slot = _slot(src, b, column)
+        if src is not None and slot == pad_slot_id:
+            continue
+        buf_row = int(buf_idx[b]) if buf_idx is not None else slot
+        s = state[slot].to(f)  # [H, P, N], read before any request writes (they are independent)
+        for t in range(count):
+            k = start + t
+            if parents is not None and t > 0 and buf_row != pad_slot_id:
+                parent = int(parents[b, t])
+                if 0 <= parent < x.shape[1]:
+                    s = new_buffer[buf_row, parent].clone()
+            dA = torch.exp(Af * dt[row, k][..., None])
+            s = s * dA + (dt[row, k][..., None] * Bh[row, k][:, None, :]) * x[row, k].to(f)[..., None]
+            y = (s * Ch[row, k][:, None, :]).sum(-1)
+            if D is not None:
+                y = y + D.to(f) * x[row, k].to(f)
+            if z is not None:
+                zk = z[row, k].to(f)
+                y = y * zk * torch.sigmoid(zk)
+            out[row, k] = y
+            if per_token and int(dst[b, t]) != pad_slot_id:
+                new_state[int(dst[b, t])] = s
+            if new_buffer is not None and buf_row != pad_slot_id:
+                new_buffer[buf_row, t] = s.to(intermediate_states.dtype).to(f)
+        final = _slot(dst, b) if dst is not None and not per_token else slot
+        if count and not per_token and not disable_state_update and final != pad_slot_id:
+            new_state[final] = s
+    if varlen:
+        out = out.squeeze(0)
+    elif not token_dim:
+        out = out.squeeze(1)
+    if mamba1:
+        out, new_state = out.squeeze(-2), new_state.squeeze(1)
+    if new_buffer is not None:
+        return out, new_state, new_buffer
+    return out, new_state
