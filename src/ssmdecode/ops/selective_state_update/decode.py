@@ -47,8 +47,7 @@ order or slot-major.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import triton
@@ -56,10 +55,9 @@ import triton.language as tl
 
 from ssmdecode.config import LaunchConfig, lookup_config
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
+from ssmdecode.ops.selective_state_update import verify
 from ssmdecode.ops.selective_state_update.checks import Call, check_call, interpreted, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
-    ORDERED_MAX_N,
-    ORDERED_MIN_N,
     col_offsets,
     cols,
     exp_dA,
@@ -69,6 +67,7 @@ from ssmdecode.ops.selective_state_update.common import (
     softplus,
     state_step,
 )
+from ssmdecode.ops.selective_state_update.launch import Launch, Variant, check_ordered_sum, strides
 
 __all__ = ["Launch", "Variant", "prepare", "selective_state_update"]
 
@@ -255,42 +254,6 @@ def _selective_state_update_kernel(
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_vm)
 
 
-@dataclass(frozen=True)
-class Variant:
-    """Kernel variants that keep the bits, for the tests that show they do and for
-    explorations that time them (the product always runs the default): masked_vectors, the
-    vectors masked even where the tile divides (the code of uneven tiles); strided_rows, the
-    state tile addressed by its runtime strides even where the pool's rows are packed."""
-
-    masked_vectors: bool = False
-    strided_rows: bool = False
-
-
-class Launch(NamedTuple):
-    """One kernel launch, prepared: kernel[grid](*args, **kwargs)."""
-
-    kernel: Any
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-    def run(self) -> None:
-        self.kernel[self.grid](*self.args, **self.kwargs)
-
-
-def _strides(t: torch.Tensor | None, ndim: int) -> tuple[int, ...]:
-    return t.stride() if t is not None else (0,) * ndim
-
-
-def check_ordered_sum(config: LaunchConfig, block_n: int, dstate: int) -> None:
-    """The ordered row sum is defined for 16 <= next_power_of_2(dstate) <= 256."""
-    if config.ordered_sum and not ORDERED_MIN_N <= block_n <= ORDERED_MAX_N:
-        raise ValueError(
-            f"config {config.label} sums rows in the upstream order, which is defined for "
-            f"{ORDERED_MIN_N} <= dstate <= {ORDERED_MAX_N}; got dstate {dstate}"
-        )
-
-
 def _prepare_single(call: Call, config: LaunchConfig, dt_softplus: bool, write_state: bool,
                     pad_slot_id: int, fast_exp: bool, pdl: bool, order: torch.Tensor | None,
                     variant: Variant) -> Launch:
@@ -304,10 +267,10 @@ def _prepare_single(call: Call, config: LaunchConfig, dt_softplus: bool, write_s
         state, x, call.dt, call.dt_bias, call.A, call.B, call.C, call.D, call.z, call.out,
         call.src_idx, call.dst_idx, order,
         headdim, dstate, pad_slot_id,
-        *state.stride(), *x.stride(), *call.dt.stride(), *_strides(call.dt_bias, 2),
-        *call.A.stride(), *call.B.stride(), *call.C.stride(), *_strides(call.D, 2),
-        *_strides(call.z, 3), *call.out.stride(),
-        *_strides(call.src_idx, 1), *_strides(call.dst_idx, 1),
+        *state.stride(), *x.stride(), *call.dt.stride(), *strides(call.dt_bias, 2),
+        *call.A.stride(), *call.B.stride(), *call.C.stride(), *strides(call.D, 2),
+        *strides(call.z, 3), *call.out.stride(),
+        *strides(call.src_idx, 1), *strides(call.dst_idx, 1),
         1 if order is None else order.stride(0),  # 1: a constant, no kernel argument
     )
     flags = dict(
@@ -354,7 +317,7 @@ def prepare(
     disable_state_update: bool = False,
     config: LaunchConfig | None = None,
     *,
-    _variant: Variant = Variant(),
+    _variant: Variant | None = None,
     **multi: Any,
 ) -> tuple[Call, Launch | None]:
     """selective_state_update's arguments checked and its launch prepared, not run (None for
@@ -371,6 +334,7 @@ def prepare(
                       pdl=pdl, **multi)
     if call.batch == 0:
         return call, None
+    variant = _variant or Variant()
     pdl = pdl and call.state.device.type == "cuda"
     if pdl and (gdc_wait is None or torch.cuda.get_device_capability(call.state.device)[0] < 9):
         device = call.state.device
@@ -382,17 +346,15 @@ def prepare(
         )
     headdim, dstate = call.state.shape[-2:]
     if call.multi_token:
-        from ssmdecode.ops.selective_state_update import verify
-
         if config is None:
             config = lookup_config(headdim, dstate, call.state.dtype, call.batch,
                                    call.state.device, mode=call.mode, tokens=call.tokens)
         return call, verify.prepare_multi_token(call, config, dt_softplus, not disable_state_update,
-                                                pad_slot_id, fast_exp, pdl, _variant)
+                                                pad_slot_id, fast_exp, pdl, variant)
     if config is None:
         config = lookup_config(headdim, dstate, call.state.dtype, call.batch, call.state.device)
     return call, _prepare_single(call, config, dt_softplus, not disable_state_update, pad_slot_id,
-                                 fast_exp, pdl, batch_order, _variant)
+                                 fast_exp, pdl, batch_order, variant)
 
 
 def selective_state_update(

@@ -32,7 +32,6 @@ state access.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -49,7 +48,7 @@ from ssmdecode.ops.selective_state_update.common import (
     softplus,
     state_step,
 )
-from ssmdecode.ops.selective_state_update.decode import Launch, Variant, check_ordered_sum
+from ssmdecode.ops.selective_state_update.launch import Launch, Variant, check_ordered_sum, strides
 
 __all__ = ["prepare_multi_token"]
 
@@ -376,8 +375,9 @@ def _selective_state_update_multi_token_kernel(
                 HAS_BUFFER, HAS_PARENTS, MASK_TOKENS, KEEP_FINAL, FAST_EXP, BLOCK_M, BLOCK_N,
                 ORDERED_SUM, STATE_EVICT, INDEX_EVICT,
             )
-    else:
-        for t in range(n_tok):
+    else:  # a while loop: Triton's interpreter cannot take range() of a loaded count
+        t = 0
+        while t < n_tok:
             b_state = _token(
                 b_state, t, n_tok, i_b, i_h, i_g, i_xb, t0, i_src, i_buf,
                 p_x, p_dt, p_B, p_C, p_z, p_out, p_dst_idx, p_parent, p_state, p_buf,
@@ -394,15 +394,12 @@ def _selective_state_update_multi_token_kernel(
                 HAS_BUFFER, HAS_PARENTS, False, False, FAST_EXP, BLOCK_M, BLOCK_N,
                 ORDERED_SUM, STATE_EVICT, INDEX_EVICT,
             )
+            t += 1
 
     if WRITE_FINAL:
         p_final = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
         tl.store(p_final, b_state.to(p_state.dtype.element_ty), mask=m_final,
                  eviction_policy=STATE_EVICT)
-
-
-def _strides(t: torch.Tensor | None, ndim: int) -> tuple[int, ...]:
-    return t.stride() if t is not None else (0,) * ndim
 
 
 def prepare_multi_token(call: Call, config: LaunchConfig, dt_softplus: bool, write_final: bool,
@@ -421,11 +418,11 @@ def prepare_multi_token(call: Call, config: LaunchConfig, dt_softplus: bool, wri
         state, x, call.dt, call.dt_bias, call.A, call.B, call.C, call.D, call.z, call.out,
         src, dst, call.num_accepted, call.cu_seqlens, buf, call.buffer_idx, call.parents,
         headdim, dstate, pad_slot_id, x.shape[1], src.shape[1] if src is not None and src.dim() == 2 else 1,
-        *state.stride(), *x.stride(), *call.dt.stride(), *_strides(call.dt_bias, 2),
-        *call.A.stride(), *call.B.stride(), *call.C.stride(), *_strides(call.D, 2),
-        *_strides(call.z, 4), *call.out.stride(),
-        *src_strides, *dst_strides, *_strides(buf, 5), *_strides(call.buffer_idx, 1),
-        *_strides(call.parents, 2),
+        *state.stride(), *x.stride(), *call.dt.stride(), *strides(call.dt_bias, 2),
+        *call.A.stride(), *call.B.stride(), *call.C.stride(), *strides(call.D, 2),
+        *strides(call.z, 4), *call.out.stride(),
+        *src_strides, *dst_strides, *strides(buf, 5), *strides(call.buffer_idx, 1),
+        *strides(call.parents, 2),
     )
     packed = not variant.strided_rows and state.stride(-1) == 1 and state.stride(-2) == block_n
     flags = dict(

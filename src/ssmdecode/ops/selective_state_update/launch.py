@@ -1,0 +1,50 @@
+"""What the family's launchers share: the kernel variants of the same bits, a prepared launch,
+and the range check of the ordered row sum."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update.common import ORDERED_MAX_N, ORDERED_MIN_N
+
+__all__ = ["Launch", "Variant", "check_ordered_sum", "strides"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Kernel variants that keep the bits, for the tests that show they do and for
+    explorations that time them (the product always runs the default): masked_vectors, the
+    vectors masked even where the tile divides (the code of uneven tiles); strided_rows, the
+    state tile addressed by its runtime strides even where the pool's rows are packed."""
+
+    masked_vectors: bool = False
+    strided_rows: bool = False
+
+
+class Launch(NamedTuple):
+    """One kernel launch, prepared: kernel[grid](*args, **kwargs)."""
+
+    kernel: Any
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def run(self) -> None:
+        self.kernel[self.grid](*self.args, **self.kwargs)
+
+
+def strides(t: torch.Tensor | None, ndim: int) -> tuple[int, ...]:
+    return t.stride() if t is not None else (0,) * ndim
+
+
+def check_ordered_sum(config: LaunchConfig, block_n: int, dstate: int) -> None:
+    """The ordered row sum is defined for 16 <= next_power_of_2(dstate) <= 256."""
+    if config.ordered_sum and not ORDERED_MIN_N <= block_n <= ORDERED_MAX_N:
+        raise ValueError(
+            f"config {config.label} sums rows in the upstream order, which is defined for "
+            f"{ORDERED_MIN_N} <= dstate <= {ORDERED_MAX_N}; got dstate {dstate}"
+        )
