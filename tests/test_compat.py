@@ -1,5 +1,7 @@
 """The engine adapters: each engine's argument names, order, defaults, pad / null-slot sentinel
-and in-place out, checked against ssmdecode.reference; and the arguments they must refuse."""
+and in-place out, single-token and multi-token (sglang's verify buffer and EAGLE trees, vLLM's
+speculative decoding), checked against ssmdecode.reference; and the arguments they must refuse.
+Bit-for-bit comparisons with the engines' own kernels need a GPU: tests/test_compat_upstream.py."""
 
 from __future__ import annotations
 
@@ -70,6 +72,9 @@ def check_against_reference(out: torch.Tensor, state: torch.Tensor, before: torc
     ref_out, ref_state = selective_state_update_reference(
         before, inputs["x"], inputs["dt"], inputs["A"], inputs["B"], inputs["C"],
         D=inputs["D"], z=inputs["z"], dt_bias=inputs["dt_bias"], dt_softplus=True, **ref_kwargs)
+    if out.dim() == ref_out.dim():  # tokens of requests left alone stay poisoned
+        live = ~out.isnan().flatten(1).all(1)
+        out, ref_out = out[live], ref_out[live]
     torch.testing.assert_close(out.double(), ref_out, **TOL_OUT)
     torch.testing.assert_close(state.double(), ref_state, **TOL_STATE)
     untouched = [s for s in range(state.shape[0]) if s not in written]
@@ -143,8 +148,6 @@ def test_vllm_mamba1_layout() -> None:
 
 
 @pytest.mark.parametrize("argument,value", [
-    ("num_accepted_tokens", torch.ones(2, dtype=torch.int32)),
-    ("cu_seqlens", torch.tensor([0, 1, 2], dtype=torch.int32)),
     ("enable_stochastic_rounding", True),
     ("cache_philox_rounds", 10),
 ])
@@ -157,6 +160,130 @@ def test_vllm_rejects_unsupported(argument: str, value: object) -> None:
                                     inp["D"], inp["dt_bias"], out=nan_out(inp["x"]),
                                     state_batch_indices=torch.tensor([1, 2]), **{argument: value})
     assert torch.equal(state, before)
+
+
+def packed_tokens(inp: dict, lengths: list[int]) -> dict:
+    """The per-token tensors of make_inputs cut to sum(lengths) rows: vLLM's packed layout."""
+    total = sum(lengths)
+    return {k: (v[:total] if k in ("x", "dt", "B", "C", "z") and v is not None else v)
+            for k, v in inp.items()}
+
+
+def test_vllm_speculative_decoding() -> None:
+    """B3 requests of 3, 0 and 4 tokens packed (cu_seqlens), num_accepted_tokens 2, 1, 4:
+    each request starts from the slot of its last accepted token and writes token t's state
+    to dst[b, t]; a null entry of dst writes nothing; the empty request is left alone."""
+    lengths = [3, 0, 4]
+    inp = packed_tokens(make_inputs(7, 4, 12, 24, 2, slots=30, z=True, seed=11), lengths)
+    state = inp.pop("state")
+    before = state.clone()
+    src = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [0, 0, 0, 0]], dtype=torch.int32)
+    dst = torch.tensor([[13, 14, 0, 15], [16, 17, 18, 19], [20, 21, 22, 23]], dtype=torch.int32)
+    multi = dict(num_accepted_tokens=torch.tensor([2, 1, 4], dtype=torch.int32),
+                 cu_seqlens=torch.tensor([0, 3, 3, 7], dtype=torch.int32))
+    out = nan_out(inp["x"])
+    vllm.selective_state_update(
+        state, inp["x"], inp["dt"], inp["A"], inp["B"], inp["C"], inp["D"], inp["dt_bias"],
+        z=inp["z"], dt_softplus=True, state_batch_indices=src, dst_state_batch_indices=dst,
+        out=out, **multi)
+    check_against_reference(out, state, before, inp, written=[13, 14, 20, 21, 22, 23],
+                            state_batch_indices=src[:3], dst_state_batch_indices=dst,
+                            pad_slot_id=0, **multi)
+
+
+def test_vllm_packed_tokens_without_speculation() -> None:
+    """cu_seqlens alone: each request reads column 0 and writes its final state to dst
+    column 0 (default: the slot read), its tokens applied in order."""
+    lengths = [2, 1, 3]
+    inp = packed_tokens(make_inputs(6, 2, 8, 16, 1, slots=8, z=False, seed=12), lengths)
+    state = inp.pop("state")
+    before = state.clone()
+    src = torch.tensor([[3, 9], [5, 9], [2, 9]], dtype=torch.int32)
+    cu = torch.tensor([0, 2, 3, 6], dtype=torch.int32)
+    out = nan_out(inp["x"])
+    vllm.selective_state_update(state, inp["x"], inp["dt"], inp["A"], inp["B"], inp["C"],
+                                inp["D"], inp["dt_bias"], dt_softplus=True,
+                                state_batch_indices=src, out=out, cu_seqlens=cu)
+    check_against_reference(out, state, before, inp, written=[3, 5, 2],
+                            state_batch_indices=src[:, 0], pad_slot_id=0, cu_seqlens=cu)
+
+
+def test_sglang_verify_with_buffer_and_tree() -> None:
+    """B2-T3: sglang's verify step: out for every token, every token's state into the buffer
+    (rows from intermediate_state_indices, cache_steps 4), EAGLE parents [B, T], no final state
+    (disable_state_update)."""
+    inp = make_inputs(6, 2, 8, 16, 1, slots=5, z=True, seed=13)
+    state = inp.pop("state")
+    before = state.clone()
+    tok = {k: (v.view(2, 3, *v.shape[1:]) if k in ("x", "dt", "B", "C", "z") else v)
+           for k, v in inp.items()}
+    buffer = torch.full((3 * 4 * 2 * 8 * 16,), float("nan"))  # flat, as an engine may hold it
+    src = torch.tensor([4, 1], dtype=torch.int32)
+    rows = torch.tensor([2, 0], dtype=torch.int32)
+    parents = torch.tensor([[-1, 0, 0], [-1, 0, 1]], dtype=torch.int32)
+    out = nan_out(tok["x"])
+    sglang.selective_state_update(
+        state, tok["x"], tok["dt"], tok["A"], tok["B"], tok["C"], tok["D"], tok["z"],
+        tok["dt_bias"], True, src, out=out, disable_state_update=True,
+        intermediate_states_buffer=buffer, cache_steps=4, retrieve_parent_token=parents,
+        intermediate_state_indices=rows)
+    ref_out, _, ref_buf = selective_state_update_reference(
+        before, tok["x"], tok["dt"], tok["A"], tok["B"], tok["C"], D=tok["D"], z=tok["z"],
+        dt_bias=tok["dt_bias"], dt_softplus=True, state_batch_indices=src,
+        disable_state_update=True, intermediate_states=torch.full((3, 4, 2, 8, 16), float("nan")),
+        intermediate_state_indices=rows, parent_token_indices=parents)
+    torch.testing.assert_close(out.double(), ref_out, **TOL_OUT)
+    assert torch.equal(state, before)
+    buf = buffer.view(3, 4, 2, 8, 16)
+    torch.testing.assert_close(buf[[2, 0], :3].double(), ref_buf[[2, 0], :3], **TOL_STATE)
+    assert buf[1].isnan().all() and buf[:, 3].isnan().all(), "wrote a buffer row or step no token owns"
+
+
+def test_sglang_buffer_not_rows_of_cache_steps_is_refused() -> None:
+    inp = make_inputs(4, 2, 8, 16, 1, slots=3, z=False, seed=14)
+    state = inp.pop("state")
+    tok = {k: (v.view(2, 2, *v.shape[1:]) if k in ("x", "dt", "B", "C") else v) for k, v in inp.items()}
+    with pytest.raises(ValueError, match="not contiguous rows of cache_steps=3"):
+        sglang.selective_state_update(state, tok["x"], tok["dt"], tok["A"], tok["B"], tok["C"],
+                                      D=tok["D"], dt_bias=tok["dt_bias"], out=nan_out(tok["x"]),
+                                      state_batch_indices=torch.tensor([1, 2]),
+                                      intermediate_states_buffer=torch.zeros(1000), cache_steps=3)
+
+
+# Malformed calls: a list or an array where a tensor belongs, a sentinel given as a tensor or
+# a float. Each is a TypeError naming the argument, before anything is written.
+MALFORMED = [
+    ("sglang", "x", lambda t: t.tolist(), "x must be a torch.Tensor, got list"),
+    ("sglang", "B", lambda t: t.float().numpy(), "B must be a torch.Tensor, got ndarray"),
+    ("sglang", "state_batch_indices", lambda t: t.numpy(), "state_batch_indices must be a torch.Tensor"),
+    ("sglang", "pad_slot_id", lambda t: torch.tensor(-1), "pad_slot_id must be an int"),
+    ("sglang", "pad_slot_id", lambda t: -1.0, "pad_slot_id must be an int"),
+    ("vllm", "x", lambda t: t.tolist(), "x must be a torch.Tensor, got list"),
+    ("vllm", "C", lambda t: t.float().numpy(), "C must be a torch.Tensor, got ndarray"),
+    ("vllm", "state_batch_indices", lambda t: t.tolist(), "state_batch_indices must be a torch.Tensor"),
+    ("vllm", "null_block_id", lambda t: torch.tensor(0), "null_block_id must be an int"),
+    ("vllm", "null_block_id", lambda t: 0.0, "null_block_id must be an int"),
+]
+
+
+@pytest.mark.parametrize("engine,argument,bad,message", MALFORMED,
+                         ids=[f"{e}-{a}-{i}" for i, (e, a, _, _) in enumerate(MALFORMED)])
+def test_malformed_arguments_are_type_errors(engine: str, argument: str, bad, message: str) -> None:
+    inp = make_inputs(2, 2, 8, 16, 1, slots=4, z=False, seed=15)
+    state = inp.pop("state")
+    before = state.clone()
+    kw = dict(x=inp["x"], dt=inp["dt"], A=inp["A"], B=inp["B"], C=inp["C"], D=inp["D"],
+              dt_bias=inp["dt_bias"], dt_softplus=True,
+              state_batch_indices=torch.tensor([1, 3], dtype=torch.int32))
+    sentinel = "pad_slot_id" if engine == "sglang" else "null_block_id"
+    kw[sentinel] = -1 if engine == "sglang" else 0
+    kw[argument] = bad(kw.get(argument))
+    out = nan_out(inp["x"])
+    module = sglang if engine == "sglang" else vllm
+    with pytest.raises(TypeError, match=message):
+        module.selective_state_update(state, out=out, **kw)
+    assert torch.equal(state, before)
+    assert out.isnan().all()
 
 
 @pytest.mark.parametrize("name,call", [
@@ -213,24 +340,3 @@ def test_sglang_disable_state_update() -> None:
                                   state_batch_indices=src, out=out, disable_state_update=True)
     check_against_reference(out, state, before, inp, written=[], state_batch_indices=src,
                             disable_state_update=True)
-
-
-@pytest.mark.parametrize("argument", ["x", "intermediate_states_buffer", "cache_steps",
-                                      "retrieve_parent_token", "intermediate_state_indices"])
-def test_sglang_rejects_unsupported(argument: str) -> None:
-    """T = 2 tokens per request, or any of the verify-time state caches."""
-    inp = make_inputs(2, 2, 8, 16, 1, slots=3, z=False, seed=8)
-    state = inp.pop("state")
-    before = state.clone()
-    x, dt, B, C, out = inp["x"], inp["dt"], inp["B"], inp["C"], nan_out(inp["x"])
-    extra: dict[str, object] = {}
-    if argument == "x":
-        x, dt, out = (t.unsqueeze(1).expand(2, 2, 2, 8) for t in (x, dt, out))
-        B, C = (t.unsqueeze(1).expand(2, 2, 1, 16) for t in (B, C))
-    else:
-        extra[argument] = 4 if argument == "cache_steps" else torch.zeros(2, dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match=argument):
-        sglang.selective_state_update(state, x, dt, inp["A"], B, C, D=inp["D"],
-                                      dt_bias=inp["dt_bias"], dt_softplus=True,
-                                      state_batch_indices=torch.tensor([1, 2]), out=out, **extra)
-    assert torch.equal(state, before)

@@ -5,10 +5,11 @@ of Mamba (selective_state_update) and run ssmdecode's kernel instead.
     ssmdecode.compat.vllm.selective_state_update     # vLLM's mamba_ssm.selective_state_update
 
 Each adapter keeps its engine's argument names, order and defaults, its pad / null-slot
-sentinel, and its in-place `out` (required, written in place, nothing returned). Arguments of
-features ssmdecode does not implement yet (multi-token decode, speculative-decoding state
-bookkeeping, intermediate-state caches, stochastic rounding) raise NotImplementedError naming
-the argument: an adapter never drops an argument that would change what the engine computes.
+sentinel, and its in-place `out` (required, written in place, nothing returned), and its
+engine's bits (vLLM's kernel computes dA with exp2, sglang's with exp). Arguments of features
+ssmdecode does not implement yet (stochastic rounding) raise NotImplementedError naming the
+argument: an adapter never drops an argument that would change what the engine computes. Every
+tensor argument is checked to be a tensor (or None where optional) before anything is touched.
 docs/compat.md maps every argument and names the engine file and version it was read from.
 """
 
@@ -27,9 +28,21 @@ def unsupported(engine: str, argument: str, feature: str) -> NotImplementedError
     )
 
 
+def require_tensors(engine: str, optional: tuple[str, ...], **tensors: object) -> None:
+    """Each named argument must be a torch.Tensor (or None, for the names in optional): a
+    list or a NumPy array raises TypeError naming it, before the adapter reads any of its
+    attributes."""
+    for name, value in tensors.items():
+        if value is None and name in optional:
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"ssmdecode.compat.{engine}: {name} must be a torch.Tensor, got "
+                            f"{type(value).__name__}")
+
+
 def require_out(engine: str, out: torch.Tensor | None) -> torch.Tensor:
     """The engine's kernel writes into a preallocated `out` and returns nothing; so do we."""
-    if out is None:
+    if not isinstance(out, torch.Tensor):
         raise TypeError(
             f"ssmdecode.compat.{engine}: out is required: the engine's selective_state_update "
             "writes its output in place into a preallocated tensor shaped like x and returns None"

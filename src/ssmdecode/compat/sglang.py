@@ -1,15 +1,20 @@
-"""sglang's calling convention for selective_state_update, run by ssmdecode's kernel.
+"""sglang's calling convention for selective_state_update, run by ssmdecode's kernels.
 
 Mirrors `selective_state_update` of sglang's python/sglang/srt/layers/attention/mamba/ops/
 mamba_ssm.py (read at commit 05f4e1676f82; docs/compat.md maps each argument):
 
 - D, z, dt_bias optional and in that order; pad rows are marked by pad_slot_id, -1 by default;
 - out is required and written in place; the function returns None;
-- x, dt, z, out may carry a token dim ([B, T, H, P]) and B, C one too ([B, T, G, N]): T = 1 is
-  single-token decode and is accepted; T > 1 (MTP / EAGLE verify) is not supported yet;
-- disable_state_update computes out without writing the state (speculative verify);
-- intermediate_states_buffer, cache_steps, retrieve_parent_token, intermediate_state_indices
-  (the verify-time state caches and EAGLE tree) are not supported yet.
+- x, dt, z, out may carry a token dim ([B, T, H, P]) and B, C one too ([B, T, G, N]): T draft
+  tokens a request, speculative decoding's verify step (MTP, EAGLE);
+- disable_state_update computes out without writing the final state (verify);
+- intermediate_states_buffer with cache_steps: every token's state is written to the buffer,
+  row intermediate_state_indices[b] (default: the request's slot), step t;
+- retrieve_parent_token [B, T] (EAGLE trees): token t continues from its parent token's state
+  as the buffer holds it.
+
+Bits: sglang's kernel computes dA with exp, as ssmdecode's default path does: the same bits
+(tests/test_compat_upstream.py holds the adapter against sglang's kernel on the GPU).
 
 `config` is ssmdecode's own keyword-only addition: a LaunchConfig to force, None for the
 device's table. sglang never passes it.
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_out, unsupported
+from ssmdecode.compat import require_out, require_tensors
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
 
@@ -29,18 +34,34 @@ PAD_SLOT_ID = -1
 """sglang's sentinel in state_batch_indices for a row that reads and writes no state slot."""
 
 _ENGINE = "sglang"
+_OPTIONAL = ("D", "z", "dt_bias", "state_batch_indices", "intermediate_states_buffer",
+             "retrieve_parent_token", "intermediate_state_indices")
 
 
-def _single_token(name: str, t: torch.Tensor | None) -> torch.Tensor | None:
-    """Drop the token dim of a [B, T, ...] tensor when T = 1 (sglang's multi-token layout is the
-    only one with 4 dims); tensors without it pass through."""
-    if t is None or t.dim() != 4:
-        return t
-    if t.shape[1] != 1:
-        raise unsupported(
-            _ENGINE, name, f"multi-token decode with T={t.shape[1]} tokens per request"
+def _buffer(buffer: torch.Tensor, cache_steps: int | None, state: torch.Tensor) -> torch.Tensor:
+    """sglang's intermediate-state buffer as [R, cache_steps, H, P, N]: its kernel addresses it
+    as contiguous rows of cache_steps token states, whatever shape it was allocated with."""
+    heads = state.shape[1] if state.dim() == 4 else 1
+    token_state = (heads, *state.shape[-2:])
+    if cache_steps is None:
+        if buffer.dim() != 5:
+            raise ValueError(
+                f"ssmdecode.compat.sglang: intermediate_states_buffer has shape "
+                f"{tuple(buffer.shape)} and cache_steps is None; pass cache_steps (the token "
+                "states a row holds) or a buffer shaped [R, cache_steps, H, P, N]"
+            )
+        cache_steps = buffer.shape[1]
+    if type(cache_steps) is not int or cache_steps < 1:
+        raise TypeError(f"ssmdecode.compat.sglang: cache_steps must be a positive int, got "
+                        f"{cache_steps!r}")
+    row = cache_steps * token_state[0] * token_state[1] * token_state[2]
+    if not buffer.is_contiguous() or buffer.numel() % row:
+        raise ValueError(
+            f"ssmdecode.compat.sglang: intermediate_states_buffer of shape {tuple(buffer.shape)} "
+            f"(strides {buffer.stride()}) is not contiguous rows of cache_steps={cache_steps} "
+            f"token states of shape {token_state}, as sglang's kernel addresses it"
         )
-    return t.squeeze(1)
+    return buffer.view(-1, cache_steps, *token_state)
 
 
 def selective_state_update(
@@ -65,42 +86,60 @@ def selective_state_update(
     *,
     config: LaunchConfig | None = None,
 ) -> None:
-    """One decode step with sglang's arguments; updates `state` and writes `out` in place.
+    """One decode or verify step with sglang's arguments; updates `state` (and the buffer)
+    and writes `out` in place.
 
-    Shapes (B batch, T tokens, H heads, P head dim, N state dim, G groups, S pool slots):
-        state [S, H, P, N] or [S, P, N]; x, dt, z, out [B, H, P], [B, 1, H, P] or [B, P];
-        A [H, P, N] or [P, N]; B, C [B, G, N], [B, 1, G, N] or [B, N]; D, dt_bias [H, P] or [P];
-        state_batch_indices int32/int64 [B].
+    Shapes (B batch, T tokens, H heads, P head dim, N state dim, G groups, S pool slots, R
+    buffer rows):
+        state [S, H, P, N] or [S, P, N]; x, dt, z, out [B, H, P], [B, P] or [B, T, H, P];
+        A [H, P, N] or [P, N]; B, C [B, G, N], [B, N] or [B, T, G, N]; D, dt_bias [H, P] or
+        [P]; state_batch_indices int32/int64 [B];
+        intermediate_states_buffer: contiguous, R * cache_steps * H * P * N elements (viewed
+        as [R, cache_steps, H, P, N]), cache_steps >= T; intermediate_state_indices [B];
+        retrieve_parent_token int32/int64 [B, T].
 
-    Pad rows (state_batch_indices[b] == pad_slot_id) read and write no slot, as in sglang; their
-    out rows hold zeros (sglang's kernel writes the output of a zero state there; both are
-    discarded by the engine).
+    As sglang's wrapper does, a tensor without a token dim (or head dim) gets one of size 1;
+    a Mamba1 state [S, P, N] is run as one head.
+
+    Pad rows (state_batch_indices[b] == pad_slot_id) read and write no slot and no buffer row;
+    their out rows hold zeros (sglang's kernel writes the output of a zero state there; both
+    are discarded by the engine). Without state_batch_indices sglang's kernel writes no
+    buffer; ssmdecode writes row b of it.
     """
     out = require_out(_ENGINE, out)
-    for name, value, feature in (
-        ("intermediate_states_buffer", intermediate_states_buffer,
-         "per-step state cache of speculative verify"),
-        ("cache_steps", cache_steps, "length of the per-step state cache"),
-        ("retrieve_parent_token", retrieve_parent_token, "EAGLE tree parents"),
-        ("intermediate_state_indices", intermediate_state_indices,
-         "slots of the per-step state cache"),
-    ):
-        if value is not None:
-            raise unsupported(_ENGINE, name, feature)
+    require_tensors(_ENGINE, _OPTIONAL, state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z,
+                    dt_bias=dt_bias, state_batch_indices=state_batch_indices,
+                    intermediate_states_buffer=intermediate_states_buffer,
+                    retrieve_parent_token=retrieve_parent_token,
+                    intermediate_state_indices=intermediate_state_indices)
+    # sglang's layout, as its wrapper makes it: every per-token tensor [B, T, H, P] or
+    # [B, T, G, N] (a missing head or token dim becomes 1), the state [S, H, P, N]
+    state = state.unsqueeze(1) if state.dim() == 3 else state
+    x, dt, B, C, out, z = (None if t is None else _four_dims(t) for t in (x, dt, B, C, out, z))
+    A = A.unsqueeze(0) if A.dim() == 2 else A
+    D, dt_bias = (t.unsqueeze(0) if t is not None and t.dim() == 1 else t for t in (D, dt_bias))
+    multi = {}
+    if intermediate_states_buffer is not None:
+        multi["intermediate_states"] = _buffer(intermediate_states_buffer, cache_steps, state)
+        multi["intermediate_state_indices"] = intermediate_state_indices
+        multi["parent_token_indices"] = retrieve_parent_token
+    elif retrieve_parent_token is not None or intermediate_state_indices is not None:
+        name = "retrieve_parent_token" if retrieve_parent_token is not None else (
+            "intermediate_state_indices")
+        raise ValueError(f"ssmdecode.compat.sglang: {name} needs intermediate_states_buffer")
+    if not multi and x.shape[1] == 1:
+        # one token a request: the single-token kernel and its table
+        x, dt, B, C, out = x[:, 0], dt[:, 0], B[:, 0], C[:, 0], out[:, 0]
+        z = None if z is None else z[:, 0]
     _selective_state_update(
-        state,
-        _single_token("x", x),
-        _single_token("dt", dt),
-        A,
-        _single_token("B", B),
-        _single_token("C", C),
-        D=D,
-        z=_single_token("z", z),
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        state_batch_indices=state_batch_indices,
-        pad_slot_id=pad_slot_id,
-        out=_single_token("out", out),
-        disable_state_update=disable_state_update,
-        config=config,
+        state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+        state_batch_indices=state_batch_indices, pad_slot_id=pad_slot_id, out=out,
+        disable_state_update=disable_state_update, config=config, **multi,
     )
+
+
+def _four_dims(t: torch.Tensor) -> torch.Tensor:
+    """[B, P] -> [B, 1, 1, P]; [B, H, P] -> [B, 1, H, P]; [B, T, H, P] as is (sglang's wrapper)."""
+    while t.dim() < 4:
+        t = t.unsqueeze(1)
+    return t

@@ -1,4 +1,4 @@
-"""vLLM's calling convention for selective_state_update, run by ssmdecode's kernel.
+"""vLLM's calling convention for selective_state_update, run by ssmdecode's kernels.
 
 Mirrors `selective_state_update` of vLLM's vllm/model_executor/layers/mamba/ops/mamba_ssm.py as
 it stands after vLLM PR #35431 (block 0 is the null block; docs/compat.md maps each argument and
@@ -6,15 +6,26 @@ records the versions read):
 
 - D and dt_bias are required and come before z;
 - rows whose state_batch_indices entry is null_block_id (0, vLLM's NULL_BLOCK_ID) read and
-  write no slot; state_batch_indices and dst_state_batch_indices may be [B] or [B, K] (the
-  first column is the slot of single-token decode) and may have more rows than the batch;
-- dst_state_batch_indices names the slot each row writes (default: the slot it reads);
+  write no slot; state_batch_indices and dst_state_batch_indices may be [B] or [B, K] and may
+  have more rows than the batch;
+- without num_accepted_tokens, each request reads the slot of column 0 and writes its final
+  state to dst_state_batch_indices column 0 (default: the slot it reads);
+- num_accepted_tokens [B] (speculative decoding): the initial state is read from
+  state_batch_indices[b, max(num_accepted[b] - 1, 0)], and token t's state is written to
+  dst_state_batch_indices[b, t] (default: state_batch_indices[b, t]), an entry equal to
+  null_block_id skipped; no other state is written;
+- cu_seqlens [B + 1]: x, dt, z, B, C, out pack the tokens of every request ([total, H, P]),
+  request b's being cu_seqlens[b] .. cu_seqlens[b + 1] - 1; a request of none is left alone;
 - out is required and written in place; the function returns None;
-- num_accepted_tokens and cu_seqlens (speculative decoding), enable_stochastic_rounding and
-  cache_philox_rounds (randomly rounded fp16 state) are not supported yet;
+- enable_stochastic_rounding and cache_philox_rounds (randomly rounded fp16 state) are not
+  supported yet;
 - is_blackwell only picks vLLM's fallback launch config; ssmdecode picks its own from
   `config` or the device's table, which is keyed by the device's name, so it is accepted and
   has no effect.
+
+Bits: vLLM's kernel computes dA as exp2(log2(e) * A * dt) (its fast_exp), which rounds
+differently from exp: the adapter runs ssmdecode's kernels with fast_exp=True, so that its
+out and states are vLLM's kernel's bit for bit (tests/test_compat_upstream.py, on the GPU).
 
 `config` is ssmdecode's own keyword-only addition: a LaunchConfig to force, None for the
 device's table. vLLM never passes it.
@@ -24,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_out, unsupported
+from ssmdecode.compat import require_out, require_tensors, unsupported
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
 
@@ -34,20 +45,24 @@ NULL_BLOCK_ID = 0
 """vLLM's reserved null block: the state slot index that marks a padded row."""
 
 _ENGINE = "vllm"
+_OPTIONAL = ("z", "state_batch_indices", "dst_state_batch_indices", "num_accepted_tokens",
+             "cu_seqlens")
 
 
-def _decode_slots(name: str, indices: torch.Tensor | None, batch: int) -> torch.Tensor | None:
-    """vLLM's slot indices, [B'] or [B', K] with B' >= B, as the [B] contiguous slots of
-    single-token decode: the first column, first B rows (the kernel reads one index per row)."""
+def _rows(name: str, indices: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+    """vLLM's slot indices, [B'] or [B', K] with B' >= B, as [B, K] (a missing column dim is
+    one column)."""
     if indices is None:
         return None
-    if indices.dim() == 2:
-        indices = indices[:, 0]
-    elif indices.dim() != 1:
-        raise ValueError(f"{name} has shape {tuple(indices.shape)}; expected [B] or [B, K]")
+    if indices.dim() == 1:
+        indices = indices.unsqueeze(1)
+    elif indices.dim() != 2:
+        raise ValueError(f"ssmdecode.compat.vllm: {name} has shape {tuple(indices.shape)}; "
+                         "expected [B] or [B, K]")
     if indices.shape[0] < batch:
-        raise ValueError(f"{name} has {indices.shape[0]} rows; expected at least batch = {batch}")
-    return indices[:batch].contiguous()
+        raise ValueError(f"ssmdecode.compat.vllm: {name} has {indices.shape[0]} rows; expected "
+                         f"at least the {batch} requests")
+    return indices[:batch]
 
 
 def selective_state_update(
@@ -73,47 +88,49 @@ def selective_state_update(
     *,
     config: LaunchConfig | None = None,
 ) -> None:
-    """One decode step with vLLM's arguments; updates `state` and writes `out` in place.
+    """One decode or verify step with vLLM's arguments; updates `state` and writes `out` in
+    place.
 
-    Shapes (B batch, H heads, P head dim, N state dim, G groups, S pool slots, K >= 1):
-        state [S, H, P, N] or [S, P, N]; x, dt, z, out [B, H, P] or [B, P];
-        A [H, P, N] or [P, N]; B, C [B, G, N] or [B, N]; D, dt_bias [H, P] or [P];
-        state_batch_indices, dst_state_batch_indices int32/int64 [>=B] or [>=B, K].
+    Shapes (B requests, H heads, P head dim, N state dim, G groups, S pool slots, K >= 1):
+        state [S, H, P, N] or [S, P, N]; x, dt, z, out [B, H, P] or [B, P], or with
+        cu_seqlens [total_tokens, H, P] or [total_tokens, P]; A [H, P, N] or [P, N];
+        B, C [B, G, N] or [B, N] (with cu_seqlens [total_tokens, ...]); D, dt_bias [H, P] or
+        [P]; state_batch_indices, dst_state_batch_indices int32/int64 [>=B] or [>=B, K];
+        num_accepted_tokens int32/int64 [B]; cu_seqlens int32/int64 [B + 1].
 
-    Null rows (state_batch_indices[b] == null_block_id) read and write no slot, as in vLLM;
-    their out rows hold zeros (vLLM's kernel writes the output of a zero state there; both are
-    discarded by the engine). A row whose dst entry is null_block_id writes no slot here, where
-    vLLM's kernel would write into the reserved null block.
+    Null rows (state_batch_indices[b, ...] == null_block_id) read and write no slot, as in
+    vLLM; their out rows hold zeros (vLLM's kernel writes the output of a zero state there;
+    both are discarded by the engine). Without num_accepted_tokens, a row whose destination is
+    null_block_id writes no slot here, where vLLM's kernel would write into the null block.
     """
     del is_blackwell  # a launch-config hint of vLLM's fallback table; see the module docstring
     out = require_out(_ENGINE, out)
-    if num_accepted_tokens is not None:
-        raise unsupported(_ENGINE, "num_accepted_tokens", "speculative decoding: initial state "
-                          "from the last accepted token")
-    if cu_seqlens is not None:
-        raise unsupported(_ENGINE, "cu_seqlens", "variable-length multi-token decode")
+    require_tensors(_ENGINE, _OPTIONAL, state=state, x=x, dt=dt, A=A, B=B, C=C, D=D,
+                    dt_bias=dt_bias, z=z, state_batch_indices=state_batch_indices,
+                    dst_state_batch_indices=dst_state_batch_indices,
+                    num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens)
+    if type(null_block_id) is not int:
+        raise TypeError(f"ssmdecode.compat.vllm: null_block_id must be an int, got "
+                        f"{type(null_block_id).__name__} {null_block_id!r}")
     if enable_stochastic_rounding:
         raise unsupported(_ENGINE, "enable_stochastic_rounding", "stochastic rounding of an "
                           "fp16 state")
     if cache_philox_rounds:
         raise unsupported(_ENGINE, "cache_philox_rounds", "Philox rounds of stochastic rounding")
-    batch = x.shape[0]
+    batch = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    src = _rows("state_batch_indices", state_batch_indices, batch)
+    dst = _rows("dst_state_batch_indices", dst_state_batch_indices, batch)
+    if num_accepted_tokens is not None:
+        if src is None:
+            raise ValueError("ssmdecode.compat.vllm: num_accepted_tokens needs "
+                             "state_batch_indices [B, K] (the slots of each request's tokens)")
+        dst = src if dst is None else dst  # token t's state to dst[b, t]
+    else:  # column 0 is read, and the final state is written to dst column 0
+        src = None if src is None else src[:, 0]
+        dst = None if dst is None else dst[:, 0]
     _selective_state_update(
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        state_batch_indices=_decode_slots("state_batch_indices", state_batch_indices, batch),
-        dst_state_batch_indices=_decode_slots(
-            "dst_state_batch_indices", dst_state_batch_indices, batch
-        ),
-        pad_slot_id=null_block_id,
-        out=out,
-        config=config,
+        state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+        state_batch_indices=src, dst_state_batch_indices=dst, pad_slot_id=null_block_id,
+        out=out, config=config, cu_seqlens=cu_seqlens, num_accepted_tokens=num_accepted_tokens,
+        fast_exp=True,
     )
