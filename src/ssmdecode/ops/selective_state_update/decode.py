@@ -55,7 +55,7 @@ import triton.language as tl
 
 from ssmdecode.config import LaunchConfig, lookup_config
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
-from ssmdecode.ops.selective_state_update import verify
+from ssmdecode.ops.selective_state_update import torch_op, verify
 from ssmdecode.ops.selective_state_update.checks import Call, check_call, interpreted, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
     col_offsets,
@@ -457,7 +457,20 @@ def selective_state_update(
     Raises:
         TypeError / ValueError naming the argument, what it got and what was expected, before
         anything is written.
+
+    Under torch.compile the call is one node of the graph, the custom op
+    torch.ops.ssmdecode.selective_state_update (torch_op.py): same kernels, same bits.
     """
+    if torch.compiler.is_compiling():  # one node of the graph: torch_op.py
+        return torch_op.selective_state_update_op(
+            state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
+            dst_state_batch_indices, pad_slot_id, out, disable_state_update, config,
+            cu_seqlens=cu_seqlens, num_accepted_tokens=num_accepted_tokens,
+            intermediate_states=intermediate_states,
+            intermediate_state_indices=intermediate_state_indices,
+            parent_token_indices=parent_token_indices, fast_exp=fast_exp, pdl=pdl,
+            batch_order=batch_order,
+        )
     call, launch = prepare(
         state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
         dst_state_batch_indices, pad_slot_id, out, disable_state_update, config,

@@ -41,6 +41,10 @@ def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
     radix sort of several kernels, which cost a decode step about as much as slot order
     saved at batch 512 (docs/performance.md). CPU slots take torch.argsort unless the kernels
     run under Triton's interpreter."""
+    if torch.compiler.is_compiling():  # one node of the graph (torch_op.py)
+        from ssmdecode.ops.selective_state_update.torch_op import slot_order_op
+
+        return slot_order_op(state_batch_indices)
     if not isinstance(state_batch_indices, torch.Tensor) or state_batch_indices.dim() != 1:
         raise TypeError("state_batch_indices must be a 1-D torch.Tensor of slots")
     if state_batch_indices.dtype not in INDEX_DTYPES:
