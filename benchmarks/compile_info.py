@@ -4,7 +4,7 @@ print registers, spills, shared memory, a few PTX facts, the SASS instruction co
 number of address registers the global stores use (st.addr) per config.
 
     python benchmarks/compile_info.py --preset nemotron3-super --tp 8 \
-        --config 16,1,slot,evict 16,1,slot,evict,ordered,flat [--ptx DIR]
+        --config 16,1,slot,evict 16,1,slot,evict,ordered,regs96 [--ptx DIR]
 
 Registers bound occupancy (65536 a multiprocessor), and occupancy bounds the bytes in flight
 of a memory-bound kernel; this answers "how many registers does (32,1) take with a bf16
@@ -26,58 +26,12 @@ os.environ.pop("TRITON_INTERPRET", None)  # compile for the target, never interp
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
+from ssmdecode.bench.compile import compile_config
 from ssmdecode.bench.inputs import make_shape_inputs
-from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update.decode import Variant, prepare
-from ssmdecode.tools import add_shape_arguments, shapes_from_args
-
-_TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
-                 torch.int32: "i32", torch.int64: "i64"}
-
-
-def compile_config(kwargs: dict, config: LaunchConfig, target: GPUTarget,
-                   variant: Variant | None = None):
-    """Compile the kernel a call with these selective_state_update keyword arguments launches
-    (prepared by the library as the call would be, on CPU tensors, and not run)."""
-    _, launch = prepare(**kwargs, config=config, _variant=variant or Variant())
-    heur = launch.kernel
-    jit = heur.fn
-    names = jit.arg_names
-    args = dict(zip(names, launch.args, strict=False))
-    kw = dict(launch.kwargs)
-    options = {k: kw.pop(k) for k in ("num_warps", "maxnreg", "launch_pdl") if k in kw}
-    args.update(kw)
-    for name, fn in heur.values.items():  # the heuristics' constexprs
-        args[name] = fn(args)
-    signature, constexprs, attrs = {}, {}, {}
-    for i, name in enumerate(names):
-        param = jit.params[i]
-        value = args.get(name, param.default)  # a constexpr left at its default
-        if param.is_constexpr:
-            signature[name] = "constexpr"
-            constexprs[name] = value
-        elif value is None:
-            signature[name] = "constexpr"
-            constexprs[name] = None
-        elif isinstance(value, torch.Tensor):
-            signature[name] = "*" + _TRITON_TYPES[value.dtype]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, bool):
-            signature[name] = "i1"
-        elif isinstance(value, int):
-            if value == 1:  # Triton specializes ints equal to 1 as constants
-                signature[name] = "constexpr"
-                constexprs[name] = 1
-            else:
-                signature[name] = "i64" if abs(value) >= 2**31 else "i32"
-                if value % 16 == 0:
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            raise TypeError(f"{name}: cannot type {value!r}")
-    src = ASTSource(fn=jit, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=target, options=options)
+from ssmdecode.cli_args import add_batch_argument, add_shape_arguments, batches_from_args, shapes_from_args
+from ssmdecode.config import LABEL_SYNTAX, LaunchConfig
+from ssmdecode.ops.selective_state_update.decode import Variant
 
 
 def _cuobjdump(cubin: bytes, flag: str) -> str:
@@ -115,8 +69,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
-    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True)
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True, help=LABEL_SYNTAX)
+    add_batch_argument(p, (8,), several=False)
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90)")
     p.add_argument("--ptx", type=Path, help="also write each config's PTX and SASS here")
     p.add_argument("--strided-rows", action="store_true",
@@ -127,9 +81,10 @@ def main() -> int:
                    "vectors (Variant(masked_vectors=True))")
     args = p.parse_args()
     variant = Variant(masked_vectors=args.masked_vectors, strided_rows=args.strided_rows)
-    (shape,) = shapes_from_args(args, torch.device("cuda"))  # the GPU shape defaults
-    inputs = make_shape_inputs(shape, args.batch, pool=args.batch, device=torch.device("cpu"),
-                               seed=0)
+    gpu = torch.device("cuda")  # the GPU defaults (nothing runs on it)
+    (shape,) = shapes_from_args(args, gpu)
+    (batch,) = batches_from_args(args, gpu)
+    inputs = make_shape_inputs(shape, batch, torch.device("cpu"), seed=0)
     kwargs = inputs.kwargs(0)
     target = GPUTarget("cuda", args.arch, 32)
     print(f"shape {shape.label}, sm_{args.arch}")

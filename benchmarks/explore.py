@@ -18,79 +18,70 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 
 import torch
 
+from ssmdecode.bench.calls import time_config, timing_inputs
 from ssmdecode.bench.ceiling import measure_ceiling
-from ssmdecode.bench.inputs import DecodeInputs
-from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update import decode
-from ssmdecode.ops.selective_state_update.decode import Variant
-from ssmdecode.tools import (
+from ssmdecode.bench.inputs import SLOT_MODES, slot_sets_by_mode
+from ssmdecode.bench.kernels import variant_function
+from ssmdecode.bench.report import environment, gpu_clocks
+from ssmdecode.bench.timer import interleaved, round_spread
+from ssmdecode.cli_args import (
+    add_batch_argument,
     add_common_arguments,
     add_shape_arguments,
+    batches_from_args,
     device_from_args,
     shapes_from_args,
 )
-from ssmdecode.tools.bench import time_config, timing_inputs
-from ssmdecode.tools.report import environment, gpu_clocks
-
-SLOT_MODES = ("random", "sorted", "contiguous")  # --slots all
-PAD_SLOT_ID = -1  # selective_state_update's default
-
-
-def slot_sets_by_mode(slot_sets: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The K disjoint slot sets [K, B] of a pool four ways: as drawn (random, the bench's),
-    each set ascending (sorted), consecutive (call i: slots i*B .. i*B+B-1, so the state it
-    touches is one flat block, as the ceiling's), or as drawn with the second half of each
-    set's rows padding (padded: pad_slot_id, as an engine pads a batch to its graph's size)."""
-    padded = slot_sets.clone()
-    padded[:, (slot_sets.shape[1] + 1) // 2:] = PAD_SLOT_ID
-    return {"random": slot_sets.clone(), "sorted": slot_sets.sort(dim=1).values,
-            "contiguous": torch.arange(slot_sets.numel(), device=slot_sets.device,
-                                       dtype=slot_sets.dtype).view(slot_sets.shape),
-            "padded": padded}
-
-
-def print_spread(rows: list[dict]) -> None:
-    """How far each row's interleaved rounds lie apart, as a last line under the table."""
-    spreads = [max(r["rounds_us"]) / min(r["rounds_us"]) - 1 for r in rows]
-    print(f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}")
-
+from ssmdecode.config import LABEL_SYNTAX, LaunchConfig
+from ssmdecode.ops.selective_state_update.decode import Variant
+from ssmdecode.shapes import Shape
 
 VARIANTS = {"default": Variant(), "masked_vectors": Variant(masked_vectors=True),
             "strided_rows": Variant(strided_rows=True)}
 
 
-def _kernel(variant: str, pdl: bool):
-    """selective_state_update as a variant of the kernel (decode.prepare's _variant)."""
-    def call(**kwargs: object) -> None:
-        decode.run(*decode.prepare(**kwargs, pdl=pdl, _variant=VARIANTS[variant]))
+def _time_batch(args: argparse.Namespace, shape: Shape, batch: int, device: torch.device,
+                slot_modes: list[str], pdls: list[bool], orders: list[bool]) -> list[dict]:
+    """Every (config, variant, pdl, slots, order) at one batch, in interleaved rounds: a row
+    each, its time the fastest of its rounds."""
+    inputs = timing_inputs(shape, batch, device, args.seed, pdls != [False])
+    slot_sets = slot_sets_by_mode(inputs.slot_sets)
+    ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=pdls != [False])
+    pdl_ceiling = ceiling.timings.get("triton_pdl")
+    kernels = {(v, pdl): variant_function(VARIANTS[v], pdl) for v in args.variant for pdl in pdls}
+    configs = {config.label: config for config in args.config}
+    cases = [(label, variant, pdl, slots, ordered) for slots in slot_modes for label in configs
+             for variant, pdl, ordered in itertools.product(args.variant, pdls, orders)]
 
-    return call
+    def measure(case: tuple[str, str, bool, str, bool]) -> float:
+        label, variant, pdl, slots, ordered = case
+        inputs.slot_sets.copy_(slot_sets[slots])
+        return time_config(inputs, configs[label], device, kernels[variant, pdl], ordered).us
 
-
-def _rounds(args: argparse.Namespace, inputs: DecodeInputs, slot_sets: dict[str, torch.Tensor],
-            slot_modes: list[str], pdls: list[bool], orders: list[bool], device: torch.device,
-            times: dict[tuple, list[float]]) -> None:
-    """Every variant of every config, round after round (interleaved), into times."""
-    for _ in range(args.rounds):
-        for slots in slot_modes:
-            inputs.slot_sets.copy_(slot_sets[slots])
-            for config in args.config:
-                for variant, pdl, ordered in itertools.product(args.variant, pdls, orders):
-                    t = time_config(inputs, config, device, _kernel(variant, pdl), ordered)
-                    key = (config.label, variant, pdl, slots, ordered)
-                    times.setdefault(key, []).append(t.us)
+    times = interleaved(cases, measure, args.rounds)
+    clocks = gpu_clocks(device) if device.type == "cuda" else None
+    rows = []
+    for (label, variant, pdl, slots, ordered), us in times.items():
+        best = min(us)
+        rows.append({"batch": batch, "config": label, "variant": variant, "slots": slots,
+                     "batch_order": "slot" if ordered else "none",
+                     "pdl": "on" if pdl else "off", "us": best,
+                     "rounds_us": us, "ceiling_us": ceiling.us,
+                     "fraction_of_ceiling": ceiling.us / best,
+                     "pdl_ceiling_us": pdl_ceiling.us if pdl_ceiling else None,
+                     "clocks_after": clocks})
+    return rows
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
-    p.add_argument("--batch", type=int, nargs="+", default=[8, 128, 512])
-    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True)
+    add_batch_argument(p, (8, 128, 512))
+    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True, help=LABEL_SYNTAX)
     p.add_argument("--variant", choices=sorted(VARIANTS), nargs="+", default=["default"],
                    help="kernel variants of the same bits, interleaved: default (the shipped "
                    "code), masked_vectors (x, dt, D, z, out, B, C masked where the tile "
@@ -118,24 +109,8 @@ def main() -> int:
                                     for m in (SLOT_MODES if s == "all" else (s,))))
     orders = {"none": [False], "slot": [True], "both": [False, True]}[args.order]
     rows = []
-    for batch in args.batch:
-        inputs = timing_inputs(shape, batch, device, args.seed, args.pdl != "off")
-        slot_sets = slot_sets_by_mode(inputs.slot_sets)
-        ceiling = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl != "off")
-        pdl_ceiling = ceiling.timings.get("triton_pdl")
-        times: dict[tuple, list[float]] = {}
-        _rounds(args, inputs, slot_sets, slot_modes, pdls, orders, device, times)
-        clocks = gpu_clocks(device) if device.type == "cuda" else None
-        for (label, variant, pdl, slots, ordered), us in times.items():
-            best = min(us)
-            rows.append({"batch": batch, "config": label, "variant": variant, "slots": slots,
-                         "batch_order": "slot" if ordered else "none",
-                         "pdl": "on" if pdl else "off", "us": best,
-                         "rounds_us": us, "ceiling_us": ceiling.us,
-                         "fraction_of_ceiling": ceiling.us / best,
-                         "pdl_ceiling_us": pdl_ceiling.us if pdl_ceiling else None,
-                         "clocks_after": clocks})
-        del inputs
+    for batch in batches_from_args(args, device):
+        rows += _time_batch(args, shape, batch, device, slot_modes, pdls, orders)
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"environment": environment(device), "shape": shape.to_dict(), "rows": rows}
     (args.out / "explore.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -147,7 +122,7 @@ def main() -> int:
         print(f"{r['batch']:>5} {r['config']:<34} {r['variant']:<15} {r['pdl']:<5} {r['slots']:<10} "
               f"{r['batch_order']:<5} {r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} "
               f"{r['ceiling_us']:8.2f} {pdl_ceiling}")
-    print_spread(rows)
+    print(round_spread(r["rounds_us"] for r in rows))
     return 0
 
 

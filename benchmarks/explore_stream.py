@@ -19,23 +19,29 @@ Not a results tool; timings use the bench's cold-L2 timer and the ceiling of the
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
-from explore import SLOT_MODES, print_spread, slot_sets_by_mode
 
+from ssmdecode import selective_state_update
+from ssmdecode.bench.calls import timing_inputs
 from ssmdecode.bench.ceiling import measure_ceiling
-from ssmdecode.bench.inputs import DecodeInputs
-from ssmdecode.bench.timer import time_cold
+from ssmdecode.bench.inputs import SLOT_MODES, DecodeInputs, slot_sets_by_mode
+from ssmdecode.bench.report import environment, gpu_clocks
+from ssmdecode.bench.timer import interleaved, round_spread, time_cold
+from ssmdecode.cli_args import (
+    add_batch_argument,
+    add_common_arguments,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    shapes_from_args,
+)
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update import selective_state_update
-from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
-from ssmdecode.tools.bench import timing_inputs
-from ssmdecode.tools.report import environment, gpu_clocks
 
 
 @triton.jit
@@ -102,6 +108,14 @@ def _call(layout: str, inputs: DecodeInputs) -> Callable[[int], object]:
                      f"got {layout!r}")
 
 
+def _time_case(inputs: DecodeInputs, sets: dict[str, torch.Tensor], calls: dict[str, Callable[[int], object]],
+               device: torch.device, case: tuple[str, str]) -> float:
+    """One (layout, slot mode): its calls on those slot sets, by the bench's timer."""
+    layout, mode = case
+    inputs.slot_sets.copy_(sets[mode])
+    return time_cold(calls[layout], device, rotation=inputs.rotation).us
+
+
 PAGE_BYTES = 2 * 2**20  # the GPU's large page, as the driver maps allocations this size
 PAGE_MODES = ("pages", "pages-random")
 
@@ -126,7 +140,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
-    p.add_argument("--batch", type=int, nargs="+", default=[128, 256, 512])
+    add_batch_argument(p, (128, 256, 512))
     p.add_argument("--layout", nargs="+", default=[
         "tile:4:1", "tile:16:1", "tile:16:4", "flat:1024:4", "flat:4096:4",
         "loop:1:16:4", "loop:4:16:4", "loop:16:16:4", "loop:16:32:8", "loop:4:8:2"],
@@ -138,9 +152,7 @@ def main() -> int:
                    "ascending, consecutive, whole 2 MiB pages drawn at random (ascending, or "
                    "in a random order); all of them, interleaved")
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
-    p.add_argument("--out", type=Path, required=True)
+    add_common_arguments(p, "folder for explore_stream.json", out_required=True)
     args = p.parse_args()
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
@@ -148,7 +160,7 @@ def main() -> int:
         raise SystemExit("explore_stream: the streams take an fp32 state")
     slot_modes = [*SLOT_MODES, *PAGE_MODES] if "all" in args.slots else args.slots
     rows = []
-    for batch in args.batch:
+    for batch in batches_from_args(args, device):
         inputs = timing_inputs(shape, batch, device, args.seed)
         rotation, pool = inputs.rotation, inputs.state.shape[0]
         g = torch.Generator().manual_seed(args.seed)
@@ -156,15 +168,9 @@ def main() -> int:
                 **_page_sets(pool, rotation, batch, inputs.state[0].nbytes, g)}
         ceiling = measure_ceiling(shape.state_bytes(batch), device)
         calls = {layout: _call(layout, inputs) for layout in args.layout}
-        times: dict[tuple[str, str], list[float]] = {}
-        for _ in range(args.rounds):
-            for mode in slot_modes:
-                if mode not in sets:
-                    continue
-                inputs.slot_sets.copy_(sets[mode])
-                for layout, call in calls.items():
-                    t = time_cold(call, device, rotation=rotation)
-                    times.setdefault((layout, mode), []).append(t.us)
+        cases = [(layout, mode) for mode in slot_modes if mode in sets for layout in calls]
+
+        times = interleaved(cases, functools.partial(_time_case, inputs, sets, calls, device), args.rounds)
         clocks = gpu_clocks(device) if device.type == "cuda" else None
         for (layout, mode), us in times.items():
             rows.append({"batch": batch, "layout": layout, "slots": mode, "rotation": rotation,
@@ -182,7 +188,7 @@ def main() -> int:
     for r in rows:
         print(f"{r['batch']:>5} {r['rotation']:>2} {r['layout']:<34} {r['slots']:<12} "
               f"{r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} {r['ceiling_us']:8.2f}")
-    print_spread(rows)
+    print(round_spread(r["rounds_us"] for r in rows))
     return 0
 
 

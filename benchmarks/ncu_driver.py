@@ -16,34 +16,38 @@ from __future__ import annotations
 import argparse
 
 import torch
-import triton
 
 from ssmdecode import selective_state_update
-from ssmdecode.bench.ceiling import _SCALE, _STREAM_BLOCK, _STREAM_WARPS, _scale_in_place_kernel
-from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
-from ssmdecode.tools.bench import timing_inputs
+from ssmdecode.bench.calls import timing_inputs
+from ssmdecode.bench.ceiling import stream_calls
+from ssmdecode.cli_args import (
+    add_batch_argument,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    shapes_from_args,
+)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
-    p.add_argument("--batch", type=int, default=512)
-    p.add_argument("--device", default=None)
+    add_batch_argument(p, (512,), several=False)
+    p.add_argument("--device", help="torch device (default: the current CUDA device)")
     args = p.parse_args()
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
-    inputs = timing_inputs(shape, args.batch, device, seed=0)
-    n = -(-shape.state_bytes(args.batch) // 4)  # fp32 elements, as measure_ceiling counts
-    buffers = torch.randn(2, n, device=device)
-    grid = (triton.cdiv(n, _STREAM_BLOCK),)
+    (batch,) = batches_from_args(args, device)
+    inputs = timing_inputs(shape, batch, device, seed=0)
+    n = -(-shape.state_bytes(batch) // 4)  # fp32 elements, as measure_ceiling counts
+    streams = stream_calls("triton", torch.randn(2, n, device=device))
     for i in range(2):
         selective_state_update(**inputs.kwargs(i))
-        _scale_in_place_kernel[grid](buffers[i], n, _SCALE, BLOCK=_STREAM_BLOCK,
-                                     num_warps=_STREAM_WARPS)
+        streams[i]()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    print(f"profiled: {shape.label} batch {args.batch}, {2 * 4 * n / 2**20:.0f} MiB moved each")
+    print(f"profiled: {shape.label} batch {batch}, {2 * 4 * n / 2**20:.0f} MiB moved each")
     return 0
 
 

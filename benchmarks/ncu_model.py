@@ -31,9 +31,18 @@ from pathlib import Path
 
 import torch
 
-from ssmdecode.config import KERNEL, LaunchConfig
-from ssmdecode.tools import add_shape_arguments, device_from_args, shapes_from_args
-from ssmdecode.tools.e2e import StepBench, model_dims
+from ssmdecode.bench.step import StepBench, model_dims
+from ssmdecode.cli_args import (
+    STEP_LAYERS,
+    add_batch_argument,
+    add_layers_argument,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    int_option,
+    shapes_from_args,
+)
+from ssmdecode.config import KERNEL, LABEL_SYNTAX, LaunchConfig
 
 _METRICS = {"gpu__time_duration.sum": "us", "dram__bytes_read.sum": "read MiB",
             "dram__bytes_write.sum": "write MiB"}
@@ -44,10 +53,11 @@ _SCALE = {"gpu__time_duration.sum": 1e-3, "dram__bytes_read.sum": 2.0**-20,
 def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
+    (batch,) = batches_from_args(args, device)
+    layers = int_option(args, "layers", STEP_LAYERS, device, "ncu_model")
     dims = model_dims(shape, None, device)  # the preset's width; on CPU the interpreter's tiny one
     # each step on its own slot set: the two warm-up steps', then the profiled ones'
-    bench = StepBench.build(dims, args.layers, args.batch, device, args.seed,
-                            min_sets=2 + args.steps)
+    bench = StepBench.build(dims, layers, batch, device, args.seed, min_sets=2 + args.steps)
     stack, hidden, slot_sets = bench.stack, bench.hidden, bench.slot_sets
     cuda = device.type == "cuda"
     config = None if args.config == "table" else LaunchConfig.parse(args.config)
@@ -61,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.cudart().cudaProfilerStop()
-    print(f"profiled: {dims.shape.label}, d_model {dims.d_model}, {args.layers} layers, batch "
-          f"{args.batch}, config {args.config}, {args.steps} steps", file=sys.stderr)
+    print(f"profiled: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, batch "
+          f"{batch}, config {args.config}, {args.steps} steps", file=sys.stderr)
     return 0
 
 
@@ -118,12 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the profiled program (run it under ncu)")
     add_shape_arguments(r)
-    r.add_argument("--batch", type=int, default=512)
-    r.add_argument("--layers", type=int, default=4)
+    add_batch_argument(r, (512,), several=False)
+    add_layers_argument(r)
     r.add_argument("--steps", type=int, default=2)
-    r.add_argument("--config", default="table", help="a launch config label, or table")
+    r.add_argument("--config", default="table", help=f"a launch config, {LABEL_SYNTAX}, or table")
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--device", default=None)
+    r.add_argument("--device", help="torch device (default: the current CUDA device, else cpu)")
     s = sub.add_parser("summarize", help="per-kernel table of `ncu --csv --page raw` exports")
     s.add_argument("csv", type=Path, nargs="+")
     s.add_argument("--steps", type=int, default=2)

@@ -1,39 +1,45 @@
 """Did a change to the kernel source change any instruction? Without a GPU: compile the kernel
 for sm_90 over a matrix of inputs x launch configs, as real calls specialize it, and write each
-PTX with its debug sections and debug labels cut; then compare two such snapshots.
+PTX with its debug sections and debug labels cut; then compare two such snapshots, or a snapshot
+with a JSON of the SHA-256 digests of another (benchmarks/ptx_reference.json: the committed
+kernel's, under the Triton version it names).
 
     python benchmarks/ptx_snapshot.py write /tmp/before      # on the old tree
     python benchmarks/ptx_snapshot.py write /tmp/after       # on the new tree
     python benchmarks/ptx_snapshot.py compare /tmp/before /tmp/after
+    python benchmarks/ptx_snapshot.py digest /tmp/after benchmarks/ptx_reference.json
+    python benchmarks/ptx_snapshot.py compare benchmarks/ptx_reference.json /tmp/after
 
 Identical PTX instructions mean identical bits and speed, so a refactor that passes needs no
 GPU run to keep the measured tables valid. (The refactors that made, and later inlined, the
 per-tile function _ssu_tile passed on 160 combinations.) The matrix: fp32 and bf16 states;
 dstate 64, 128, 256 and an odd shape with masked tiles; tied and untied dt/A; z with separate
-write slots; no state write; upstream, default, layout-sum and ordered configs.
+write slots; no state write; upstream, default, layout-sum and ordered configs. PTX depends on
+the Triton version: a digest file only holds for the version it names.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
+import json
 import os
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)  # compile for the target, never interpret
 
 import torch
+import triton
 from triton.backends.compiler import GPUTarget
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compile_info import compile_config
-
+from ssmdecode.bench.compile import compile_config
 from ssmdecode.bench.inputs import make_inputs
 from ssmdecode.config import LaunchConfig
 
+TARGET = GPUTarget("cuda", 90, 32)
 CONFIGS = ("8,1", "4,4", "4,8", "16,1,slot,evict", "4,1,slot,evict,ordered",
            "16,1,slot,evict,ordered", "2,1,slot,evict,ordered", "8,2,slot,evict,ordered")
 
@@ -55,7 +61,7 @@ def _inputs() -> Iterator[tuple[str, dict]]:
                     yield f"{name}-nowrite", {**kw, "disable_state_update": True}
 
 
-def _code(ptx: str) -> list[str]:
+def instructions(ptx: str) -> list[str]:
     """The PTX's instructions: up to the debug sections, without debug labels and comments."""
     lines = []
     for line in ptx.splitlines():
@@ -69,22 +75,58 @@ def _code(ptx: str) -> list[str]:
 
 def write(folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True)
-    target = GPUTarget("cuda", 90, 32)
     count = 0
     for name, kwargs in _inputs():
         for text in CONFIGS:
             try:  # a config this tree does not know, or the ordered sum outside its range
                 config = LaunchConfig.parse(text)
-                compiled = compile_config(kwargs, config, target)
+                compiled = compile_config(kwargs, config, TARGET)
             except ValueError:
                 continue
-            (folder / f"{name}_{config.label}.ptx").write_text("\n".join(_code(compiled.asm["ptx"])))
+            (folder / f"{name}_{config.label}.ptx").write_text("\n".join(instructions(compiled.asm["ptx"])))
             count += 1
     print(f"wrote {count} PTX files to {folder}")
     return 0
 
 
+def digests(folder: Path) -> dict[str, str]:
+    """The SHA-256 of each PTX file of a snapshot folder, by file name."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.ptx"))}
+
+
+def digest(folder: Path, path: Path) -> int:
+    """Write the digests of a snapshot folder as JSON: the Triton version and target they hold
+    for, and one SHA-256 a file."""
+    files = digests(folder)
+    data = {"what": "SHA-256 of each PTX file of benchmarks/ptx_snapshot.py write (instructions "
+            "only), for the Triton version and target named here", "triton": triton.__version__,
+            "target": f"sm_{TARGET.arch}", "files": files}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(f"wrote the digests of {len(files)} PTX files to {path}")
+    return 0
+
+
+def _read_digests(path: Path) -> dict[str, str]:
+    """A digest file's digests; exits when it was made under another Triton version, whose PTX
+    differs whatever the kernel."""
+    data = json.loads(path.read_text())
+    if data["triton"] != triton.__version__:
+        raise SystemExit(f"{path} holds the PTX of Triton {data['triton']}; this is Triton "
+                         f"{triton.__version__}: the digests cannot be compared")
+    return data["files"]
+
+
 def compare(a: Path, b: Path) -> int:
+    """Two snapshots, file by file; where either is a digest file (.json), by digests."""
+    if a.suffix == ".json" or b.suffix == ".json":
+        want, got = (_read_digests(p) if p.suffix == ".json" else digests(p) for p in (a, b))
+        names = sorted(want.keys() | got.keys())
+        differ = [n for n in names if want.get(n) != got.get(n)]
+        for name in differ[:5]:
+            both = name in want and name in got
+            print(f"{name}: " + ("differs" if both else f"only in {a if name in want else b}"))
+        print(f"{len(names) - len(differ)} of {len(names)} identical")
+        return 1 if differ else 0
     names = sorted({p.name for p in a.glob("*.ptx")} | {p.name for p in b.glob("*.ptx")})
     differ = []
     for name in names:
@@ -101,16 +143,24 @@ def compare(a: Path, b: Path) -> int:
     return 1 if differ else 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
-    sub.add_parser("write").add_argument("folder", type=Path)
-    c = sub.add_parser("compare")
+    sub.add_parser("write", help="compile the matrix, write its PTX into FOLDER").add_argument(
+        "folder", type=Path)
+    d = sub.add_parser("digest", help="write the SHA-256 digests of a snapshot FOLDER as JSON")
+    d.add_argument("folder", type=Path)
+    d.add_argument("json", type=Path)
+    c = sub.add_parser("compare", help="compare two snapshots (folders, or digest .json files)")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
-    args = p.parse_args()
-    return write(args.folder) if args.mode == "write" else compare(args.a, args.b)
+    args = p.parse_args(argv)
+    if args.mode == "write":
+        return write(args.folder)
+    if args.mode == "digest":
+        return digest(args.folder, args.json)
+    return compare(args.a, args.b)
 
 
 if __name__ == "__main__":

@@ -187,7 +187,7 @@ stage_sweep_upstream() {
   [ -d .upstream ] && export PYTHONPATH=$PWD/.upstream:$PYTHONPATH
   local kernel module rc=0
   for kernel in mamba_ssm sglang; do
-    module=$(python3 -c "from ssmdecode.tools.kernels import _MODULES; print(_MODULES['$kernel'])")
+    module=$(python3 -c "from ssmdecode.bench.kernels import UPSTREAM_MODULES; print(UPSTREAM_MODULES['$kernel'])")
     python3 -c "import $module" 2>/dev/null || { echo "no $kernel kernel here: skipped"; continue; }
     "${SSM[@]}" sweep "${HEADLINE[@]}" --kernel "$kernel" --config "${MEASURING_CONFIGS[@]}" \
         --batch 8 128 512 --out "$R/sweep-$kernel" || rc=1

@@ -14,9 +14,9 @@ import torch
 from ssmdecode.bench import ceiling as ceiling_module
 from ssmdecode.bench.ceiling import bandwidth_tbps, measure_ceiling, measure_peak
 from ssmdecode.bench.inputs import make_inputs
-from ssmdecode.bench.presets import PRESETS, Shape, parse_dtype, per_rank
+from ssmdecode.bench.report import markdown_table, plot_vs_batch, write_outputs
 from ssmdecode.bench.timer import COLD_L2_FACTOR, MIN_CALLS, cold_rotation, l2_bytes, time_cold
-from ssmdecode.tools.report import markdown_table, plot_vs_batch, write_outputs
+from ssmdecode.shapes import PRESETS, Shape, parse_dtype, per_rank
 
 CPU = torch.device("cpu")
 
@@ -82,7 +82,7 @@ def test_stream_kernels_scale_in_place() -> None:
     buffers = torch.randn(2, 3000)
     before = buffers.clone()
     for kernel in ceiling_module.CEILING_KERNELS:
-        for call in ceiling_module._stream_calls(kernel, buffers):
+        for call in ceiling_module.stream_calls(kernel, buffers):
             call()
     want = before * torch.tensor(1.0000001) * torch.tensor(1.0000001)
     torch.testing.assert_close(buffers, want, rtol=0, atol=0)

@@ -14,9 +14,10 @@ import torch
 
 from conftest import Case, make_inputs
 from ssmdecode import cli
+from ssmdecode.bench import kernels
 from ssmdecode.bench.timer import Timing
 from ssmdecode.config import LaunchConfig
-from ssmdecode.tools import kernels, sweep
+from ssmdecode.tools import sweep
 from test_cli_verify import perturb_out_of
 
 TINY = ["--heads", "2", "--headdim", "4", "--dstate", "8"]

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from ssmdecode import cli
+from ssmdecode.bench import compare
 from ssmdecode.config import CONFIG_DIR_ENV, LaunchConfig, table_key, write_table
+from ssmdecode.numerics import bit_diff
 from ssmdecode.tools import verify
-from ssmdecode.tools.verify import bit_diff
 
 TINY = ["--headdim", "4", "--dstate", "8"]
 
@@ -24,7 +25,7 @@ TINY = ["--headdim", "4", "--dstate", "8"]
 def perturb_out_of(monkeypatch: pytest.MonkeyPatch, bad: LaunchConfig, ulps: int = 1) -> None:
     """Make selective_state_update, as the tools call it, add `ulps` ULPs to out[0, 0, 0]
     when run with config `bad`."""
-    real = verify.selective_state_update
+    real = compare.selective_state_update
 
     def perturbed(*args: object, config: LaunchConfig | None = None, **kwargs: object):
         out = real(*args, config=config, **kwargs)
@@ -32,7 +33,7 @@ def perturb_out_of(monkeypatch: pytest.MonkeyPatch, bad: LaunchConfig, ulps: int
             out.view(torch.int16)[0, 0, 0] += ulps  # out is bf16 in these tests
         return out
 
-    monkeypatch.setattr(verify, "selective_state_update", perturbed)
+    monkeypatch.setattr(compare, "selective_state_update", perturbed)
 
 
 # --- bit_diff ---------------------------------------------------------------------------------

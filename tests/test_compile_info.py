@@ -58,7 +58,7 @@ def test_ptx_snapshot_compares_instructions_not_debug_info(tmp_path: Path) -> No
     body = "\tld.global.v4.f32 {%r1}, [%rd1];\n\tst.global.f32 [%rd2], %r1;"
     a = f".loc 1 2 3\n$L__tmp1:\n{body}\n\t.section\t.debug_abbrev\n.b8 1"
     b = f".loc 1 9 9\n{body}\n$L__tmp7:\n\t.section\t.debug_info\n.b8 2"
-    assert ptx_snapshot._code(a) == ptx_snapshot._code(b) == body.splitlines()
+    assert ptx_snapshot.instructions(a) == ptx_snapshot.instructions(b) == body.splitlines()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "k.ptx").write_text(body)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ssmdecode.bench import step
 from ssmdecode.cli import main
 from ssmdecode.config import LaunchConfig
 from ssmdecode.tools import e2e
@@ -16,9 +17,9 @@ from ssmdecode.tools import e2e
 
 def test_kernel_share() -> None:
     kernels = {"_selective_state_update_kernel": 30.0, "ampere_bf16_gemm": 60.0, "silu": 10.0}
-    assert e2e.kernel_share(kernels, steps=5) == {
+    assert step.kernel_share(kernels, steps=5) == {
         "ssu_share": 0.3, "ssu_us_per_step": 6.0, "kernel_us_per_step": 20.0}
-    assert e2e.kernel_share({}, steps=5) == {
+    assert step.kernel_share({}, steps=5) == {
         "ssu_share": None, "ssu_us_per_step": None, "kernel_us_per_step": None}
 
 
@@ -47,8 +48,8 @@ def test_variant_rows_beside_each_config(tmp_path: Path) -> None:
 
 
 def test_slot_ordered_step_gives_the_same_hidden() -> None:
-    from ssmdecode.bench.presets import Shape
     from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims
+    from ssmdecode.shapes import Shape
     dims = Mamba2Dims(shape=Shape(nheads=2, headdim=4, dstate=16, ngroups=1), d_model=16)
     stack = Mamba2DecodeStack(dims, 1, slots=9, device=torch.device("cpu"), seed=0)
     hidden = torch.randn(3, dims.d_model).to(dims.shape.dtype)
@@ -127,7 +128,7 @@ def test_kernel_times_leave_out_user_annotations() -> None:
 
     from torch.autograd import DeviceType
 
-    from ssmdecode.tools.e2e import kernel_times
+    from ssmdecode.bench.step import kernel_times
 
     def event(name: str, us: float, device: DeviceType, annotation: bool = False) -> SimpleNamespace:
         return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation,

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssmdecode.bench.presets import PRESETS, Shape
 from ssmdecode.models.mamba2 import (
     NULL_SLOT,
     Mamba2DecodeStack,
@@ -20,6 +19,7 @@ from ssmdecode.models.mamba2 import (
     rms_norm,
 )
 from ssmdecode.reference import selective_state_update_reference
+from ssmdecode.shapes import PRESETS, Shape
 
 TOL_BF16 = dict(atol=3e-2, rtol=3e-2)
 TOL_FP32 = dict(atol=1e-5, rtol=1e-5)

@@ -143,6 +143,8 @@ _FLAGS = (("slot_major", "slot"), ("evict_first", "evict"), ("ordered_sum", "ord
 _REGS_FLAG = "regs"
 _MIN_REGISTERS = 24
 _MAX_REGISTERS = 248
+# What LaunchConfig.parse reads, for help strings: "BLOCK_M,WARPS[,slot][,evict][,ordered][,regsN]".
+LABEL_SYNTAX = "BLOCK_M,WARPS" + "".join(f"[,{flag}]" for _, flag in _FLAGS) + f"[,{_REGS_FLAG}N]"
 
 
 def upstream_config(dstate: int) -> LaunchConfig:

@@ -6,7 +6,7 @@ in-place elementwise x *= 1.0000001, cold by the same rotation over disjoint buf
 by the same timer (ssmdecode.bench.timer). Small transfers never reach the large-transfer
 bandwidth (launch, ramp and tail), so each batch is held to its own ceiling, measured in the
 same run. Two kernels cross-check each other: a flat Triton stream (1024 fp32 per program, 4
-warps) and torch's in-place mul_; on an H200 they agreed (../shared/MEASURING.md).
+warps) and torch's in-place mul_; on an H200 they agreed (docs/measuring.md).
 
 Not copy_: inside a CUDA graph it became a copy-engine memcpy and moved only 2.77 TB/s on an
 H200, well under what the SMs reach.
@@ -44,6 +44,7 @@ __all__ = [
     "measure_gather_ceiling",
     "measure_peak",
     "peak_bytes",
+    "stream_calls",
 ]
 
 PEAK_BYTES = 512 * 2**20
@@ -157,8 +158,9 @@ class Ceiling:
         }
 
 
-def _stream_calls(kernel: str, buffers: torch.Tensor) -> list[Callable[[], object]]:
-    """One in-place call per row of buffers [K, n] fp32."""
+def stream_calls(kernel: str, buffers: torch.Tensor) -> list[Callable[[], object]]:
+    """One in-place stream call per row of buffers [K, n] fp32, by kernel: "triton" (the
+    ceiling's), "triton_pdl" (the same launched as pdl=True calls are) or "torch" (mul_)."""
     if kernel == "torch":
         return [lambda row=row: row.mul_(_SCALE) for row in buffers]
     n = buffers.shape[1]
@@ -181,7 +183,7 @@ def measure_ceiling(nbytes: int, device: torch.device, pdl: bool = False) -> Cei
     # Random values, not zeros, so nothing can shortcut the data.
     buffers = torch.randn(rotation, n, device=device)
     kernels = CEILING_KERNELS + (("triton_pdl",) if pdl and device.type == "cuda" else ())
-    timings = {kernel: time_cold(_stream_calls(kernel, buffers), device) for kernel in kernels}
+    timings = {kernel: time_cold(stream_calls(kernel, buffers), device) for kernel in kernels}
     return Ceiling(nbytes=4 * n, timings=timings)
 
 

@@ -1,4 +1,4 @@
-"""The cold-L2 CUDA-graph timer (../shared/MEASURING.md, "The method").
+"""The cold-L2 CUDA-graph timer (docs/measuring.md, "The method"), and interleaved rounds of it.
 
 Decode touches each layer's state once per step, so a kernel that streams the state must be
 timed with its state coming from HBM. The timer rotates over K disjoint working sets (slot
@@ -10,6 +10,9 @@ they are (the seed's H200 and B200 runs).
 
 On CPU tensors (Triton's interpreter) nothing CUDA is touched: each call runs once under
 time.perf_counter and the result says timing_meaningful=False.
+
+Candidates compared with each other are timed in interleaved rounds (interleaved): each one
+once a round, so that drift over the run (clocks, temperature) hits them alike.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 __all__ = ["COLD_L2_FACTOR", "MIN_CALLS", "REPEATS", "REPLAYS", "Timing", "cold_rotation",
-           "l2_bytes", "method", "time_cold"]
+           "interleaved", "l2_bytes", "method", "round_spread", "time_cold"]
 
 COLD_L2_FACTOR = 3  # the K working sets together hold at least this many L2s
 MIN_CALLS = 20  # calls captured in one graph, at least
@@ -171,3 +175,29 @@ def _time_cuda_graph(call: Callable[[int], object], rotation: int, device: torch
         us=statistics.median(per_call), repeats_us=tuple(per_call), rotation=rotation,
         calls_per_graph=n_calls, replays=REPLAYS, timing_meaningful=True,
     )
+
+
+Item = TypeVar("Item", bound=Hashable)
+Result = TypeVar("Result")
+
+
+def interleaved(
+    items: Sequence[Item], measure: Callable[[Item], Result], rounds: int
+) -> dict[Item, list[Result]]:
+    """Each item measured once a round for `rounds` rounds, round r starting at item r mod n and
+    going round, so drift over the run hits every item alike and no item always runs first.
+    Returns each item's measurements in round order."""
+    order = list(items)
+    results: dict[Item, list[Result]] = {item: [] for item in order}
+    for r in range(rounds):
+        start = r % len(order) if order else 0
+        for item in order[start:] + order[:start]:
+            results[item].append(measure(item))
+    return results
+
+
+def round_spread(rounds_us: Iterable[Sequence[float]]) -> str:
+    """How far each candidate's interleaved rounds lie apart (max / min - 1), as one line: the
+    median and the largest over the candidates."""
+    spreads = [max(us) / min(us) - 1 for us in rounds_us]
+    return f"round-to-round spread: median {statistics.median(spreads):.1%}, max {max(spreads):.1%}"

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ssmdecode.bench.presets import ModelPreset, Shape, per_rank
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import selective_state_update, slot_order
+from ssmdecode.shapes import ModelPreset, Shape, per_rank
 
 __all__ = [
     "NULL_SLOT",

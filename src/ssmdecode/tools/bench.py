@@ -1,6 +1,6 @@
 """`ssmdecode bench`: microseconds, TB/s and the fraction of the same-bytes ceiling of
-selective_state_update, per launch config and batch size, by the method of
-../shared/MEASURING.md (cold L2 by rotation, CUDA graph, median of 5 repeats).
+selective_state_update, per launch config and batch size, by the method of docs/measuring.md
+(cold L2 by rotation, CUDA graph, median of 5 repeats).
 
 Bytes that must move: the state, read once and written once: 2 x batch x H x P x N x elem
 size. Each batch is held to the ceiling measured in the same run (ssmdecode.bench.ceiling);
@@ -13,23 +13,23 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-from collections.abc import Callable
 
 import torch
 
-from ssmdecode import selective_state_update, slot_order
-from ssmdecode.bench.ceiling import (
-    Ceiling,
-    bandwidth_tbps,
-    measure_ceiling,
-    measure_gather_ceiling,
-    measure_peak,
+from ssmdecode import selective_state_update
+from ssmdecode.bench.calls import bench_row, call_orders, time_config, timing_inputs
+from ssmdecode.bench.ceiling import Ceiling, measure_ceiling, measure_gather_ceiling, measure_peak
+from ssmdecode.bench.compare import against_reference, fresh_inputs, reference_result
+from ssmdecode.bench.report import (
+    MEANINGLESS,
+    environment,
+    markdown_table,
+    plot_vs_batch,
+    results_dir,
+    write_outputs,
 )
-from ssmdecode.bench.inputs import DecodeInputs, make_shape_inputs
-from ssmdecode.bench.presets import Shape
-from ssmdecode.bench.timer import Timing, cold_rotation, method, time_cold
-from ssmdecode.config import LaunchConfig
-from ssmdecode.tools import (
+from ssmdecode.bench.timer import Timing, method
+from ssmdecode.cli_args import (
     ConfigSpec,
     add_batch_argument,
     add_common_arguments,
@@ -38,66 +38,14 @@ from ssmdecode.tools import (
     device_from_args,
     shapes_from_args,
 )
-from ssmdecode.tools.report import (
-    MEANINGLESS,
-    environment,
-    markdown_table,
-    plot_vs_batch,
-    results_dir,
-    write_outputs,
-)
-from ssmdecode.tools.verify import against_reference, fresh_inputs, reference_result
+from ssmdecode.shapes import Shape
 
-__all__ = ["check_against_reference", "time_config", "timing_inputs"]
+__all__ = ["add_parser", "check_against_reference", "run"]
 
 log = logging.getLogger(__name__)
 
 GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CPU_BATCHES = (1, 3)
-
-
-def timing_inputs(shape: Shape, batch: int, device: torch.device, seed: int,
-                  pdl: bool = False) -> DecodeInputs:
-    """Inputs whose K slot sets of batch slots hold at least 3x the L2 together (at least 2 sets
-    for pdl calls: cold_rotation)."""
-    rotation = cold_rotation(shape.state_bytes(batch), device, pdl)
-    return make_shape_inputs(shape, batch, pool=rotation * batch, device=device, seed=seed)
-
-
-def call_orders(inputs: DecodeInputs, slot_ordered: bool) -> list[torch.Tensor | None]:
-    """Each call's batch_order: slot_order of its slot set when slot_ordered, else None."""
-    return [slot_order(slots) if slot_ordered else None for slots in inputs.slot_sets]
-
-
-def time_config(inputs: DecodeInputs, config: LaunchConfig, device: torch.device,
-                fn: Callable[..., torch.Tensor] | None = None,
-                slot_ordered: bool = False) -> Timing:
-    """One call's time with config, call i on slot set i mod K (updates inputs.state). fn:
-    the kernel (ssmdecode.tools.kernels.kernel_function; default ssmdecode's). slot_ordered:
-    pass batch_order=slot_order(slots of call i), computed before timing, as an engine computes
-    it once per decode step for all layers."""
-    fn = fn or selective_state_update
-    orders = call_orders(inputs, slot_ordered)
-    extra = [{"batch_order": order} if order is not None else {} for order in orders]
-    return time_cold(lambda i: fn(**inputs.kwargs(i), config=config, **extra[i]), device,
-                     rotation=inputs.rotation)
-
-
-def bench_row(shape: Shape, batch: int, timing: Timing, ceiling: Ceiling,
-              gather: Timing | None = None) -> dict[str, object]:
-    """One measured (config, batch) against its same-bytes ceiling, and against the gather
-    ceiling of its slots when given."""
-    moved = 2 * shape.state_bytes(batch)
-    return {
-        "batch": batch, "us": timing.us, "tbps": bandwidth_tbps(moved, timing.us),
-        "bytes_moved": moved, "ceiling_us": ceiling.us, "ceiling_tbps": ceiling.tbps,
-        "fraction_of_ceiling": ceiling.us / timing.us, "timing": timing.to_dict(),
-        **({"gather_ceiling_us": gather.us, "fraction_of_gather_ceiling": gather.us / timing.us}
-           if gather is not None else {}),
-        **({"pdl_ceiling_us": ceiling.timings["triton_pdl"].us,
-            "fraction_of_pdl_ceiling": ceiling.timings["triton_pdl"].us / timing.us}
-           if "triton_pdl" in ceiling.timings else {}),
-    }
 
 
 def check_against_reference(
@@ -127,8 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
     p.add_argument("--config", type=ConfigSpec.parse, nargs="+",
                    default=[ConfigSpec("upstream"), ConfigSpec("default"), ConfigSpec("table")],
-                   help="configs: default, table, upstream or BM,W[,slot][,evict] "
-                   "(default: upstream default table)")
+                   help=f"configs: {ConfigSpec.HELP} (default: upstream default table)")
     p.add_argument("--slot-order", action="store_true",
                    help="call with batch_order=slot_order(slots), computed before timing (once "
                    "per decode step in an engine): the state pool read in memory order")

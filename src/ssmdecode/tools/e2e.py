@@ -32,29 +32,12 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
-from torch.autograd import DeviceType
 
-from ssmdecode.bench.presets import PRESETS, Shape
-from ssmdecode.bench.timer import Timing, cold_rotation, method, time_cold
-from ssmdecode.config import KERNEL, LaunchConfig
-from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims, Mamba2LM, greedy_generate
-from ssmdecode.tools import (
-    HEADLINE,
-    ConfigSpec,
-    add_batch_argument,
-    add_common_arguments,
-    add_shape_arguments,
-    batches_from_args,
-    device_from_args,
-    shapes_from_args,
-)
-from ssmdecode.tools.report import (
+from ssmdecode.bench.report import (
     MEANINGLESS,
     environment,
     markdown_table,
@@ -62,20 +45,42 @@ from ssmdecode.tools.report import (
     results_dir,
     write_outputs,
 )
-from ssmdecode.tools.verify import bit_diff
+from ssmdecode.bench.step import (
+    CPU_D_MODEL,
+    PROFILED_STEPS,
+    StepBench,
+    StepVariant,
+    model_dims,
+    profile_step,
+    step_options,
+)
+from ssmdecode.bench.timer import method
+from ssmdecode.cli_args import (
+    STEP_LAYERS,
+    ConfigSpec,
+    add_batch_argument,
+    add_common_arguments,
+    add_layers_argument,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    int_option,
+    shapes_from_args,
+)
+from ssmdecode.config import KERNEL, LaunchConfig
+from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM, greedy_generate
+from ssmdecode.numerics import bit_diff, bits
+from ssmdecode.shapes import Shape
 
-__all__ = ["StepBench", "add_parser", "kernel_share", "kernel_times", "model_dims",
-           "option_or_default", "run"]
+__all__ = ["add_parser", "run"]
 
 log = logging.getLogger(__name__)
 
 GPU_BATCHES = (1, 8, 32, 128, 512)
 CPU_BATCHES = (3,)
-PROFILED_STEPS = 5
-# CPU (interpreter) sizes: the tiny shape of ssmdecode.tools, a tiny model width, few layers.
-CPU_D_MODEL = 32
+# CPU (interpreter) sizes: the tiny shape of ssmdecode.shapes, a tiny model width, few layers.
 DEFAULTS = {  # (GPU, CPU)
-    "layers": (4, 2),
+    "layers": STEP_LAYERS,
     "prompts": (8, 3),
     "max_prompt_len": (64, 4),
     "new_tokens": (32, 3),
@@ -92,13 +97,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_shape_arguments(p)
     p.add_argument("--d-model", type=int,
                    help=f"model width (default: the preset's; {CPU_D_MODEL} on CPU)")
-    p.add_argument("--layers", type=int, help="Mamba2 layers per step (default: "
-                   f"{DEFAULTS['layers'][0]} on a GPU, {DEFAULTS['layers'][1]} on CPU)")
+    add_layers_argument(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
     p.add_argument("--config", type=ConfigSpec.parse, nargs="+",
                    default=[ConfigSpec(c) for c in TIMING_CONFIGS],
-                   help="configs to time: default, table, upstream or BM,W[,slot][,evict] "
-                   f"(default: {' '.join(TIMING_CONFIGS)})")
+                   help=f"configs to time: {ConfigSpec.HELP} (default: {' '.join(TIMING_CONFIGS)})")
     p.add_argument("--pdl", action="store_true",
                    help="also time each config with pdl=True (rows <config>+pdl)")
     p.add_argument("--slot-order", action="store_true",
@@ -111,7 +114,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="compare greedy decoding of a random-weight LM under two configs")
     g.add_argument("--greedy-configs", type=ConfigSpec.parse, nargs=2,
                    default=[ConfigSpec(c) for c in GREEDY_CONFIGS], metavar=("A", "B"),
-                   help=f"the two configs (default: {' '.join(GREEDY_CONFIGS)})")
+                   help=f"the two configs: {ConfigSpec.HELP} (default: {' '.join(GREEDY_CONFIGS)})")
     for name, what in (("prompts", "prompts, the batch"), ("max_prompt_len", "longest prompt"),
                        ("new_tokens", "tokens generated per prompt"), ("vocab", "vocabulary")):
         gpu, cpu = DEFAULTS[name]
@@ -121,74 +124,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "(default benchmarks/results/<device_key>/)")
 
 
-def option_or_default(args: argparse.Namespace, name: str, device: torch.device,
-                      tool: str = "e2e") -> int:
-    """An integer option of DEFAULTS (also tune's --layers), else its GPU or CPU default; must
-    be >= 1."""
-    value = getattr(args, name)
-    if value is None:
-        value = DEFAULTS[name][device.type != "cuda"]
-    if value < 1:
-        raise SystemExit(f"ssmdecode {tool}: --{name.replace('_', '-')} must be >= 1, got {value}")
-    return value
+def option_or_default(args: argparse.Namespace, name: str, device: torch.device) -> int:
+    """An integer option of DEFAULTS, else its GPU or CPU default; must be >= 1."""
+    return int_option(args, name, DEFAULTS[name], device, "e2e")
 
 
 def _dims(args: argparse.Namespace, device: torch.device) -> Mamba2Dims:
     """The rank's layer sizes: the shape arguments, and the width of the preset they name."""
     (shape,) = shapes_from_args(args, device)
     return model_dims(shape, args.d_model, device)
-
-
-def model_dims(shape: Shape, d_model: int | None, device: torch.device) -> Mamba2Dims:
-    """A rank's layer sizes for a kernel shape: d_model if given, else the width of the preset
-    the shape was cut from (its name, "nemotron3-super/tp8"), else the headline's on a GPU and
-    CPU_D_MODEL on CPU."""
-    if d_model is None:
-        preset = shape.name.split("/")[0]
-        if preset in PRESETS:
-            d_model = PRESETS[preset].d_model
-        else:
-            d_model = PRESETS[HEADLINE[0]].d_model if device.type == "cuda" else CPU_D_MODEL
-    return Mamba2Dims(shape=shape, d_model=d_model)
-
-
-@dataclass
-class StepBench:
-    """A Mamba2 layer stack whose state pools hold K disjoint slot sets of `batch` slots (K by
-    cold_rotation, so each timed step finds its states in HBM; slot 0 stays the null slot),
-    and one batch of hidden rows: what `e2e` times, and `tune --in-model`."""
-
-    stack: Mamba2DecodeStack
-    hidden: torch.Tensor  # [batch, d_model]
-    slot_sets: torch.Tensor  # [K, batch], int64
-
-    @classmethod
-    def build(cls, dims: Mamba2Dims, layers: int, batch: int, device: torch.device,
-              seed: int, min_sets: int = 1) -> StepBench:
-        """min_sets: at least that many slot sets, where a caller steps on more sets than the
-        L2 asks for (benchmarks/ncu_model.py)."""
-        shape = dims.shape
-        conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * batch
-        rotation = max(min_sets,
-                       cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device))
-        stack = Mamba2DecodeStack(dims, layers, slots=rotation * batch + 1, device=device,
-                                  seed=seed)
-        gen = torch.Generator(device=device).manual_seed(seed)
-        for pool in stack.ssm_state:
-            pool.normal_(generator=gen)
-        slot_sets = (torch.randperm(rotation * batch, generator=gen, device=device) + 1).view(
-            rotation, batch)
-        hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
-        return cls(stack, hidden, slot_sets)
-
-    def time(self, config: LaunchConfig | None, pdl: bool = False,
-             slot_ordered: bool = False) -> Timing:
-        """One decode step with config (None: the table), step i on slot set i, by the
-        cold-L2 CUDA-graph timer."""
-        return time_cold(
-            lambda i: self.stack.step(self.hidden, self.slot_sets[i], config, pdl=pdl,
-                                      slot_ordered=slot_ordered),
-            self.hidden.device, rotation=self.slot_sets.shape[0])
 
 
 def _step_config(spec: ConfigSpec, shape: Shape, batch: int,
@@ -199,71 +143,21 @@ def _step_config(spec: ConfigSpec, shape: Shape, batch: int,
     return (None if spec.text == "table" else resolved), resolved
 
 
-def kernel_share(kernel_us: Mapping[str, float], steps: int) -> dict[str, float | None]:
-    """From total device time per kernel name over `steps` profiled steps: the share of it in
-    kernels whose name contains the ssmdecode kernel's, and both per step, in microseconds."""
-    total = sum(kernel_us.values())
-    ssu = sum(us for name, us in kernel_us.items() if KERNEL in name)
-    return {"ssu_share": ssu / total if total else None,
-            "ssu_us_per_step": ssu / steps if total else None,
-            "kernel_us_per_step": total / steps if total else None}
-
-
-# A step variant beside the plain one: "pdl" (pdl=True) or "order" (slot_order once per step).
-Variant = str | None
-
-
-def _step_kw(variant: Variant) -> dict[str, bool]:
-    return {"pdl": variant == "pdl", "slot_ordered": variant == "order"}
-
-
 def _trace_path(trace: Path, name: str, batch: int) -> Path:
     tag = re.sub(r"[^0-9A-Za-z]+", "_", name)
     return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
 
 
-def profile_step(bench: StepBench, config: LaunchConfig | None, trace: Path | None,
-             variant: Variant = None) -> dict[str, float | None]:
-    """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
-    selective_state_update share of kernel time (None on CPU, where there are no kernels)."""
-    hidden, slot_sets = bench.hidden, bench.slot_sets
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if hidden.is_cuda:
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        for i in range(PROFILED_STEPS):
-            with torch.profiler.record_function(f"decode step {i}"):
-                bench.stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config,
-                                 **_step_kw(variant))
-        if hidden.is_cuda:
-            torch.cuda.synchronize(hidden.device)
-    if trace is not None:
-        trace.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(trace))
-    return kernel_share(kernel_times(prof.events()), PROFILED_STEPS)
-
-
-def kernel_times(events: Iterable[Any]) -> dict[str, float]:
-    """Device microseconds per kernel name from torch.profiler events. The "decode step i"
-    ranges also appear on the GPU timeline, as user annotations that span each eager step,
-    launch gaps included: they are not kernels and are left out."""
-    kernel_us: dict[str, float] = {}
-    for event in events:
-        if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
-            kernel_us[event.name] = kernel_us.get(event.name, 0.0) + event.time_range.elapsed_us()
-    return kernel_us
-
-
 def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpec],
                 device: torch.device, seed: int, trace: Path | None,
-                variants: tuple[Variant, ...] = (None,)) -> list[dict[str, object]]:
+                variants: tuple[StepVariant, ...] = (None,)) -> list[dict[str, object]]:
     """Every config's step time and kernel share at one batch size, on one stack whose pools
     hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot)."""
     bench = StepBench.build(dims, layers, batch, device, seed)
     rows: list[dict[str, object]] = []
     for spec, variant in [(spec, v) for spec in specs for v in variants]:
         config, resolved = _step_config(spec, dims.shape, batch, device)
-        timing = bench.time(config, **_step_kw(variant))
+        timing = bench.time(config, **step_options(variant))
         name = spec.text + (f"+{variant}" if variant else "")
         path = _trace_path(trace, name, batch) if trace is not None else None
         share = profile_step(bench, config, path, variant)
@@ -342,7 +236,7 @@ def _prompts(count: int, max_len: int, vocab: int, seed: int) -> list[list[int]]
 def _first_difference(ids_a: torch.Tensor, ids_b: torch.Tensor, lp_a: torch.Tensor,
                       lp_b: torch.Tensor) -> list[int] | None:
     """[prompt, token] of the first generated position where the ids or log-prob bits differ."""
-    differ = (ids_a != ids_b) | (lp_a.view(torch.int32) != lp_b.view(torch.int32))
+    differ = (ids_a != ids_b) | (bits(lp_a) != bits(lp_b))
     where = differ.nonzero()
     return where[0].tolist() if len(where) else None
 

@@ -9,8 +9,8 @@ configs x batches, with the fastest identical config of each batch.
 
 --kernel mamba_ssm (or sglang) sweeps the upstream Triton kernel of an installed mamba_ssm (or
 sglang) instead, through the same harness (upstream-grid configs only): the way to hold this
-instrument against figures measured on an upstream kernel, such as ../shared/MEASURING.md's
-H200 table.
+instrument against figures measured on an upstream kernel, such as the H200 table of
+docs/measuring.md.
 """
 
 from __future__ import annotations
@@ -19,20 +19,11 @@ import argparse
 
 from tqdm import tqdm
 
+from ssmdecode.bench.calls import bench_row, time_config, timing_inputs
 from ssmdecode.bench.ceiling import measure_ceiling, measure_peak
-from ssmdecode.bench.timer import method
-from ssmdecode.config import LaunchConfig, candidate_configs, default_config, upstream_config
-from ssmdecode.tools import (
-    add_batch_argument,
-    add_common_arguments,
-    add_shape_arguments,
-    batches_from_args,
-    device_from_args,
-    shapes_from_args,
-)
-from ssmdecode.tools.bench import bench_row, time_config, timing_inputs
-from ssmdecode.tools.kernels import KERNELS, kernel_function
-from ssmdecode.tools.report import (
+from ssmdecode.bench.compare import compare_to
+from ssmdecode.bench.kernels import KERNELS, kernel_function
+from ssmdecode.bench.report import (
     MEANINGLESS,
     environment,
     markdown_table,
@@ -40,7 +31,18 @@ from ssmdecode.tools.report import (
     results_dir,
     write_outputs,
 )
-from ssmdecode.tools.verify import compare_to
+from ssmdecode.bench.timer import method
+from ssmdecode.cli_args import (
+    add_batch_argument,
+    add_common_arguments,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    shapes_from_args,
+)
+from ssmdecode.config import LABEL_SYNTAX, LaunchConfig, candidate_configs, default_config, upstream_config
+
+__all__ = ["add_parser", "run"]
 
 GPU_BATCHES = (8, 128, 512)
 CPU_BATCHES = (1, 3)
@@ -54,8 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_shape_arguments(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
     p.add_argument("--config", type=LaunchConfig.parse, nargs="+",
-                   help="sweep only these BM,W[,slot][,evict][,ordered] configs "
-                   "(default: the --space); upstream and default are always included")
+                   help=f"sweep only these configs, {LABEL_SYNTAX} (default: the --space); "
+                   "upstream and default are always included")
     p.add_argument("--space", choices=("basic", "full", "tune"), default="basic",
                    help="candidate_configs space when --config is not given: basic = every "
                    "(BLOCK_M, warps) of the upstream grid, as the seed swept; full = basic with "

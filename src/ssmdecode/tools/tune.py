@@ -44,38 +44,36 @@ import torch
 import triton
 from tqdm import tqdm
 
-from ssmdecode.bench.presets import Shape
-from ssmdecode.bench.timer import Timing, method
+from ssmdecode.bench.calls import time_config, timing_inputs
+from ssmdecode.bench.compare import compare_to
+from ssmdecode.bench.report import MEANINGLESS, environment, markdown_table, results_dir, write_outputs
+from ssmdecode.bench.step import StepBench, model_dims
+from ssmdecode.bench.timer import Timing, interleaved, method
+from ssmdecode.cli_args import (
+    STEP_LAYERS,
+    add_batch_argument,
+    add_common_arguments,
+    add_layers_argument,
+    add_shape_arguments,
+    batches_from_args,
+    device_from_args,
+    int_option,
+    shapes_from_args,
+)
 from ssmdecode.config import (
+    LABEL_SYNTAX,
     PACKAGE_CONFIG_DIR,
     LaunchConfig,
+    TableEntry,
     candidate_configs,
     default_config,
     device_key,
-    load_table,
+    load_table_entries,
     table_key,
     upstream_config,
     write_table,
 )
-from ssmdecode.tools import (
-    add_batch_argument,
-    add_common_arguments,
-    add_shape_arguments,
-    batches_from_args,
-    device_from_args,
-    shapes_from_args,
-)
-from ssmdecode.tools.bench import time_config, timing_inputs
-from ssmdecode.tools.e2e import DEFAULTS as E2E_DEFAULTS
-from ssmdecode.tools.e2e import StepBench, model_dims, option_or_default
-from ssmdecode.tools.report import (
-    MEANINGLESS,
-    environment,
-    markdown_table,
-    results_dir,
-    write_outputs,
-)
-from ssmdecode.tools.verify import compare_to
+from ssmdecode.shapes import Shape
 
 __all__ = ["Measured", "choose"]
 
@@ -139,8 +137,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_shape_arguments(p, several=True)
     add_batch_argument(p, GPU_BUCKETS, CPU_BUCKETS, what="batch buckets")
     p.add_argument("--config", type=LaunchConfig.parse, nargs="+",
-                   help="candidates to consider (default: the --space); the baseline and "
-                   "upstream are always included")
+                   help=f"candidates to consider, {LABEL_SYNTAX} (default: the --space); the "
+                   "baseline and upstream are always included")
     p.add_argument("--space", choices=("basic", "full", "tune"), default="tune",
                    help="candidate_configs space when --config is not given (default tune)")
     p.add_argument("--leaders", type=int, default=3,
@@ -157,8 +155,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--in-model", action="store_true",
                    help="time each candidate as a decode step of a Mamba2 layer stack at each "
                    "shape (what `ssmdecode e2e` times) instead of back-to-back calls")
-    m.add_argument("--layers", type=int, help="Mamba2 layers per step (default: "
-                   f"{E2E_DEFAULTS['layers'][0]} on a GPU, {E2E_DEFAULTS['layers'][1]} on CPU)")
+    add_layers_argument(m)
     m.add_argument("--d-model", type=int,
                    help="model width (default: the preset's the shape was cut from)")
     p.add_argument("--out-dir", type=Path,
@@ -224,10 +221,7 @@ def _tune_bucket(
     ranked = sorted(admitted, key=screen.__getitem__)
     leaders = list(dict.fromkeys([*ranked[: args.leaders], baseline,
                                   *([previous] if previous in screen else [])]))
-    rounds: dict[LaunchConfig, list[tuple[float, float]]] = {c: [] for c in leaders}
-    for r in range(args.rounds):
-        for config in leaders[r % len(leaders):] + leaders[: r % len(leaders)]:
-            rounds[config].append(measure(config))
+    rounds = interleaved(leaders, measure, args.rounds)
     progress.update()
     measured = {c: Measured.from_rounds(c, rounds[c]) for c in leaders}
 
@@ -248,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     if args.noise_floor is None:
         args.noise_floor = NOISE_FLOOR[args.in_model]
-    args.layers = option_or_default(args, "layers", device, "tune")
+    args.layers = int_option(args, "layers", STEP_LAYERS, device, "tune")
     shapes = shapes_from_args(args, device)
     buckets = sorted(set(batches_from_args(args, device)))
     if device.type != "cuda":
@@ -263,11 +257,10 @@ def run(args: argparse.Namespace) -> int:
         groups.setdefault(key, []).append(shape)
 
     dev_key = device_key(device)
-    existing = load_table(dev_key, out_dir) or {}
+    existing = load_table_entries(dev_key, out_dir) or {}
     progress = tqdm(total=sum(len(g) + 2 for g in groups.values()) * len(buckets), desc="tune",
                     unit="step")
     report: dict[str, list[dict[str, object]]] = {}
-    entries = dict(existing)
     for key, group in groups.items():
         first = group[0]
         candidates = list(dict.fromkeys(
@@ -276,18 +269,20 @@ def run(args: argparse.Namespace) -> int:
                                                 args.space))]))
         earlier = existing.get(key, {})
         below = [b for b in earlier if b < buckets[0]]
-        previous = earlier[max(below)] if below else None  # a split run smooths like one run
+        previous = earlier[max(below)].config if below else None  # a split run smooths like one
         report[key] = []
         for bucket in buckets:
             progress.set_postfix(key=key, batch=bucket)
             result = _tune_bucket(group, bucket, candidates, previous, args, device, progress)
             previous = LaunchConfig.from_dict(result["choice"])
             report[key].append(result)
-        entries[key] = {**earlier, **{r["batch"]: LaunchConfig.from_dict(r["choice"])
-                                      for r in report[key]}}
     progress.close()
 
     env = environment(device, args.command_line)
+    entries: dict[str, dict[int, TableEntry]] = {key: dict(old) for key, old in existing.items()}
+    for key, results in report.items():
+        entries.setdefault(key, {}).update(
+            {r["batch"]: TableEntry(LaunchConfig.from_dict(r["choice"])) for r in results})
     table = write_table(dev_key, entries, {
         "device": env["device"], "made_by": args.command_line, "date": env["date_utc"],
         "torch": torch.__version__, "triton": triton.__version__,

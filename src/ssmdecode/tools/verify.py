@@ -9,32 +9,40 @@ so -0.0 != 0.0 and NaN payloads count). Exit 1 on any mismatch, naming the first
 its max abs diff and max ULP distance.
 
 --tolerance compares one config against the float64 reference (ssmdecode.reference) within
-per-dtype tolerances instead.
+the tolerances of ssmdecode.numerics instead.
 
-The helpers here (run_config, bit_diff, compare_to) are also how sweep and tune decide which
-configs are identical to upstream_config.
+The comparisons are ssmdecode.bench.compare's, which sweep and tune admit configs by too.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 from tqdm import tqdm
 
-from ssmdecode import selective_state_update
-from ssmdecode.bench.inputs import DecodeInputs, make_shape_inputs
-from ssmdecode.bench.presets import Shape, dtype_name, parse_dtype
-from ssmdecode.config import LaunchConfig
-from ssmdecode.reference import selective_state_update_reference
-from ssmdecode.tools import ConfigSpec, add_common_arguments, device_from_args
-from ssmdecode.tools.report import environment, markdown_table, results_dir, write_outputs
+from ssmdecode.bench.compare import (
+    STRICT_OUT_DTYPE,
+    against_reference,
+    compare_results,
+    fresh_inputs,
+    reference_result,
+    run_config,
+)
+from ssmdecode.bench.report import environment, markdown_table, results_dir, write_outputs
+from ssmdecode.cli_args import (
+    ConfigSpec,
+    add_batch_argument,
+    add_common_arguments,
+    batches_from_args,
+    device_from_args,
+)
+from ssmdecode.numerics import TOLERANCES
+from ssmdecode.shapes import Shape, dtype_name, parse_dtype
 
-__all__ = ["BitDiff", "Comparison", "against_reference", "bit_diff", "compare_results",
-           "compare_to", "fresh_inputs", "reference_result", "run_config"]
+__all__ = ["add_parser", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -45,185 +53,22 @@ CPU_BATCHES = (1, 3)
 GPU_DIMS = {"headdim": 64, "dstate": 128}
 CPU_DIMS = {"headdim": 8, "dstate": 16}
 
-# |got - want| <= atol + rtol * |want| against float64, by the dtype the kernel stored. The
-# kernel computes in float32 and rounds once on store, so a 2-byte dtype is held to about
-# two of its ULPs (2^-8 relative for bf16, 2^-11 for fp16); float32 to a few 1e-6 relative of
-# the row sums over N with some slack for softplus's log(1 + exp(x)), the upstream formula.
-TOLERANCES = {
-    torch.float32: {"rtol": 1e-4, "atol": 1e-4},
-    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
-    torch.float16: {"rtol": 2e-3, "atol": 1e-3},
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# comparing bits
-
-
-@dataclass(frozen=True)
-class BitDiff:
-    """How two tensors of one dtype and shape differ, bit for bit."""
-
-    identical: bool
-    mismatches: int
-    max_abs: float  # over mismatching elements, in float64
-    max_ulp: int  # over mismatching elements: distance in representable values
-
-
-_INT_VIEW = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-
-
-def _ordered(bits: torch.Tensor) -> torch.Tensor:
-    """Sign-magnitude float bits (as signed ints) -> int64 ordered like the floats."""
-    width = bits.element_size() * 8
-    v = bits.to(torch.int64)
-    magnitude = v & ((1 << (width - 1)) - 1)
-    return torch.where(v < 0, -magnitude, magnitude)
-
-
-def bit_diff(a: torch.Tensor, b: torch.Tensor) -> BitDiff:
-    """Compare a and b (same dtype and shape) bit for bit."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        raise ValueError(f"cannot compare {a.dtype}{list(a.shape)} with {b.dtype}{list(b.shape)}")
-    int_dtype = _INT_VIEW[a.element_size()]
-    ia, ib = a.view(int_dtype), b.view(int_dtype)
-    differ = ia != ib
-    mismatches = int(differ.sum())
-    if mismatches == 0:
-        return BitDiff(True, 0, 0.0, 0)
-    abs_diff = (a[differ].double() - b[differ].double()).abs().nan_to_num(nan=float("inf"))
-    ulp = (_ordered(ia[differ]) - _ordered(ib[differ])).abs()
-    return BitDiff(False, mismatches, float(abs_diff.max()), int(ulp.max()))
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """out and the whole written state pool of two runs, compared."""
-
-    out: BitDiff
-    state: BitDiff
-
-    @property
-    def identical(self) -> bool:
-        return self.out.identical and self.state.identical
-
-    def to_dict(self) -> dict[str, object]:
-        return {"identical": self.identical, "out": asdict(self.out), "state": asdict(self.state)}
-
-
-def fresh_inputs(shape: Shape, batch: int, device: torch.device, seed: int) -> DecodeInputs:
-    """Inputs of one comparison: one slot set on a pool with one slot more than the batch, so
-    a write to a slot no row owns shows in the state comparison."""
-    return make_shape_inputs(shape, batch, pool=batch + 1, device=device, seed=seed)
-
-
-def run_config(
-    inputs: DecodeInputs, config: LaunchConfig, *, last: bool = False,
-    out_dtype: torch.dtype | None = None, fn: Callable[..., torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, state pool) after one call with config, with a NaN-poisoned out so unwritten
-    output shows. The call runs on a copy of inputs' initial state, so the inputs stay
-    reusable; last=True runs on inputs.state itself (the inputs' last use), which saves
-    copying the pool: at the seed grid's largest points the pool is 4 GiB. out_dtype: the
-    dtype out is stored in (default: the inputs', as a model stores it). fn: the kernel
-    (ssmdecode.tools.kernels.kernel_function; default ssmdecode's)."""
-    state = inputs.state if last else inputs.state.clone()
-    out = torch.full(inputs.out.shape, float("nan"), dtype=out_dtype or inputs.out.dtype,
-                     device=inputs.out.device)
-    (fn or selective_state_update)(**inputs.kwargs(0, state=state, out=out), config=config)
-    return out, state
-
-
-def compare_results(
-    a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]
-) -> Comparison:
-    """Compare two run_config results."""
-    return Comparison(out=bit_diff(a[0], b[0]), state=bit_diff(a[1], b[1]))
-
-
-# The dtype out is compared in. A bf16 out rounds a changed row-sum order away in all but a
-# few elements: on the H200, (8,1) at dstate 256 and (16,4) with a bf16 state passed a bf16
-# comparison at one shape, then differed at 84 of the 920 seed-grid points. Stored as float32,
-# out shows the row sum's own bits, so any change of order shows at once.
-STRICT_OUT_DTYPE = torch.float32
-
-
-def compare_to(
-    reference: LaunchConfig, configs: list[LaunchConfig], shape: Shape, batch: int,
-    device: torch.device, seed: int, out_dtype: torch.dtype = STRICT_OUT_DTYPE,
-    fn: Callable[..., torch.Tensor] | None = None,
-) -> dict[LaunchConfig, Comparison]:
-    """Each config against reference, bit for bit, every run from the same fresh inputs and
-    initial state, out stored in out_dtype (default float32: the strict check)."""
-    inputs = fresh_inputs(shape, batch, device, seed)
-    want = run_config(inputs, reference, out_dtype=out_dtype, fn=fn)
-    return {config: compare_results(want, run_config(inputs, config, out_dtype=out_dtype, fn=fn))
-            for config in configs}
-
-
-# ---------------------------------------------------------------------------------------------
-# against the float64 reference
-
-
-@dataclass(frozen=True)
-class ToleranceCheck:
-    """out or state of the kernel against the float64 reference."""
-
-    within: bool
-    max_abs: float
-    worst_excess: float  # max of |got - want| / (atol + rtol |want|); <= 1 passes
-    rtol: float
-    atol: float
-
-
-def tolerance_check(got: torch.Tensor, want: torch.Tensor) -> ToleranceCheck:
-    """got (the kernel's, in its storage dtype) against want (float64), by TOLERANCES."""
-    tol = TOLERANCES[got.dtype]
-    diff = (got.double() - want).abs().nan_to_num(nan=float("inf"))
-    excess = diff / (tol["atol"] + tol["rtol"] * want.abs())
-    worst = float(excess.max())
-    return ToleranceCheck(worst <= 1.0, float(diff.max()), worst, tol["rtol"], tol["atol"])
-
-
-def reference_result(inputs: DecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, state pool) of the float64 reference for call 0 of inputs."""
-    kwargs = inputs.kwargs(0)
-    del kwargs["out"]
-    return selective_state_update_reference(**kwargs, compute_dtype=torch.float64)
-
-
-def against_reference(
-    inputs: DecodeInputs, config: LaunchConfig, want: tuple[torch.Tensor, torch.Tensor],
-    *, last: bool = False,
-) -> dict[str, ToleranceCheck]:
-    """out and the written state of one call with config against want, the float64
-    reference_result of the same inputs: {"out": ..., "state": ...}."""
-    got = run_config(inputs, config, last=last)
-    return {"out": tolerance_check(got[0], want[0]), "state": tolerance_check(got[1], want[1])}
-
-
-# ---------------------------------------------------------------------------------------------
-# the subcommand
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "verify", help="bit-for-bit comparison of two launch configs over a grid",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--a", type=ConfigSpec.parse, default=ConfigSpec("table"),
-                   help="config under test: table, default, upstream or BM,W[,slot][,evict] "
-                   "(default: table)")
+                   help=f"config under test: {ConfigSpec.HELP} (default: table)")
     p.add_argument("--b", type=ConfigSpec.parse, default=ConfigSpec("upstream"),
-                   help="config it must match bit for bit (default: upstream)")
+                   help=f"config it must match bit for bit: {ConfigSpec.HELP} (default: upstream)")
     p.add_argument("--tolerance", action="store_true",
                    help="compare --a against the float64 reference within per-dtype "
                    "tolerances instead of against --b")
     p.add_argument("--heads", type=int, nargs="+",
                    help=f"heads (default {' '.join(map(str, SEED_HEADS))}; "
                    f"{' '.join(map(str, CPU_HEADS))} on CPU)")
-    p.add_argument("--batch", type=int, nargs="+",
-                   help="batch sizes (default 1..64 then every 8 up to 1024; "
-                   f"{' '.join(map(str, CPU_BATCHES))} on CPU)")
+    add_batch_argument(p, SEED_BATCHES, CPU_BATCHES, gpu_text="1..64 then every 8 up to 1024")
     p.add_argument("--headdim", type=int, help=f"head dim (default {GPU_DIMS['headdim']}; "
                    f"{CPU_DIMS['headdim']} on CPU)")
     p.add_argument("--dstate", type=int, help=f"state dim (default {GPU_DIMS['dstate']}; "
@@ -272,7 +117,7 @@ def _describe(point: dict[str, object]) -> str:
 def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     shapes = _grid(args, device)
-    batches = args.batch or (SEED_BATCHES if device.type == "cuda" else CPU_BATCHES)
+    batches = batches_from_args(args, device)
     points: list[dict[str, object]] = []
     failing: list[dict[str, object]] = []
     progress = tqdm(total=len(shapes) * len(batches), desc="verify", unit="point")

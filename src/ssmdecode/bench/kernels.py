@@ -1,4 +1,5 @@
-"""Which kernel the tools measure: ssmdecode's, or for comparison an upstream one.
+"""Which kernel the tools measure: ssmdecode's, a variant of it with the same bits (for
+explorations), or for comparison an upstream one.
 
 `--kernel mamba_ssm` and `--kernel sglang` time the Triton kernel of an installed package:
 mamba_ssm's `mamba_ssm.ops.triton.selective_state_update._selective_scan_update_kernel` (the
@@ -6,9 +7,10 @@ mamba_ssm's `mamba_ssm.ops.triton.selective_state_update._selective_scan_update_
 `sglang.srt.layers.attention.mamba.ops.mamba_ssm._selective_scan_update_kernel` (the copy that
 serving engines carry, with a loop over T tokens, pad_slot_id and intermediate states; vLLM's
 is the same family). A launcher here passes each kernel parameter by name and takes the block
-size and warps from the config being swept, as ../shared/MEASURING.md's override did. Only
-upstream-grid configs apply (no slot/evict/ordered). This holds the harness against figures
-measured on an upstream kernel, and shows what two kernels do differently at one config.
+size and warps from the config being swept (the method's override in the launcher,
+docs/measuring.md). Only upstream-grid configs apply (no slot/evict/ordered). This holds the
+harness against figures measured on an upstream kernel, and shows what two kernels do
+differently at one config.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import triton
 
 from ssmdecode import selective_state_update
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update import ties_head_dim
+from ssmdecode.ops.selective_state_update import decode, ties_head_dim
 
-__all__ = ["KERNELS", "kernel_function"]
+__all__ = ["KERNELS", "UPSTREAM_MODULES", "kernel_function", "variant_function"]
 
 KERNELS = ("ssmdecode", "mamba_ssm", "sglang")
-_MODULES = {
+# The module of each upstream kernel (benchmarks/run_gpu.sh sweep_upstream imports it to see
+# whether the kernel is there).
+UPSTREAM_MODULES = {
     "mamba_ssm": "mamba_ssm.ops.triton.selective_state_update",
     "sglang": "sglang.srt.layers.attention.mamba.ops.mamba_ssm",
 }
@@ -39,9 +43,20 @@ def kernel_function(name: str) -> Callable[..., torch.Tensor]:
     named kernel."""
     if name == "ssmdecode":
         return selective_state_update
-    if name not in _MODULES:
+    if name not in UPSTREAM_MODULES:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}; got {name!r}")
-    return _upstream_launcher(name, _MODULES[name])
+    return _upstream_launcher(name, UPSTREAM_MODULES[name])
+
+
+def variant_function(variant: decode.Variant, pdl: bool = False) -> Callable[..., None]:
+    """A callable with selective_state_update's keyword arguments (and config=) that runs a
+    kernel variant of the same bits (decode.Variant), with pdl=pdl: what explorations time
+    beside the shipped code (Variant() is the shipped code)."""
+
+    def call(**kwargs: object) -> None:
+        decode.run(*decode.prepare(**kwargs, pdl=pdl, _variant=variant))
+
+    return call
 
 
 def _upstream_launcher(name: str, module_name: str) -> Callable[..., torch.Tensor]:

@@ -1,4 +1,5 @@
-"""Per-rank Mamba2 layer shapes of public models, for benchmarks and the tuner.
+"""The shapes selective_state_update is run at: one rank's Mamba2 layer (Shape), and the Mamba2
+mixers of public models (PRESETS), for the models, the benchmarks and the tuner.
 
 A preset holds the whole model's Mamba2 mixer (all heads, all groups), read off its public
 config; `per_rank(preset, tp)` cuts it the way tensor parallelism does in serving engines:
@@ -15,8 +16,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["PRESETS", "ModelPreset", "Shape", "dtype_name", "parse_dtype", "per_rank",
-           "with_overrides"]
+__all__ = ["CPU_SHAPE", "HEADLINE", "PRESETS", "ModelPreset", "Shape", "dtype_name", "parse_dtype",
+           "per_rank", "with_overrides"]
 
 _DTYPE_NAMES = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -192,3 +193,9 @@ def per_rank(preset: ModelPreset, tp: int = 1) -> Shape:
 def with_overrides(shape: Shape, **fields: object) -> Shape:
     """The shape with the given fields replaced; fields given as None are left alone."""
     return replace(shape, **{k: v for k, v in fields.items() if v is not None})
+
+
+# The shape of the seed's headline case (Nemotron-3-Super, TP8) is the tools' default on a GPU;
+# under the interpreter a tiny shape with P and N not equal, so a transposed index shows.
+HEADLINE = ("nemotron3-super", 8)
+CPU_SHAPE = Shape(nheads=2, headdim=8, dstate=16, ngroups=1, name="cpu-tiny")

@@ -1,0 +1,141 @@
+"""Timing selective_state_update inside decode steps of a Mamba2 layer stack
+(ssmdecode.models.mamba2): the stack and its cold slot sets (StepBench), and the kernel's share
+of a step's kernel time from torch.profiler (profile_step). `ssmdecode e2e` reports these,
+`ssmdecode tune --in-model` ranks configs by them, benchmarks/ncu_model.py profiles them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.autograd import DeviceType
+
+from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
+from ssmdecode.config import KERNEL, LaunchConfig
+from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims
+from ssmdecode.shapes import HEADLINE, PRESETS, Shape
+
+__all__ = [
+    "CPU_D_MODEL",
+    "PROFILED_STEPS",
+    "StepBench",
+    "StepVariant",
+    "kernel_share",
+    "kernel_times",
+    "model_dims",
+    "profile_step",
+    "step_options",
+]
+
+PROFILED_STEPS = 5
+# The model width under the interpreter (CPU), beside the tiny shape of ssmdecode.shapes.
+CPU_D_MODEL = 32
+
+# A step variant beside the plain one: "pdl" (pdl=True) or "order" (slot_order once per step).
+StepVariant = str | None
+
+
+def step_options(variant: StepVariant) -> dict[str, bool]:
+    """Mamba2DecodeStack.step's keyword arguments of a variant."""
+    return {"pdl": variant == "pdl", "slot_ordered": variant == "order"}
+
+
+def model_dims(shape: Shape, d_model: int | None, device: torch.device) -> Mamba2Dims:
+    """A rank's layer sizes for a kernel shape: d_model if given, else the width of the preset
+    the shape was cut from (its name, "nemotron3-super/tp8"), else the headline's on a GPU and
+    CPU_D_MODEL on CPU."""
+    if d_model is None:
+        preset = shape.name.split("/")[0]
+        if preset in PRESETS:
+            d_model = PRESETS[preset].d_model
+        else:
+            d_model = PRESETS[HEADLINE[0]].d_model if device.type == "cuda" else CPU_D_MODEL
+    return Mamba2Dims(shape=shape, d_model=d_model)
+
+
+@dataclass
+class StepBench:
+    """A Mamba2 layer stack whose state pools hold K disjoint slot sets of `batch` slots (K by
+    cold_rotation, so each timed step finds its states in HBM; slot 0 stays the null slot),
+    and one batch of hidden rows: what `e2e` times, and `tune --in-model`."""
+
+    stack: Mamba2DecodeStack
+    hidden: torch.Tensor  # [batch, d_model]
+    slot_sets: torch.Tensor  # [K, batch], int64
+
+    @classmethod
+    def build(
+        cls, dims: Mamba2Dims, layers: int, batch: int, device: torch.device, seed: int, min_sets: int = 1
+    ) -> StepBench:
+        """min_sets: at least that many slot sets, where a caller steps on more sets than the
+        L2 asks for (benchmarks/ncu_model.py)."""
+        shape = dims.shape
+        conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * batch
+        rotation = max(min_sets, cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device))
+        stack = Mamba2DecodeStack(dims, layers, slots=rotation * batch + 1, device=device, seed=seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        for pool in stack.ssm_state:
+            pool.normal_(generator=gen)
+        slot_sets = (torch.randperm(rotation * batch, generator=gen, device=device) + 1).view(rotation, batch)
+        hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
+        return cls(stack, hidden, slot_sets)
+
+    def time(self, config: LaunchConfig | None, pdl: bool = False, slot_ordered: bool = False) -> Timing:
+        """One decode step with config (None: the table), step i on slot set i, by the
+        cold-L2 CUDA-graph timer."""
+        return time_cold(
+            lambda i: self.stack.step(
+                self.hidden, self.slot_sets[i], config, pdl=pdl, slot_ordered=slot_ordered
+            ),
+            self.hidden.device,
+            rotation=self.slot_sets.shape[0],
+        )
+
+
+def kernel_share(kernel_us: Mapping[str, float], steps: int) -> dict[str, float | None]:
+    """From total device time per kernel name over `steps` profiled steps: the share of it in
+    kernels whose name contains the ssmdecode kernel's, and both per step, in microseconds."""
+    total = sum(kernel_us.values())
+    ssu = sum(us for name, us in kernel_us.items() if KERNEL in name)
+    return {
+        "ssu_share": ssu / total if total else None,
+        "ssu_us_per_step": ssu / steps if total else None,
+        "kernel_us_per_step": total / steps if total else None,
+    }
+
+
+def kernel_times(events: Iterable[Any]) -> dict[str, float]:
+    """Device microseconds per kernel name from torch.profiler events. The "decode step i"
+    ranges also appear on the GPU timeline, as user annotations that span each eager step,
+    launch gaps included: they are not kernels and are left out."""
+    kernel_us: dict[str, float] = {}
+    for event in events:
+        if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
+            kernel_us[event.name] = kernel_us.get(event.name, 0.0) + event.time_range.elapsed_us()
+    return kernel_us
+
+
+def profile_step(
+    bench: StepBench, config: LaunchConfig | None, trace: Path | None, variant: StepVariant = None
+) -> dict[str, float | None]:
+    """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
+    selective_state_update share of kernel time (None on CPU, where there are no kernels).
+    trace: also write the profile there as a Chrome trace."""
+    hidden, slot_sets = bench.hidden, bench.slot_sets
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if hidden.is_cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(PROFILED_STEPS):
+            with torch.profiler.record_function(f"decode step {i}"):
+                bench.stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config, **step_options(variant))
+        if hidden.is_cuda:
+            torch.cuda.synchronize(hidden.device)
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+    return kernel_share(kernel_times(prof.events()), PROFILED_STEPS)
