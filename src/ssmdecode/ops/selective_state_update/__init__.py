@@ -5,10 +5,15 @@
                     the single-token kernel; the recurrence, shapes, dtypes and bits
     verify.py       the multi-token kernel: speculative decoding's verify step, with sglang's
                     intermediate-state buffer and EAGLE trees and vLLM's accepted-token slots
+    replay.py       selective_state_replay: the verify step by replay (a ring of the inputs of
+                    the tokens since each slot's checkpoint; the state written once a window),
+                    with replay_advance (the bookkeeping) and replay_flush
     naive.py        the float64 reference of every mode, for tests and tools
     common.py       the @triton.jit helpers every kernel shares (the ordered row sum above all:
                     each mode must compute with them to keep the bits)
     checks.py       every argument check, with a cheap path for valid calls
+    launch.py       what the launchers share (a prepared launch, kernel variants)
+    torch_op.py     the custom ops torch.compile sees
     slot_order.py   slot_order, the batch rows by state slot (for batch_order)
 
 One public function a mode; the engines' calling conventions live in ssmdecode.compat.
@@ -16,7 +21,24 @@ One public function a mode; the engines' calling conventions live in ssmdecode.c
 
 from ssmdecode.ops.selective_state_update.checks import ties_head_dim
 from ssmdecode.ops.selective_state_update.decode import selective_state_update
-from ssmdecode.ops.selective_state_update.naive import selective_state_update_reference
+from ssmdecode.ops.selective_state_update.naive import (
+    selective_state_replay_reference,
+    selective_state_update_reference,
+)
+from ssmdecode.ops.selective_state_update.replay import (
+    replay_advance,
+    replay_flush,
+    selective_state_replay,
+)
 from ssmdecode.ops.selective_state_update.slot_order import slot_order
 
-__all__ = ["selective_state_update", "selective_state_update_reference", "slot_order", "ties_head_dim"]
+__all__ = [
+    "replay_advance",
+    "replay_flush",
+    "selective_state_replay",
+    "selective_state_replay_reference",
+    "selective_state_update",
+    "selective_state_update_reference",
+    "slot_order",
+    "ties_head_dim",
+]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["selective_state_update_reference"]
+__all__ = ["selective_state_replay_reference", "selective_state_update_reference"]
 
 
 def _slot(idx: torch.Tensor | None, b: int, column: int = 0) -> int:
@@ -133,3 +133,92 @@ def selective_state_update_reference(
     if new_buffer is not None:
         return out, new_state, new_buffer
     return out, new_state
+
+
+def selective_state_replay_reference(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    compute_dtype: torch.dtype = torch.float64,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
+    flush: bool | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """The reference of selective_state_replay (replay.py's docstring): returns (out, state,
+    x_cache, B_cache, dt_cache) after the call, out and state in compute_dtype, the rings in
+    their own dtypes. flush=True forces the flush (replay_flush), None applies the rule
+    num_cached + 2 T > R. Pure: modifies nothing."""
+    f = compute_dtype
+    ring = x_cache.shape[2]
+    heads_per_group = state.shape[1] // B.shape[-2]
+    if cu_seqlens is not None:
+        cu = cu_seqlens.detach().cpu().long()
+        spans = [(int(cu[b]), int(cu[b + 1]) - int(cu[b])) for b in range(len(cu) - 1)]
+        tokens = max_seqlen
+        x, dt, B, C = x.unsqueeze(0), dt.unsqueeze(0), B.unsqueeze(0), C.unsqueeze(0)
+        z = None if z is None else z.unsqueeze(0)
+        rows = [0] * len(spans)
+    else:
+        tokens = x.shape[1]
+        spans = [(0, tokens)] * x.shape[0]
+        rows = list(range(x.shape[0]))
+    new_state = state.detach().to(f).clone()
+    xc, Bc, dtc = x_cache.clone(), B_cache.clone(), dt_cache.clone()
+    dtp = dt[..., 0].to(torch.float32)  # [.., T, H]: tied over P
+    if dt_bias is not None:
+        dtp = dtp + dt_bias[:, 0].to(torch.float32)
+    if dt_softplus:
+        dtp = torch.where(dtp <= 20.0, F.softplus(dtp), dtp)
+    Af = A[:, 0, 0].to(f)
+    out = torch.zeros(x.shape, dtype=f, device=x.device)
+    idx = None if state_batch_indices is None else state_batch_indices.detach().cpu().long()
+    for b, ((start_tok, count), row) in enumerate(zip(spans, rows, strict=True)):
+        slot = b if idx is None else int(idx[b])
+        if slot == pad_slot_id:
+            continue
+        start, cached = int(ring_start[slot]), int(num_cached[slot])
+        s = state[slot].to(f)  # [H, P, N]
+        for k in range(cached):  # the cached tokens, as they first ran
+            pos = (start + k) % ring
+            d = dt_cache[slot, :, pos].to(f)  # [H]
+            Bk = B_cache[slot, :, pos].to(f).repeat_interleave(heads_per_group, 0)  # [H, N]
+            s = s * torch.exp(Af * d)[:, None, None] + (d[:, None] * Bk)[:, None, :] * x_cache[
+                slot, :, pos].to(f)[..., None]
+        if (cached + 2 * tokens > ring) if flush is None else flush:
+            new_state[slot] = s
+        for t in range(count):
+            k = start_tok + t
+            d = dtp[row, k].to(f)
+            Bt = B[row, k].to(f).repeat_interleave(heads_per_group, 0)
+            Ct = C[row, k].to(f).repeat_interleave(heads_per_group, 0)
+            xt = x[row, k].to(f)
+            s = s * torch.exp(Af * d)[:, None, None] + (d[:, None] * Bt)[:, None, :] * xt[..., None]
+            y = (s * Ct[:, None, :]).sum(-1)
+            if D is not None:
+                y = y + D.to(f) * xt
+            if z is not None:
+                zt = z[row, k].to(f)
+                y = y * zt * torch.sigmoid(zt)
+            out[row, k] = y
+            pos = (start + cached + t) % ring
+            xc[slot, :, pos] = x[row, k]
+            Bc[slot, :, pos] = B[row, k]
+            dtc[slot, :, pos] = dtp[row, k]
+    if cu_seqlens is not None:
+        out = out.squeeze(0)
+    return out, new_state, xc, Bc, dtc

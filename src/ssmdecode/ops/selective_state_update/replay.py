@@ -1,0 +1,606 @@
+r"""Replay: speculative decoding's verify step without writing a state per draft token.
+
+The multi-token kernel (verify.py) writes every draft token's state so that the engine can keep
+the accepted one: 1 + T state-sizes of traffic a request, then the engine's copy. Replay keeps,
+beside each state slot, a ring of the small inputs of the tokens since the slot's state was
+last written (its checkpoint): x, B and the processed dt' = softplus(dt + dt_bias), a few KiB
+a request against the state's 256 KiB (headline shape). One call, per request:
+
+1. read the checkpoint state[slot];
+2. replay the num_cached[slot] accepted tokens of the ring (state only), in order, exactly as
+   they first ran: the same dt', the same x and B, so the same float32 operations and bits;
+3. if the ring would overflow (num_cached + 2 T > R, R the ring's length), write the state
+   after the replay back: the new checkpoint (the engine then advances ring_start by
+   num_cached: replay_advance);
+4. run the T draft tokens from there (out for each, in registers; no state written) and append
+   their inputs to the ring at positions ring_start + num_cached + t (mod R).
+
+After the verify step the engine knows how many drafts were accepted and calls replay_advance
+once per step (not per layer: every layer shares the bookkeeping): num_cached becomes (0 if the
+call flushed, else num_cached) + accepted. The state the engine means is always the checkpoint
+plus its num_cached ring tokens; nobody copies a state.
+
+Shapes (B requests, T drafts, H heads, P head dim, N state dim, G groups, S slots, R ring):
+
+    state      [S, H, P, N]        x_cache    [S, H, R, P]  (x's dtype)
+    ring_start [S] int32           B_cache    [S, G, R, N]  (B's dtype)
+    num_cached [S] int32           dt_cache   [S, H, R]     float32, dt' after bias/softplus
+    x, dt, z, out [B, T, H, P]     B, C [B, T, G, N]        (or packed with cu_seqlens)
+
+This is flashinfer's checkpointing_ssu ring layout and flush rule (R = window + T), so its
+callers can switch (ssmdecode.compat.flashinfer). dt, A and dt_bias must be tied over the head
+dim (one dt' a head, as every Mamba2 model has them): the ring holds one dt' a head.
+
+Bits: with a float32 state, each draft's out and the state after the accepted drafts are the
+multi-token kernel's and T single-token calls' bits (tests/test_replay.py); a 16-bit state is
+rounded once a flush here, once a token there (docs/performance.md measures the difference).
+
+Engines (docs/replay.md): after prefill, write the prefill's final state into the slot and set
+num_cached = 0 (ring_start anywhere in [0, R)); before a slot is preempted, swapped out or
+reused, materialize its state with replay_flush (the checkpoint plus its cached tokens).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmdecode.config import LaunchConfig, lookup_config
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
+from ssmdecode.ops.selective_state_update.checks import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    MAX_BATCH,
+    VALIDATE_INDICES_ENV,
+    expect,
+    interpreted,
+    ties_head_dim,
+)
+from ssmdecode.ops.selective_state_update.common import (
+    col_offsets,
+    cols,
+    exp_dA,
+    load,
+    rows,
+    rowsum_upstream_order,
+    softplus,
+    state_step,
+)
+from ssmdecode.ops.selective_state_update.launch import Launch, check_ordered_sum, strides
+
+__all__ = ["replay_advance", "replay_flush", "selective_state_replay"]
+
+_HEURISTICS = {
+    "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
+    "HAS_D": lambda args: args["p_D"] is not None,
+    "HAS_Z": lambda args: args["p_z"] is not None,
+    "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
+    "VARLEN": lambda args: args["p_cu_seqlens"] is not None,
+    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+}
+
+
+@triton.heuristics(_HEURISTICS)
+@triton.jit
+def _selective_state_replay_kernel(
+    # pointers
+    p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached,
+    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens,
+    # sizes
+    headdim, dstate, pad_slot_id, total_tokens, ring,
+    # strides, stride_<tensor>_<dim>
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+    stride_dtc_s, stride_dtc_h, stride_dtc_r,
+    stride_x_b, stride_x_t, stride_x_h, stride_x_p,
+    stride_dt_b, stride_dt_t, stride_dt_h,
+    stride_dt_bias_h, stride_A_h,
+    stride_B_b, stride_B_t, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_t, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p,
+    stride_z_b, stride_z_t, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_t, stride_out_h, stride_out_p,
+    stride_src_idx,
+    # flags
+    T: tl.constexpr,  # drafts a request (the most, with cu_seqlens)
+    WINDOW: tl.constexpr,  # the most cached tokens a request replays: R - T
+    FLUSH: tl.constexpr,  # 0: by the rule num_cached + 2 T > R; 1: always (replay_flush)
+    HEADS_PER_GROUP: tl.constexpr,
+    DT_SOFTPLUS: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr,
+    VARLEN: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    PACKED_ROWS: tl.constexpr,
+    FAST_EXP: tl.constexpr,
+    # launch knobs
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLOT_MAJOR: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
+    ORDERED_SUM: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    # One program: BLOCK_M rows of one (request, head), all N columns: the checkpoint, the
+    # cached tokens, the drafts.
+    if PDL:
+        gdc_launch_dependents()
+    if SLOT_MAJOR:
+        i_m = tl.program_id(0)
+        i_h = tl.program_id(1)
+        i_b = tl.program_id(2)
+    else:
+        i_m = tl.program_id(0)
+        i_b = tl.program_id(1)
+        i_h = tl.program_id(2)
+    i_g = i_h // HEADS_PER_GROUP
+    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
+    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
+
+    if VARLEN:  # packed drafts: offsets clamped to the tokens of x
+        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
+        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
+        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
+        n_tok = tl.minimum(eos - bos, T)
+        i_xb = 0
+        t0 = bos
+    else:
+        n_tok = T
+        i_xb = i_b
+        t0 = 0
+    if HAS_SRC_IDX:
+        i_slot = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
+        m_live = i_slot != pad_slot_id
+        i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
+    else:
+        i_slot = i_b.to(tl.int64)
+        m_live = None
+        i_ring = i_slot
+    # Bookkeeping of the slot: where its ring starts, how many accepted tokens it holds; both
+    # read-only here (replay_advance updates them once per step, for every layer).
+    if HAS_SRC_IDX:
+        start = tl.load(p_ring_start + i_ring, mask=m_live, other=0).to(tl.int32)
+        n_old = tl.load(p_cached + i_ring, mask=m_live, other=0).to(tl.int32)
+    else:
+        start = tl.load(p_ring_start + i_ring).to(tl.int32)
+        n_old = tl.load(p_cached + i_ring).to(tl.int32)
+    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    if FLUSH:
+        m_flush = n_old >= 0
+    else:
+        m_flush = n_old + 2 * T > ring
+
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = col_offsets(BLOCK_N, ORDERED_SUM)
+    m_m = o_m < headdim
+    m_n = o_n < dstate
+    m_vm = None if EVEN_M else m_m
+    m_vn = None if EVEN_N else m_n
+    m_tile = None
+    if not EVEN_M:
+        m_tile = rows(m_m, ORDERED_SUM)
+    if not EVEN_N:
+        m_tile = cols(m_n, ORDERED_SUM) if m_tile is None else m_tile & cols(m_n, ORDERED_SUM)
+    m_read = m_tile
+    if HAS_SRC_IDX:
+        m_read = m_live if m_tile is None else m_tile & m_live
+
+    if PACKED_ROWS:
+        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
+        o_tile = rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + cols(o_n, ORDERED_SUM)
+    else:
+        o_base = i_h * 0
+        o_tile = (i_h * stride_state_h + rows(o_m, ORDERED_SUM) * stride_state_p
+                  + cols(o_n, ORDERED_SUM) * stride_state_n)
+    p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
+    if m_read is None:
+        b_state = tl.load(p_tile, eviction_policy=STATE_EVICT).to(tl.float32)
+    else:
+        b_state = tl.load(p_tile, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    if PDL:
+        gdc_wait()
+
+    # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
+    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
+    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
+    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
+    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+
+    # 2. the cached tokens, state only. Every row's loads are issued first (masked past the
+    # cached count), then applied in order; a request that caches fewer skips the rest.
+    for k in tl.static_range(WINDOW):
+        m_k = k < n_old
+        if HAS_SRC_IDX:
+            m_k = m_k & m_live
+        pos = (start + k) % ring
+        b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
+                       other=0.0).to(tl.float32)
+        b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
+                       other=0.0).to(tl.float32)
+        b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
+        if k < n_old:
+            b_state = state_step(b_state, exp_dA(b_A * b_dtk, FAST_EXP), b_Bk * b_dtk,
+                                 rows(b_xk, ORDERED_SUM), ORDERED_SUM)
+
+    # 3. the new checkpoint, where the ring would overflow
+    m_write = m_flush if m_read is None else m_read & m_flush
+    tl.store(p_tile, b_state.to(p_state.dtype.element_ty), mask=m_write, eviction_policy=STATE_EVICT)
+
+    # 4. the drafts: out for each, their inputs appended to the ring
+    b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+    b_D = 0.0
+    if HAS_D:
+        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
+    for t in tl.static_range(T):
+        m_t = None
+        if VARLEN:
+            m_t = t < n_tok
+        m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
+        m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
+        tok = t0 + t
+        b_x = load(p_x + i_xb * stride_x_b + tok * stride_x_t + i_h * stride_x_h + o_m * stride_x_p,
+                   m_tv)
+        if VARLEN:
+            b_dt = tl.load(p_dt + i_xb * stride_dt_b + tok * stride_dt_t + i_h * stride_dt_h,
+                           mask=m_t, other=0.0).to(tl.float32)
+        else:
+            b_dt = tl.load(p_dt + i_xb * stride_dt_b + tok * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += b_dt_bias
+        if DT_SOFTPLUS:
+            b_dt = softplus(b_dt)
+        b_B = load(p_B + i_xb * stride_B_b + tok * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_tn)
+        b_C = load(p_C + i_xb * stride_C_b + tok * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                   m_tn).to(tl.float32)
+        b_xf = b_x.to(tl.float32)
+        b_state = state_step(b_state, exp_dA(b_A * b_dt, FAST_EXP), b_B.to(tl.float32) * b_dt,
+                             rows(b_xf, ORDERED_SUM), ORDERED_SUM)
+        if ORDERED_SUM:
+            b_out = rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
+        else:
+            b_out = tl.sum(b_state * b_C[None, :], axis=1)
+        if HAS_D:
+            b_out += b_xf * b_D
+        if HAS_Z:
+            b_z = load(p_z + i_xb * stride_z_b + tok * stride_z_t + i_h * stride_z_h + o_m * stride_z_p,
+                       m_tv).to(tl.float32)
+            b_out *= b_z * tl.sigmoid(b_z)
+        if HAS_SRC_IDX:
+            b_out = tl.where(m_live, b_out, 0.0)
+        tl.store(p_out + i_xb * stride_out_b + tok * stride_out_t + i_h * stride_out_h
+                 + o_m * stride_out_p, b_out, mask=m_tv)
+        # append: the same values the replay of a later call reads back
+        pos = (start + n_old + t) % ring
+        m_app = m_live
+        if VARLEN:
+            m_app = m_t if m_app is None else m_app & m_t
+        m_appv = m_vm if m_app is None else (m_app if m_vm is None else m_vm & m_app)
+        tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_appv)
+        if i_m == 0:
+            tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
+            if i_h % HEADS_PER_GROUP == 0:
+                m_appn = m_vn if m_app is None else (m_app if m_vn is None else m_vn & m_app)
+                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_appn)
+
+
+def _check_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z,
+                  dt_bias, state_batch_indices, pad_slot_id, out, config, cu_seqlens, max_seqlen,
+                  dt_softplus, fast_exp, pdl):
+    """Every argument of selective_state_replay checked; returns (tokens, batch, out)."""
+    for name, value in (("dt_softplus", dt_softplus), ("fast_exp", fast_exp), ("pdl", pdl)):
+        if type(value) is not bool:
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    if type(pad_slot_id) is not int:
+        raise TypeError(f"pad_slot_id must be an int (the slot index that marks a padded row), "
+                        f"got {type(pad_slot_id).__name__} {pad_slot_id!r}")
+    if config is not None and not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
+    if not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+    if state.dim() != 4:
+        raise ValueError(f"state has shape {tuple(state.shape)}; expected [S, H, P, N]")
+    expect("state", state, tuple(state.shape), FLOAT_DTYPES, state.device, "")
+    slots, nheads, headdim, dstate = state.shape
+    device = state.device
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(B, torch.Tensor):
+        raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
+    ngroups = B.shape[-2] if B.dim() >= 2 else 0
+    if ngroups < 1 or nheads % ngroups:
+        raise ValueError(f"B has shape {tuple(B.shape)}: its {ngroups} groups do not divide "
+                         f"the {nheads} heads of state")
+    if cu_seqlens is not None:
+        if x.dim() != 3:
+            raise ValueError(f"x has shape {tuple(x.shape)}: with cu_seqlens, x packs the drafts "
+                             "of every request ([total_tokens, H, P])")
+        if type(max_seqlen) is not int or max_seqlen < 1:
+            raise ValueError(f"cu_seqlens needs max_seqlen, the most drafts a request (an int "
+                             f">= 1; the ring is window + max_seqlen long), got {max_seqlen!r}")
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+            raise ValueError("cu_seqlens must be a tensor [B + 1] of token offsets")
+        batch, tokens = cu_seqlens.shape[0] - 1, max_seqlen
+        expect("cu_seqlens", cu_seqlens, (batch + 1,), INDEX_DTYPES, device, "[B + 1]")
+        lead = (x.shape[0],)
+    else:
+        if x.dim() != 4:
+            raise ValueError(f"x has shape {tuple(x.shape)}; expected [B, T, H, P] (T drafts a "
+                             "request), or [total_tokens, H, P] with cu_seqlens")
+        if max_seqlen is not None:
+            raise ValueError("max_seqlen goes with cu_seqlens only; the dense T is x.shape[1]")
+        batch, tokens = x.shape[0], x.shape[1]
+        lead = (batch, tokens)
+    if batch > MAX_BATCH:
+        raise ValueError(f"x has {batch} requests; one call takes at most {MAX_BATCH}")
+    xs, bs = (*lead, nheads, headdim), (*lead, ngroups, dstate)
+    expect("x", x, xs, FLOAT_DTYPES, device, "(requests, drafts, heads, head dim of state)")
+    for name, t in (("dt", dt), ("z", z), ("out", out)):
+        if t is not None or name == "dt":
+            expect(name, t, xs, FLOAT_DTYPES, device, "(the shape of x)")
+    expect("A", A, (nheads, headdim, dstate), FLOAT_DTYPES, device, "(heads, head dim, state dim)")
+    expect("B", B, bs, FLOAT_DTYPES, device, "(the leading dims of x, groups, state dim)")
+    expect("C", C, bs, FLOAT_DTYPES, device, "(the shape of B)")
+    for name, t in (("D", D), ("dt_bias", dt_bias)):
+        if t is not None:
+            expect(name, t, (nheads, headdim), FLOAT_DTYPES, device, "(heads, head dim)")
+    if not ties_head_dim(dt, A, dt_bias):
+        raise ValueError("replay takes dt, A and dt_bias tied over the head dim (stride 0 over P, "
+                         "and N for A: one dt' a head, as Mamba2 models pass them): the ring holds "
+                         "one dt' a head")
+    if not isinstance(x_cache, torch.Tensor) or x_cache.dim() != 4:
+        raise ValueError(f"x_cache must be a tensor [S, H, R, P]; got "
+                         f"{tuple(x_cache.shape) if isinstance(x_cache, torch.Tensor) else type(x_cache).__name__}")
+    ring = x_cache.shape[2]
+    expect("x_cache", x_cache, (slots, nheads, ring, headdim), (x.dtype,), device,
+           "(slots, heads, ring, head dim), in x's dtype")
+    expect("B_cache", B_cache, (slots, ngroups, ring, dstate), (B.dtype,), device,
+           "(slots, groups, ring, state dim), in B's dtype")
+    expect("dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device,
+           "(slots, heads, ring), float32")
+    for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
+        expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
+    if ring < 2 * tokens:
+        raise ValueError(f"x_cache holds a ring of {ring} tokens; T = {tokens} drafts need at least "
+                         f"2 T = {2 * tokens} (a window of at least T cached tokens, then the T drafts)")
+    if state_batch_indices is not None:
+        expect("state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, device,
+               "(one slot a request)")
+    elif slots < batch:
+        raise ValueError(f"state has {slots} slots but {batch} requests; without "
+                         "state_batch_indices request b uses slot b")
+    if out is None:
+        out = torch.empty(xs, dtype=x.dtype, device=device)
+    return tokens, batch, ring, out
+
+
+def _prepare_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D,
+                    z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out, config,
+                    cu_seqlens, max_seqlen, fast_exp, validate_indices, pdl, flush) -> tuple:
+    tokens, batch, ring, out = _check_replay(
+        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias,
+        state_batch_indices, pad_slot_id, out, config, cu_seqlens, max_seqlen, dt_softplus,
+        fast_exp, pdl)
+    if validate_indices is None:
+        validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
+    if validate_indices:
+        _validate(state, ring_start, num_cached, state_batch_indices, pad_slot_id, ring, tokens,
+                  batch)
+    result = out
+    if cu_seqlens is not None:  # the packed drafts as one row of the dense layout
+        x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
+        z = None if z is None else z.unsqueeze(0)
+    if batch == 0:
+        return result, None
+    headdim, dstate = state.shape[-2:]
+    if config is None:
+        config = lookup_config(headdim, dstate, state.dtype, batch, state.device, mode="replay",
+                               tokens=tokens)
+    block_n = triton.next_power_of_2(dstate)
+    check_ordered_sum(config, block_n, dstate)
+    pdl = pdl and state.device.type == "cuda"
+    if pdl and gdc_wait is None:
+        raise ValueError(f"pdl=True needs Triton >= 3.3; got Triton {triton.__version__}")
+    nheads = state.shape[1]
+    args = (
+        state, x_cache, B_cache, dt_cache, ring_start, num_cached,
+        x, dt, dt_bias, A, B, C, D, z, out, state_batch_indices, cu_seqlens,
+        headdim, dstate, pad_slot_id, x.shape[1], ring,
+        *state.stride(), *x_cache.stride(), *B_cache.stride(), *dt_cache.stride(),
+        *x.stride(), *dt.stride()[:3], 0 if dt_bias is None else dt_bias.stride(0), A.stride(0),
+        *B.stride(), *C.stride(), *strides(D, 2), *strides(z, 4), *out.stride(),
+        0 if state_batch_indices is None else state_batch_indices.stride(0),
+    )
+    flags = dict(
+        T=tokens, WINDOW=ring - tokens, FLUSH=flush,
+        HEADS_PER_GROUP=nheads // B.shape[-2], DT_SOFTPLUS=dt_softplus,
+        EVEN_M=headdim % config.block_m == 0, EVEN_N=dstate == block_n,
+        PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
+        FAST_EXP=fast_exp, BLOCK_M=config.block_m, SLOT_MAJOR=config.slot_major,
+        EVICT_FIRST=config.evict_first, ORDERED_SUM=config.ordered_sum, PDL=pdl,
+        num_warps=config.num_warps,
+    )
+    if pdl:
+        flags["launch_pdl"] = True
+    if config.max_registers is not None:
+        flags["maxnreg"] = config.max_registers
+    n_mblocks = triton.cdiv(headdim, config.block_m)
+    grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
+    return result, Launch(_selective_state_replay_kernel, grid, args, flags)
+
+
+def _validate(state: torch.Tensor, ring_start: torch.Tensor, num_cached: torch.Tensor,
+              slots_idx: torch.Tensor | None, pad_slot_id: int, ring: int, tokens: int,
+              batch: int) -> None:
+    """Value checks (synchronize; only on request): slots inside the pool, each slot's
+    bookkeeping inside its ring."""
+    slots = state.shape[0]
+    used = torch.arange(batch) if slots_idx is None else slots_idx.cpu().long()
+    bad = ((used < 0) | (used >= slots)) & (used != pad_slot_id)
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise ValueError(f"state_batch_indices[{b}] = {int(used[b])} is outside the state pool "
+                         f"[0, {slots}) and is not pad_slot_id ({pad_slot_id})")
+    live = used[used != pad_slot_id]
+    start, cached = ring_start.cpu()[live], num_cached.cpu()[live]
+    for name, values, high in (("ring_start", start, ring - 1), ("num_cached", cached, ring - tokens)):
+        bad = (values < 0) | (values > high)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(f"{name}[{int(live[i])}] = {int(values[i])} is outside [0, {high}] "
+                             f"(a ring of {ring} tokens, T = {tokens} drafts)")
+
+
+def _run(device: torch.device, launch: Launch | None) -> None:
+    if device.type != "cuda" and not interpreted():
+        raise ValueError(
+            f"state is on {device}, but Triton compiles for the GPU here: CPU tensors run only "
+            "under Triton's interpreter (TRITON_INTERPRET=1 set before ssmdecode is imported)"
+        )
+    if launch is None:
+        return
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            launch.run()
+    else:
+        launch.run()
+
+
+def selective_state_replay(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    out: torch.Tensor | None = None,
+    config: LaunchConfig | None = None,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
+    fast_exp: bool = False,
+    validate_indices: bool | None = None,
+    pdl: bool = False,
+) -> torch.Tensor:
+    """A verify step of T draft tokens a request by replay (see the module docstring): the
+    checkpoint state[slot] and its num_cached[slot] ring tokens replayed, the state written back
+    only where the ring would overflow, the drafts' out computed and their inputs appended.
+
+    Args:
+        state: [S, H, P, N], the checkpoints; float32, bfloat16 or float16. Written in place
+            for the requests that flush.
+        x_cache, B_cache, dt_cache: the rings, [S, H, R, P] in x's dtype, [S, G, R, N] in B's
+            dtype, [S, H, R] float32 (dt after dt_bias and softplus); R >= 2 T. The drafts'
+            entries are written in place.
+        ring_start, num_cached: int32 [S], each slot's oldest ring position and its accepted
+            tokens since the checkpoint (read only; replay_advance updates them).
+        x, dt, z, out: [B, T, H, P] (or [total_tokens, H, P] with cu_seqlens); dt tied over P.
+        A: [H, P, N] tied over P and N. B, C: [B, T, G, N]. D, dt_bias: [H, P] (dt_bias tied).
+        dt_softplus: softplus on dt + dt_bias (the ring holds the result).
+        state_batch_indices: int32/int64 [B], each request's slot (default: slot b);
+            pad_slot_id marks a padded request: no slot or ring read or written, out 0.
+        out: preallocated like x; default new, x's dtype.
+        config: force a LaunchConfig; default: this device's table (mode "replay"), else the
+            built-in default.
+        cu_seqlens, max_seqlen: the packed layout (int32/int64 [B + 1]) and the most drafts a
+            request, the T of the flush rule.
+        fast_exp: dA as exp2(log2(e) * A * dt'), vLLM's rounding (see selective_state_update).
+        validate_indices: check slots and each slot's bookkeeping (synchronizes; also the
+            environment variable SSMDECODE_VALIDATE_INDICES=1).
+        pdl: programmatic dependent launch, as selective_state_update's.
+
+    Returns:
+        out.
+    """
+    result, launch = _prepare_replay(
+        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias,
+        dt_softplus, state_batch_indices, pad_slot_id, out, config, cu_seqlens, max_seqlen,
+        fast_exp, validate_indices, pdl, flush=False)
+    _run(state.device, launch)
+    return result
+
+
+def replay_advance(
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    num_accepted: torch.Tensor,
+    tokens: int,
+    ring: int,
+    state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    flushed: bool = False,
+) -> None:
+    """The bookkeeping after a verify step, once for all layers (they share it): a request's
+    slot flushed when num_cached + 2 T > R, as the kernel decided; then ring_start advances
+    by num_cached (mod R) and num_cached becomes num_accepted; otherwise num_cached grows by
+    num_accepted. flushed=True: every slot flushed (after replay_flush). Device tensors in
+    place, no synchronization (CUDA-graph safe). num_accepted: int [B], the drafts each request
+    accepted (0 to T)."""
+    if state_batch_indices is None:
+        slots = torch.arange(num_accepted.shape[0], device=num_accepted.device)
+    else:
+        slots = state_batch_indices.long()
+    live = slots != pad_slot_id
+    slots = torch.where(live, slots, 0)
+    cached = num_cached.index_select(0, slots)
+    start = ring_start.index_select(0, slots)
+    flush = (cached + 2 * tokens > ring) | flushed
+    new_start = torch.where(flush, (start + cached) % ring, start)
+    new_cached = torch.where(flush, 0, cached) + num_accepted.to(cached.dtype)
+    ring_start.index_put_((slots,), torch.where(live, new_start, start).to(ring_start.dtype))
+    num_cached.index_put_((slots,), torch.where(live, new_cached, cached).to(num_cached.dtype))
+
+
+def replay_flush(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    A: torch.Tensor,
+    state_batch_indices: torch.Tensor,
+    pad_slot_id: int = -1,
+    config: LaunchConfig | None = None,
+    *,
+    fast_exp: bool = False,
+) -> None:
+    """Materialize the slots' states of one layer (before preemption, swap-out or slot reuse):
+    each checkpoint plus its cached tokens replayed and written to state[slot]. Call it for
+    every layer, then replay_advance(..., num_accepted=zeros, flushed=True) once, which moves
+    each ring past the tokens now in the state. The bookkeeping is only read here."""
+    nheads, headdim, dstate = state.shape[1:]
+    batch = state_batch_indices.shape[0]
+    ngroups = B_cache.shape[1]
+    device = state.device
+    # One dummy draft a request through the same kernel with the flush forced: its out is
+    # discarded, and its ring entry lands past the cached tokens, where later drafts go.
+    x = torch.zeros(batch, 1, nheads, headdim, dtype=x_cache.dtype, device=device)
+    dt = torch.zeros(batch, 1, nheads, 1, dtype=torch.float32, device=device).expand(
+        batch, 1, nheads, headdim)
+    Bz = torch.zeros(batch, 1, ngroups, dstate, dtype=B_cache.dtype, device=device)
+    _, launch = _prepare_replay(
+        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, Bz, Bz, None, None,
+        None, False, state_batch_indices, pad_slot_id, None, config, None, None, fast_exp, None,
+        False, flush=True)
+    _run(device, launch)
