@@ -1,7 +1,9 @@
-"""Test setup: Triton's interpreter when there is no GPU, the gpu marker, and input builders.
+"""Test setup: Triton's interpreter when there is no GPU, the gpu marker, and the cases tests
+build their inputs from (with the library's one builder, ssmdecode.bench.inputs).
 
 TRITON_INTERPRET must be set before any kernel is defined, i.e. before ssmdecode's kernel
-modules are imported; conftest.py is imported before the test modules, so it is set here.
+modules are imported; conftest.py is imported before the test modules, so it is set here (the
+two ssmdecode modules imported above it define no kernel).
 Under the interpreter a program costs about 7 ms: CPU cases keep B * H * (P / BLOCK_M) small.
 """
 
@@ -12,6 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+
+from ssmdecode.bench import inputs as library_inputs
+from ssmdecode.numerics import bits
 
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
@@ -34,7 +39,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 @dataclass(frozen=True)
 class Case:
-    """One selective_state_update problem. Ids read like B3-H4-P12-N24-G2-bf16."""
+    """One selective_state_update problem. Ids read like B3-H4-P12-N24-G2-bf16 (B3-T4-H4-... with
+    a token dim)."""
 
     batch: int = 3
     nheads: int = 4
@@ -53,10 +59,13 @@ class Case:
     pad_rows: tuple[int, ...] = ()
     dst: bool = False  # separate dst_state_batch_indices
     extra_slots: int = 3  # pool = batch + extra_slots (+ batch more when dst)
+    tokens: int | None = None  # T: x, dt, z [B, T, H, P] and B, C [B, T, G, N]
 
     @property
     def id(self) -> str:
         parts = [f"B{self.batch}"]
+        if self.tokens is not None:
+            parts.append(f"T{self.tokens}")
         if self.layout == "mamba2":
             parts.append(f"H{self.nheads}")
         parts += [f"P{self.headdim}", f"N{self.dstate}"]
@@ -73,49 +82,19 @@ class Case:
 
 
 def make_inputs(case: Case, device: str = DEVICE, seed: int = 0) -> dict:
-    """Keyword arguments of selective_state_update for a case: random data (never zeros), the
-    state pool on `device`, indices a random permutation of the pool."""
-    g = torch.Generator().manual_seed(seed)
-    sdt, idt = DTYPES[case.state], DTYPES[case.inputs]
-    b, h, p, n, grp = case.batch, case.nheads, case.headdim, case.dstate, case.ngroups
-    pool = b + case.extra_slots + (b if case.dst else 0)
-
-    def rn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.randn(*shape, generator=g).to(dtype)
-
-    if case.tie:
-        xbc = rn(b, h * p + 2 * grp * n, dtype=idt)
-        x = xbc[:, : h * p].view(b, h, p)
-        B = xbc[:, h * p : h * p + grp * n].view(b, grp, n)
-        C = xbc[:, h * p + grp * n :].view(b, grp, n)
-        dt = rn(b, h, dtype=idt)[..., None].expand(b, h, p)
-        A = (-torch.rand(h, generator=g) - 0.5)[:, None, None].expand(h, p, n)
-        D = rn(h)[:, None].expand(h, p)
-        dt_bias = (torch.rand(h, generator=g) - 4.0)[:, None].expand(h, p)
-    else:
-        x, dt = rn(b, h, p, dtype=idt), rn(b, h, p, dtype=idt)
-        B, C = rn(b, grp, n, dtype=idt), rn(b, grp, n, dtype=idt)
-        A = -torch.rand(h, p, n, generator=g) - 0.5
-        D, dt_bias = rn(h, p), torch.rand(h, p, generator=g) - 4.0
-    z = rn(b, h, p, dtype=idt)
-    state = rn(pool, h, p, n, dtype=sdt)
-    if case.layout == "mamba1":
-        if h != 1 or grp != 1:
-            raise ValueError("a Mamba1 case has one head and one group")
-        state, x, dt, z, A = state[:, 0], x[:, 0], dt[:, 0], z[:, 0], A[0]
-        B, C, D, dt_bias = B[:, 0], C[:, 0], D[0], dt_bias[0]
-    kw = dict(state=state, x=x, dt=dt, A=A, B=B, C=C,
-              D=D if case.has_D else None, z=z if case.has_z else None,
-              dt_bias=dt_bias if case.has_dt_bias else None, dt_softplus=case.softplus)
-    if case.indices is not None:
-        perm = torch.randperm(pool, generator=g).to(getattr(torch, case.indices))
-        src = perm[:b].clone()
-        for r in case.pad_rows:
-            src[r] = -1
-        kw["state_batch_indices"] = src
-        if case.dst:
-            kw["dst_state_batch_indices"] = perm[b : 2 * b].clone()
-    return {k: to_device(v, device) for k, v in kw.items()}
+    """Keyword arguments of selective_state_update for a case (all but out): random data (never
+    zeros) on `device`, the slot indices a random permutation of the pool, by the library's
+    builder."""
+    inputs = library_inputs.make_inputs(
+        case.batch, case.nheads, case.headdim, case.dstate, case.ngroups, DTYPES[case.state],
+        DTYPES[case.inputs], pool=case.batch * (2 if case.dst else 1) + case.extra_slots,
+        device=device, seed=seed, tie=case.tie, rotation=1, tokens=case.tokens,
+        indices=getattr(torch, case.indices) if case.indices else None, pad_rows=case.pad_rows,
+        dst=case.dst, has_D=case.has_D, has_z=case.has_z, has_dt_bias=case.has_dt_bias,
+        softplus=case.softplus, layout=case.layout)
+    kw = inputs.kwargs(0)
+    del kw["out"]
+    return kw
 
 
 def to_device(v: object, device: str) -> object:
@@ -125,11 +104,6 @@ def to_device(v: object, device: str) -> object:
         return v
     flat = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage())
     return torch.as_strided(flat.to(device), v.shape, v.stride(), v.storage_offset())
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """The raw bits of a float tensor as integers, for exact comparison (NaN == NaN there)."""
-    return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
 def run_bits(kw: dict, state0: torch.Tensor, config: object, variant: object = None, **extra: object

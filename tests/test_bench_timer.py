@@ -13,7 +13,7 @@ import torch
 
 from ssmdecode.bench import ceiling as ceiling_module
 from ssmdecode.bench.ceiling import bandwidth_tbps, measure_ceiling, measure_peak
-from ssmdecode.bench.inputs import make_inputs
+from ssmdecode.bench.inputs import PAD_SLOT_ID, make_inputs
 from ssmdecode.bench.report import markdown_table, plot_vs_batch, write_outputs
 from ssmdecode.bench.timer import COLD_L2_FACTOR, MIN_CALLS, cold_rotation, l2_bytes, time_cold
 from ssmdecode.shapes import PRESETS, Shape, parse_dtype, per_rank
@@ -190,6 +190,30 @@ def test_untied_inputs_are_dense() -> None:
     for t in (inp.x, inp.dt, inp.A, inp.B, inp.C, inp.D, inp.dt_bias):
         assert t.is_contiguous()
     assert inp.state.dtype == torch.bfloat16 and inp.x.dtype == torch.float16
+
+
+def test_inputs_with_a_token_dim_dst_slots_and_pad_rows() -> None:
+    inp = make_inputs(2, 4, 6, 10, 2, pool=9, rotation=2, tokens=3, dst=True, pad_rows=(1,),
+                      has_z=True)
+    assert inp.x.shape == inp.dt.shape == inp.z.shape == inp.out.shape == (2, 3, 4, 6)
+    assert inp.B.shape == inp.C.shape == (2, 3, 2, 10) and inp.dt.stride()[-1] == 0
+    assert inp.B.untyped_storage().data_ptr() == inp.x.untyped_storage().data_ptr()
+    assert inp.state.shape[0] == 9 and inp.rotation == 2
+    assert (inp.slot_sets[:, 1] == PAD_SLOT_ID).all()
+    live = [*inp.slot_sets[:, 0].tolist(), *inp.dst_slot_sets.flatten().tolist()]
+    assert len(set(live)) == 6 and min(live) >= 0 and max(live) < 9  # read and written: disjoint
+    kwargs = inp.kwargs(3)
+    assert torch.equal(kwargs["dst_state_batch_indices"], inp.dst_slot_sets[1])
+
+
+def test_mamba1_inputs_without_indices() -> None:
+    inp = make_inputs(3, 1, 6, 10, 1, tie=False, indices=None, layout="mamba1", has_D=False)
+    assert inp.state.shape == (3, 6, 10) and inp.x.shape == inp.out.shape == (3, 6)
+    assert inp.A.shape == (6, 10) and inp.B.shape == (3, 10) and inp.dt_bias.shape == (6,)
+    kwargs = inp.kwargs()
+    assert "state_batch_indices" not in kwargs and kwargs["D"] is None
+    with pytest.raises(ValueError, match="one head and group"):
+        make_inputs(3, 2, 6, 10, 1, layout="mamba1")
 
 
 def test_make_inputs_rejects_a_pool_smaller_than_the_batch() -> None:

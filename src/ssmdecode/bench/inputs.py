@@ -15,8 +15,9 @@ the Mamba1 layout (H = G = 1 squeezed away), a token dim T (x, dt, z, out [B, T,
 
 Values are random, never zeros: x, B, C, dt, D, z and the state are standard normal; A is
 -uniform(1, 16), the range of Mamba2's A_init_range; dt_bias is uniform(-4, -3), so that
-softplus(dt_bias) is 0.02 to 0.05, inside the [0.001, 0.1] Mamba2 initialises dt to. The same
-seed on the same device and torch version gives the same values.
+softplus(dt_bias) is 0.02 to 0.05, inside the [0.001, 0.1] Mamba2 initialises dt to; without
+softplus, dt is uniform(0.001, 0.1) and dt_bias uniform(0, 0.01). The same seed on the same
+device and torch version gives the same values.
 """
 
 from __future__ import annotations
@@ -162,6 +163,14 @@ def make_inputs(
     def uniform(low: float, high: float, *shape: int) -> torch.Tensor:
         return torch.rand(*shape, generator=gen, device=device) * (high - low) + low
 
+    def draw_dt(*shape: int) -> torch.Tensor:
+        # Without softplus the caller's dt is already a step size: positive, in Mamba2's range
+        # (a negative dt' would make exp(A dt') grow the state without bound).
+        return normal(*shape, dt=dtype) if softplus else uniform(1e-3, 1e-1, *shape).to(dtype)
+
+    def draw_dt_bias(*shape: int) -> torch.Tensor:
+        return uniform(-4.0, -3.0, *shape) if softplus else uniform(0.0, 1e-2, *shape)
+
     H, P, N, G = nheads, headdim, dstate, ngroups
     lead = (batch,) if tokens is None else (batch, tokens)
     state = normal(pool, H, P, N, dt=state_dtype)
@@ -170,18 +179,18 @@ def make_inputs(
         x = xbc[..., : H * P].view(*lead, H, P)
         B = xbc[..., H * P : H * P + G * N].view(*lead, G, N)
         C = xbc[..., H * P + G * N :].view(*lead, G, N)
-        dt = normal(*lead, H, dt=dtype)[..., None].expand(*lead, H, P)
+        dt = draw_dt(*lead, H)[..., None].expand(*lead, H, P)
         A = (-uniform(1.0, 16.0, H))[:, None, None].expand(H, P, N)
         D = normal(H)[:, None].expand(H, P)
-        dt_bias = uniform(-4.0, -3.0, H)[:, None].expand(H, P)
+        dt_bias = draw_dt_bias(H)[:, None].expand(H, P)
     else:
         x = normal(*lead, H, P, dt=dtype)
         B = normal(*lead, G, N, dt=dtype)
         C = normal(*lead, G, N, dt=dtype)
-        dt = normal(*lead, H, P, dt=dtype)
+        dt = draw_dt(*lead, H, P)
         A = -uniform(1.0, 16.0, H, P, N)
         D = normal(H, P)
-        dt_bias = uniform(-4.0, -3.0, H, P)
+        dt_bias = draw_dt_bias(H, P)
     slot_sets = dst_slot_sets = None
     if indices is not None:
         perm = torch.randperm(pool, generator=gen, device=device)
