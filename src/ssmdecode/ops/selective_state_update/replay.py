@@ -540,6 +540,32 @@ def selective_state_replay(
     return result
 
 
+@triton.jit
+def _advance_kernel(p_start, p_cached, p_accepted, p_slots, n, tokens, ring, pad_slot_id,
+                    HAS_SLOTS: tl.constexpr, FLUSHED: tl.constexpr, BLOCK: tl.constexpr):
+    # Request b's slot: flushed when cached + 2 T > R (the kernel's rule) or FLUSHED; then the
+    # ring starts past the cached tokens and holds the accepted drafts; else it holds more.
+    o_b = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m_b = o_b < n
+    if HAS_SLOTS:
+        i_slot = tl.load(p_slots + o_b, mask=m_b, other=pad_slot_id).to(tl.int64)
+        m_b = m_b & (i_slot != pad_slot_id)
+    else:
+        i_slot = o_b.to(tl.int64)
+    start = tl.load(p_start + i_slot, mask=m_b, other=0)
+    cached = tl.load(p_cached + i_slot, mask=m_b, other=0)
+    accepted = tl.load(p_accepted + o_b, mask=m_b, other=0).to(tl.int32)
+    if FLUSHED:
+        flush = cached >= 0
+    else:
+        flush = cached + 2 * tokens > ring
+    tl.store(p_start + i_slot, tl.where(flush, (start + cached) % ring, start), mask=m_b)
+    tl.store(p_cached + i_slot, tl.where(flush, 0, cached) + accepted, mask=m_b)
+
+
+_ADVANCE_BLOCK = 1024
+
+
 def replay_advance(
     ring_start: torch.Tensor,
     num_cached: torch.Tensor,
@@ -553,22 +579,32 @@ def replay_advance(
     """The bookkeeping after a verify step, once for all layers (they share it): a request's
     slot flushed when num_cached + 2 T > R, as the kernel decided; then ring_start advances
     by num_cached (mod R) and num_cached becomes num_accepted; otherwise num_cached grows by
-    num_accepted. flushed=True: every slot flushed (after replay_flush). Device tensors in
-    place, no synchronization (CUDA-graph safe). num_accepted: int [B], the drafts each request
-    accepted (0 to T)."""
-    if state_batch_indices is None:
-        slots = torch.arange(num_accepted.shape[0], device=num_accepted.device)
-    else:
-        slots = state_batch_indices.long()
-    live = slots != pad_slot_id
-    slots = torch.where(live, slots, 0)
-    cached = num_cached.index_select(0, slots)
-    start = ring_start.index_select(0, slots)
-    flush = (cached + 2 * tokens > ring) | flushed
-    new_start = torch.where(flush, (start + cached) % ring, start)
-    new_cached = torch.where(flush, 0, cached) + num_accepted.to(cached.dtype)
-    ring_start.index_put_((slots,), torch.where(live, new_start, start).to(ring_start.dtype))
-    num_cached.index_put_((slots,), torch.where(live, new_cached, cached).to(num_cached.dtype))
+    num_accepted. flushed=True: every slot flushed (after replay_flush). One small kernel on
+    the device tensors, in place, no synchronization (CUDA-graph safe). num_accepted: int [B],
+    the drafts each request accepted (0 to T); state_batch_indices [B], pad_slot_id skipped."""
+    for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
+            raise TypeError(f"{name} must be an int32 tensor [S]")
+    if not isinstance(num_accepted, torch.Tensor) or num_accepted.dim() != 1:
+        raise TypeError("num_accepted must be an int tensor [B]")
+    n = num_accepted.shape[0]
+    if state_batch_indices is not None and tuple(state_batch_indices.shape) != (n,):
+        raise ValueError(f"state_batch_indices has shape {tuple(state_batch_indices.shape)}; "
+                         f"expected ({n},), one slot a request of num_accepted")
+    if n == 0:
+        return
+    device = ring_start.device
+    if device.type != "cuda" and not interpreted():
+        raise ValueError(f"ring_start is on {device}: CPU tensors run only under Triton's "
+                         "interpreter")
+    grid = (triton.cdiv(n, _ADVANCE_BLOCK),)
+    launch = Launch(_advance_kernel, grid, (
+        ring_start, num_cached, num_accepted.contiguous(),
+        None if state_batch_indices is None else state_batch_indices.contiguous(),
+        n, tokens, ring, pad_slot_id,
+    ), dict(HAS_SLOTS=state_batch_indices is not None, FLUSHED=flushed, BLOCK=_ADVANCE_BLOCK,
+            num_warps=4))
+    _run(device, launch)
 
 
 def replay_flush(
