@@ -11,7 +11,7 @@ import torch
 
 from ssmdecode import cli
 from ssmdecode.bench.timer import Timing
-from ssmdecode.config import LaunchConfig, load_table, table_key, write_table
+from ssmdecode.config import LaunchConfig, TableEntry, load_table, load_table_entries, table_key, write_table
 from ssmdecode.tools import tune
 from ssmdecode.tools.tune import Measured, choose
 from test_cli_verify import perturb_out_of
@@ -155,6 +155,24 @@ def test_a_tune_split_over_runs_keeps_and_smooths_against_earlier_buckets(
     report = json.loads((tmp_path / "tune.json").read_text())
     assert report["kept_from_existing_table"] == {KEY: [1]}
     assert "previous bucket" in report["keys"][KEY][0]["reason"]
+
+
+def test_each_tuned_bucket_names_its_run_and_kept_entries_keep_theirs(tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    earlier = {"command": "ssmdecode tune --batch 1", "date": "2026-11-29T10:00:00+00:00",
+               "git_commit": "abc1234"}
+    write_table("cpu", {KEY: {1: TableEntry(LaunchConfig(4, 1), earlier)}}, {"made_by": "earlier"},
+                tmp_path)
+    fake_timer(monkeypatch, {})
+    assert cli.main(["tune", *TINY, "--batch", "2", "4", "--config", "4,1",
+                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    entries = load_table_entries("cpu", tmp_path)[KEY]
+    assert entries[1].tuned_by == earlier
+    env = json.loads((tmp_path / "tune.json").read_text())["environment"]
+    for bucket in (2, 4):
+        assert entries[bucket].tuned_by == {"command": env["command"], "date": env["date_utc"],
+                                            "git_commit": env["git_commit"]}
+    assert env["command"].startswith("ssmdecode tune --heads 2")
 
 
 # --- timing inside a model step ---------------------------------------------------------------

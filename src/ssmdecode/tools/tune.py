@@ -26,8 +26,9 @@ fraction of what is timed, so the noise floor defaults to 0.5% of the step inste
 Writes the table with config.write_table into --out-dir (default: the package's configs
 folder). Entries already there that this run did not tune (other keys, other buckets) are
 kept, so a long tune can be split over runs by --batch; the first bucket of a run then
-smooths against the table's bucket below it. Every timing goes to tune.json and tune.md in
-the results folder.
+smooths against the table's bucket below it. Each entry written says which run chose it
+(`tuned_by`: the command line, the UTC date and the git commit); the entries kept keep theirs.
+Every timing goes to tune.json and tune.md in the results folder.
 """
 
 from __future__ import annotations
@@ -279,10 +280,12 @@ def run(args: argparse.Namespace) -> int:
     progress.close()
 
     env = environment(device, args.command_line)
+    # Each tuned bucket names the run that chose it; the entries kept keep their own.
+    tuned_by = {"command": args.command_line, "date": env["date_utc"], "git_commit": env["git_commit"]}
     entries: dict[str, dict[int, TableEntry]] = {key: dict(old) for key, old in existing.items()}
     for key, results in report.items():
         entries.setdefault(key, {}).update(
-            {r["batch"]: TableEntry(LaunchConfig.from_dict(r["choice"])) for r in results})
+            {r["batch"]: TableEntry(LaunchConfig.from_dict(r["choice"]), tuned_by) for r in results})
     table = write_table(dev_key, entries, {
         "device": env["device"], "made_by": args.command_line, "date": env["date_utc"],
         "torch": torch.__version__, "triton": triton.__version__,
