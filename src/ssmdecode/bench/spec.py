@@ -1,0 +1,249 @@
+"""Inputs, ceilings and timings of speculative-decoding verify calls, by the bench method
+(docs/measuring.md): T draft tokens a request, K disjoint sets of slots (and buffer rows)
+rotating so that every call finds its states in HBM.
+
+Modes, as the engines call the kernel (MEASURING's baselines were measured the same way):
+
+    buffer  sglang's verify: x [B, T, H, P], the state read, every token's state written to
+            the intermediate-state buffer (rows of the call's set), disable_state_update
+    dst     vLLM's MTP / EAGLE: the T tokens packed (cu_seqlens), state_batch_indices and
+            dst_state_batch_indices [B, T] (the same slots, vLLM's default), the initial state
+            at column num_accepted - 1 (accepted counts drawn in 1 .. T)
+    replay  selective_state_replay: checkpoints, rings and bookkeeping; each timed call is one
+            verify step plus its bookkeeping (replay_advance) with accepted counts drawn in
+            1 .. T, so consecutive steps run in steady state, flushes and all
+
+Bytes a call must move: buffer and dst read 1 state and write T a request; replay reads 1 and
+writes the flushing fraction f of them, plus its rings. Ceilings, over the call's own slots and
+rows, no math: the 1 -> T stream (bench.fanout) for buffer and dst; for replay the read-only
+stream and the read-write stream of the same slots (the design's floor is read-only + f x the
+write part + the rings at the read-write stream's bandwidth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmdecode.bench.ceiling import measure_gather_ceiling
+from ssmdecode.bench.fanout import fanout_calls
+from ssmdecode.bench.inputs import DecodeInputs, make_shape_inputs
+from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update import (
+    replay_advance,
+    selective_state_replay,
+    selective_state_update,
+)
+from ssmdecode.shapes import Shape
+
+__all__ = [
+    "SPEC_MODES",
+    "SpecInputs",
+    "make_spec_inputs",
+    "measure_spec_ceiling",
+    "spec_bytes",
+    "time_spec_config",
+]
+
+SPEC_MODES = ("buffer", "dst", "replay")
+# The replay window (cached tokens a ring holds besides the drafts) when none is given.
+DEFAULT_WINDOW = 8
+
+
+@dataclass
+class SpecInputs:
+    """K verify calls on one pool: base holds the tensors (x, dt, B, C as [B, T, ...]);
+    sets the per-call indices. For dst the per-token tensors are also packed ([B*T, ...])."""
+
+    mode: str
+    tokens: int
+    base: DecodeInputs
+    src: torch.Tensor  # [K, B] read slots (buffer, replay) or [K, B, T] the slots (dst)
+    rows: torch.Tensor | None = None  # [K, B] buffer rows (buffer)
+    accepted: torch.Tensor | None = None  # [K, B] accepted counts (dst: of the previous step)
+    buffer: torch.Tensor | None = None
+    cu_seqlens: torch.Tensor | None = None
+    rings: dict[str, torch.Tensor] = field(default_factory=dict)
+    window: int = 0
+
+    @property
+    def rotation(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def ring(self) -> int:
+        return self.window + self.tokens
+
+    def kwargs(self, i: int, state: torch.Tensor | None = None,
+               out: torch.Tensor | None = None) -> dict[str, object]:
+        """Keyword arguments of call i (set i mod K): of selective_state_update for buffer
+        and dst, of selective_state_replay for replay."""
+        i %= self.rotation
+        b = self.base
+        kw: dict[str, object] = dict(state=b.state if state is None else state, A=b.A, D=b.D,
+                                     dt_bias=b.dt_bias, dt_softplus=b.dt_softplus, z=b.z)
+        if self.mode == "dst":
+            batch = self.src.shape[1]
+            flat = batch * self.tokens
+            kw.update(x=b.x.reshape(flat, *b.x.shape[2:]), dt=b.dt.flatten(0, 1),
+                      B=b.B.reshape(flat, *b.B.shape[2:]), C=b.C.reshape(flat, *b.C.shape[2:]),
+                      state_batch_indices=self.src[i], dst_state_batch_indices=self.src[i],
+                      num_accepted_tokens=self.accepted[i], cu_seqlens=self.cu_seqlens,
+                      fast_exp=True)
+            if b.z is not None:
+                kw["z"] = b.z.reshape(flat, *b.z.shape[2:])
+            o = b.out.reshape(flat, *b.out.shape[2:])
+        else:
+            kw.update(x=b.x, dt=b.dt, B=b.B, C=b.C, state_batch_indices=self.src[i])
+            o = b.out
+        if self.mode == "buffer":
+            kw.update(intermediate_states=self.buffer, intermediate_state_indices=self.rows[i],
+                      disable_state_update=True)
+        if self.mode == "replay":
+            kw.update(self.rings)
+        kw["out"] = o if out is None else out
+        return kw
+
+    def fanout(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(read slots [B], destination tensor, places [B, T]) of call i's 1 -> T stream."""
+        if self.mode == "buffer":
+            t = torch.arange(self.tokens, device=self.rows.device)
+            return self.src[i], self.buffer, self.rows[i].long()[:, None] * self.buffer.shape[1] + t
+        if self.mode == "dst":
+            col = (self.accepted[i].long() - 1).clamp(min=0)
+            read = self.src[i].gather(1, col[:, None])[:, 0]
+            return read, self.base.state, self.src[i]
+        raise ValueError("replay calls have no 1 -> T stream: see measure_spec_ceiling")
+
+
+def spec_bytes(shape: Shape, batch: int, tokens: int, mode: str, flush: float = 0.0,
+               window: int = DEFAULT_WINDOW) -> int:
+    """Bytes a verify call must move: its states (1 read + T writes a request, or for replay
+    1 read + the flushing fraction of a write, plus the rings' reads and appends)."""
+    state = shape.state_bytes(batch)
+    if mode in ("buffer", "dst"):
+        return state * (1 + tokens)
+    per_token = batch * (shape.nheads * shape.headdim * shape.dtype.itemsize
+                         + shape.ngroups * shape.dstate * shape.dtype.itemsize + shape.nheads * 4)
+    cached = window / 2  # the mean cached count in steady state is about half the window
+    return int(state * (1 + flush) + per_token * (cached + tokens))
+
+
+def make_spec_inputs(shape: Shape, batch: int, tokens: int, mode: str, device: torch.device,
+                     seed: int, rotation: int | None = None, window: int = DEFAULT_WINDOW
+                     ) -> SpecInputs:
+    """K sets (by cold_rotation of the bytes a call touches, unless given) of disjoint slots,
+    buffer rows and rings for verify calls of T draft tokens a request."""
+    if mode not in SPEC_MODES:
+        raise ValueError(f"mode must be one of {SPEC_MODES}, got {mode!r}")
+    if tokens < 1:
+        raise ValueError(f"tokens must be >= 1, got {tokens}")
+    per_request = tokens if mode == "dst" else 1  # distinct slots a request of a set uses
+    touched = shape.state_bytes(batch) * (1 + tokens)
+    rotation = rotation or cold_rotation(touched, device)
+    pool = rotation * batch * per_request
+    base = make_shape_inputs(shape, batch, device, seed, tokens=tokens, pool=pool,
+                             rotation=rotation)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    perm = torch.randperm(pool, generator=gen, device=device).to(torch.int32)
+    src = perm.view(rotation, batch, per_request)
+    spec = SpecInputs(mode, tokens, base, src[..., 0].contiguous() if per_request == 1 else src)
+    if mode == "buffer":
+        spec.buffer = torch.zeros(rotation * batch, tokens, *base.state.shape[1:],
+                                  dtype=base.state.dtype, device=device)
+        spec.rows = torch.randperm(rotation * batch, generator=gen, device=device).to(
+            torch.int32).view(rotation, batch)
+    if mode == "dst":
+        spec.accepted = torch.randint(1, tokens + 1, (rotation, batch), generator=gen,
+                                      device=device, dtype=torch.int32)
+        spec.cu_seqlens = torch.arange(0, batch * tokens + 1, tokens, dtype=torch.int32,
+                                       device=device)
+    if mode == "replay":
+        spec.window = window
+        ring = window + tokens
+        H, P, N, G = shape.nheads, shape.headdim, shape.dstate, shape.ngroups
+        spec.rings = dict(
+            x_cache=torch.randn(pool, H, ring, P, generator=gen, device=device).to(shape.dtype),
+            B_cache=torch.randn(pool, G, ring, N, generator=gen, device=device).to(shape.dtype),
+            dt_cache=torch.rand(pool, H, ring, generator=gen, device=device) * 0.05,
+            ring_start=torch.randint(0, ring, (pool,), generator=gen, device=device,
+                                     dtype=torch.int32),
+            num_cached=torch.randint(0, window + 1, (pool,), generator=gen, device=device,
+                                     dtype=torch.int32),
+        )
+        spec.accepted = torch.randint(1, tokens + 1, (rotation, batch), generator=gen,
+                                      device=device, dtype=torch.int32)
+    return spec
+
+
+def call(spec: SpecInputs, i: int, config: LaunchConfig | None,
+         fn: Callable[..., object] | None = None) -> None:
+    """Verify call i (replay: and its bookkeeping) with config."""
+    if spec.mode == "replay":
+        kw = spec.kwargs(i)
+        selective_state_replay(**kw, config=config)
+        replay_advance(spec.rings["ring_start"], spec.rings["num_cached"],
+                       spec.accepted[i % spec.rotation], spec.tokens, spec.ring,
+                       spec.src[i % spec.rotation])
+    else:
+        (fn or selective_state_update)(**spec.kwargs(i), config=config)
+
+
+def time_spec_config(spec: SpecInputs, config: LaunchConfig, device: torch.device,
+                     fn: Callable[..., object] | None = None) -> Timing:
+    """One verify call's time with config (replay: a step, its bookkeeping included), call i
+    on set i mod K, by the cold-L2 CUDA-graph timer."""
+    return time_cold(lambda i: call(spec, i, config, fn), device, rotation=spec.rotation)
+
+
+@triton.jit
+def _read_kernel(p_pool, p_slots, p_sink, stride_slot, words, never, BLOCK: tl.constexpr):
+    # The read-only stream: every word of slot slots[b] loaded once, nothing stored (the store
+    # hangs on a sum of the words that never equals the runtime `never`, so the loads stay).
+    i_slot = tl.load(p_slots + tl.program_id(1), eviction_policy="evict_last").to(tl.int64)
+    o_word = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m_word = o_word < words
+    b_word = tl.load(p_pool + i_slot * stride_slot + o_word, mask=m_word, eviction_policy="evict_first")
+    total = tl.sum((b_word & 1).to(tl.int32), axis=0)  # no overflow: at most BLOCK
+    if total == never:  # never (-1: a runtime value the compiler cannot see through)
+        tl.store(p_sink + tl.program_id(1), total)
+
+
+def measure_spec_ceiling(spec: SpecInputs, device: torch.device) -> dict[str, Timing]:
+    """The streams a verify call is held to, over its own slots and rows, rotating as the calls:
+    buffer and dst: {"fanout": the 1 -> T stream}; replay: {"read": the read-only stream,
+    "read_write": the gather (read + write back) stream}."""
+    state = spec.base.state
+    if spec.mode != "replay":
+        places = [spec.fanout(i) for i in range(spec.rotation)]
+        reads = torch.stack([p[0] for p in places])
+        calls = fanout_calls(state, reads, places[0][1], [p[2] for p in places])
+        return {"fanout": time_cold(calls, device)}
+    words = state[0].nbytes // 4
+    pool = state.view(-1).view(torch.int32).view(state.shape[0], words)
+    sink = torch.zeros(spec.src.shape[1], dtype=torch.int32, device=device)
+    grid = (triton.cdiv(words, 1024), spec.src.shape[1])
+    rows = [s.contiguous() for s in spec.src]
+    read = time_cold([lambda r=r: _read_kernel[grid](pool, r, sink, words, words, -1, BLOCK=1024,
+                                                     num_warps=4) for r in rows], device)
+    return {"read": read, "read_write": measure_gather_ceiling(state, spec.src)}
+
+
+def flush_fraction(spec: SpecInputs, steps: int = 64) -> float:
+    """The fraction of requests whose step flushes, in the steady state the timed steps run
+    in: steps of the bookkeeping alone from the spec's, on copies (nothing changes)."""
+    start = spec.rings["ring_start"].clone()
+    cached = spec.rings["num_cached"].clone()
+    flushed = total = 0
+    for i in range(steps):
+        slots = spec.src[i % spec.rotation].long()
+        flushed += int(((cached[slots] + 2 * spec.tokens) > spec.ring).sum())
+        total += slots.numel()
+        replay_advance(start, cached, spec.accepted[i % spec.rotation], spec.tokens, spec.ring,
+                       spec.src[i % spec.rotation])
+    return flushed / total if total else 0.0
