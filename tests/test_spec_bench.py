@@ -56,3 +56,18 @@ def test_fanout_places_are_the_calls_places() -> None:
     assert torch.equal(read, s.src[0][torch.arange(2), col])
     assert dst is s.base.state and torch.equal(places, s.src[0])
     assert spec.spec_bytes(SHAPE, 2, 3, "dst") == 4 * SHAPE.state_bytes(2)
+
+
+@pytest.mark.parametrize("mode", ["buffer", "dst", "replay"])
+def test_reference_check_and_bit_compare(mode: str) -> None:
+    s = spec.make_spec_inputs(SHAPE, batch=2, tokens=2, mode=mode, device=torch.device(DEVICE),
+                              seed=3, rotation=1, window=2)
+    ok, summary = spec.check_spec_against_reference(s, CONFIG)
+    assert ok, summary
+    # Under the interpreter a row sum is numpy's for every layout (tl.sum) or the spelled-out
+    # upstream tree (ordered): equal within each kind, different across, which the compare
+    # must see.
+    plain, ordered = LaunchConfig(4, 1), LaunchConfig(8, 1, True, True, True)
+    same = spec.compare_spec_configs(s, CONFIG, [plain, ordered])
+    assert same == {plain: True, ordered: False}, same
+    assert spec.compare_spec_configs(s, LaunchConfig(4, 1, True, True, True), [ordered]) == {ordered: True}

@@ -235,8 +235,9 @@ def _cuda_device_key(index: int) -> str:
 
 # What a call writes besides out (see Call.mode in ops/selective_state_update/checks.py):
 # single-token decode, or T tokens a request writing the final state, every token's state to an
-# intermediate buffer (sglang's verify), or every token's state to its own slot (vLLM's).
-MODES = ("single", "final", "buffer", "dst")
+# intermediate buffer (sglang's verify), or every token's state to its own slot (vLLM's); or a
+# verify step by replay (selective_state_replay).
+MODES = ("single", "final", "buffer", "dst", "replay")
 
 
 def table_key(
@@ -259,7 +260,7 @@ def table_key(
 
 _KEY_RE = re.compile(
     r"^headdim=(\d+) dstate=(\d+) state=(float32|bfloat16|float16)"
-    r"(?: mode=(final|buffer|dst) tokens=([1-9]\d*))?$"
+    r"(?: mode=(final|buffer|dst|replay) tokens=([1-9]\d*))?$"
 )
 
 
@@ -312,7 +313,7 @@ def _validate_table(path: Path, data: Any) -> Table:
     for key, buckets in entries.items():
         if not _KEY_RE.match(key):
             raise fail(f"entries.{key}", "key must read 'headdim=P dstate=N state=DTYPE', then "
-                       "optionally ' mode=final|buffer|dst tokens=T'")
+                       "optionally ' mode=final|buffer|dst|replay tokens=T'")
         if not isinstance(buckets, dict) or not buckets:
             raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
         table[key] = {}

@@ -247,3 +247,94 @@ def flush_fraction(spec: SpecInputs, steps: int = 64) -> float:
         replay_advance(start, cached, spec.accepted[i % spec.rotation], spec.tokens, spec.ring,
                        spec.src[i % spec.rotation])
     return flushed / total if total else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# correctness before speed, and bits across configs
+
+
+def _fresh_copies(spec: SpecInputs) -> dict[str, torch.Tensor]:
+    """Copies of what a call writes (its state pool, buffer or rings), from spec's values."""
+    copies = {"state": spec.base.state.clone()}
+    if spec.buffer is not None:
+        copies["intermediate_states"] = torch.full_like(spec.buffer, float("nan"))
+    for name in ("x_cache", "B_cache", "dt_cache"):
+        if name in spec.rings:
+            copies[name] = spec.rings[name].clone()
+    return copies
+
+
+def run_spec_config(spec: SpecInputs, config: LaunchConfig, i: int = 0,
+                    out_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """What call i with config writes, from fresh copies of the initial values (the spec stays
+    reusable): {"out", "state", and "intermediate_states" or the rings}, out NaN-poisoned
+    first and stored in out_dtype (default x's). The bookkeeping is not advanced."""
+    copies = _fresh_copies(spec)
+    kw = spec.kwargs(i)
+    out = torch.full(kw["out"].shape, float("nan"), dtype=out_dtype or kw["out"].dtype,
+                     device=kw["out"].device)
+    kw.update(copies, out=out)
+    if spec.mode == "replay":
+        selective_state_replay(**kw, config=config)
+    else:
+        selective_state_update(**kw, config=config)
+    return {"out": out, **copies}
+
+
+def spec_reference(spec: SpecInputs, i: int = 0) -> dict[str, torch.Tensor]:
+    """The float64 reference of call i: {"out", "state", and "intermediate_states" or the
+    rings}, as run_spec_config returns them."""
+    from ssmdecode.ops.selective_state_update import (
+        selective_state_replay_reference,
+        selective_state_update_reference,
+    )
+
+    copies = _fresh_copies(spec)
+    kw = {k: v for k, v in spec.kwargs(i).items() if k not in ("out", "fast_exp")}
+    kw.update(copies)
+    if spec.mode == "replay":
+        out, state, xc, Bc, dtc = selective_state_replay_reference(**kw)
+        return {"out": out, "state": state, "x_cache": xc, "B_cache": Bc, "dt_cache": dtc}
+    got = selective_state_update_reference(**kw)
+    result = {"out": got[0], "state": got[1]}
+    if len(got) == 3:
+        result["intermediate_states"] = got[2]
+    return result
+
+
+def check_spec_against_reference(spec: SpecInputs, config: LaunchConfig) -> tuple[bool, str]:
+    """Call 0 with config against the float64 reference, by the one tolerance table (the
+    rings' dt' to float32, their x and B copies bit for bit; the buffer's unwritten rows and
+    out's rows of pad requests left out). (within, summary)."""
+    from ssmdecode.numerics import tolerance_check
+
+    got, want = run_spec_config(spec, config), spec_reference(spec)
+    parts, ok = [], True
+    for name, g in got.items():
+        w = want[name]
+        if name == "intermediate_states":
+            live = ~w.isnan().flatten(2).all(2)
+            g, w = g[live], w[live]
+        if name in ("x_cache", "B_cache"):
+            within = bool(torch.equal(g, w))
+            parts.append(f"{name} {'identical' if within else 'DIFFERS'}")
+        else:
+            c = tolerance_check(g, w.to(torch.float64))
+            within = c.within
+            parts.append(f"{name} {c.max_abs:.2e} ({c.worst_excess:.2f}x tolerance)")
+        ok &= within
+    return ok, "; ".join(parts)
+
+
+def compare_spec_configs(spec: SpecInputs, reference: LaunchConfig,
+                         configs: list[LaunchConfig]) -> dict[LaunchConfig, bool]:
+    """Each config against reference, bit for bit (out stored as float32, the strict check,
+    and everything the call writes), from the same inputs and initial values."""
+    from ssmdecode.numerics import bits
+
+    want = run_spec_config(spec, reference, out_dtype=torch.float32)
+    result = {}
+    for config in configs:
+        got = run_spec_config(spec, config, out_dtype=torch.float32)
+        result[config] = all(torch.equal(bits(got[k]), bits(want[k])) for k in want)
+    return result

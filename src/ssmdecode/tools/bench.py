@@ -6,6 +6,14 @@ Bytes that must move: the state, read once and written once: 2 x batch x H x P x
 size. Each batch is held to the ceiling measured in the same run (ssmdecode.bench.ceiling);
 the large-transfer peak is reported beside it, and the gather ceiling: the same stream over the
 call's own slots, what their places in the pool allow.
+
+With --tokens T (speculative decoding's verify step, T draft tokens a request) and --mode
+(buffer: sglang's intermediate-state buffer; dst: vLLM's per-token slots with accepted counts;
+replay: selective_state_replay in steady state), each call is held to the streams of its own
+bytes over its own slots and rows (ssmdecode.bench.spec): the 1 -> T stream (1 state read, T
+written a request), or for replay the design's floor (the read-only stream, the flushing
+fraction of the read-write stream's write part, the rings); and to the fastest upstream-grid
+config (BLOCK_M, warps) measured beside it.
 """
 
 from __future__ import annotations
@@ -27,6 +35,16 @@ from ssmdecode.bench.report import (
     plot_vs_batch,
     results_dir,
     write_outputs,
+)
+from ssmdecode.bench.spec import (
+    DEFAULT_WINDOW,
+    SPEC_MODES,
+    check_spec_against_reference,
+    flush_fraction,
+    make_spec_inputs,
+    measure_spec_ceiling,
+    spec_bytes,
+    time_spec_config,
 )
 from ssmdecode.bench.timer import Timing, method
 from ssmdecode.cli_args import (
@@ -84,11 +102,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "of the graph may start under the previous one's tail; the ceiling is also "
                    "timed launched that way (the pdl ceiling), and every rotation holds at "
                    "least 2 slot sets, so that no call reads what the call before it writes")
+    s = p.add_argument_group("speculative decoding (verify calls of T draft tokens a request)")
+    s.add_argument("--tokens", type=int, nargs="+",
+                   help="draft tokens a request, T (several: one table each); times verify calls "
+                   "instead of single-token ones")
+    s.add_argument("--mode", choices=SPEC_MODES, nargs="+", default=["buffer"],
+                   help="how a verify call writes: buffer (sglang's intermediate-state buffer, "
+                   "disable_state_update), dst (vLLM's per-token slots, num_accepted_tokens, "
+                   "cu_seqlens), replay (selective_state_replay, steady state); several in one "
+                   "run (default buffer)")
+    s.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"replay: cached tokens a ring holds besides the drafts (default "
+                   f"{DEFAULT_WINDOW}; the ring is window + T long)")
     add_common_arguments(p, "folder for bench.json, bench.md and bench.png "
                          "(default benchmarks/results/<device_key>/)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tokens:
+        return run_spec(args)
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
     batches = batches_from_args(args, device)
@@ -167,4 +199,102 @@ def run(args: argparse.Namespace) -> int:
     print("wrote " + ", ".join(map(str, paths)))
     if device.type != "cuda":
         print(MEANINGLESS + " Timings need a GPU.")
+    return 0
+
+
+def run_spec(args: argparse.Namespace) -> int:
+    """bench --tokens: verify calls of each mode and T against their streams and against the
+    fastest upstream-grid config of the same run."""
+    device = device_from_args(args)
+    (shape,) = shapes_from_args(args, device)
+    batches = batches_from_args(args, device)
+    if min(args.tokens) < 1 or args.window < 1:
+        raise SystemExit("ssmdecode bench: --tokens and --window must be >= 1")
+    if device.type != "cuda":
+        print(MEANINGLESS)
+    for mode in args.mode:  # correctness before speed, at the smallest batch
+        for tokens in args.tokens:
+            spec = make_spec_inputs(shape, min(batches), tokens, mode, device, args.seed,
+                                    rotation=1, window=args.window)
+            for cs in args.config:
+                config = cs.resolve(shape, min(batches), device, mode, tokens)
+                ok, line = check_spec_against_reference(spec, config)
+                print(f"{'ok  ' if ok else 'FAIL'} {mode} T={tokens} {cs.text} {config.label}: {line}")
+                if not ok:
+                    print("the kernel disagrees with the float64 reference: not timing it")
+                    return 1
+    rows: list[dict[str, object]] = []
+    for mode in args.mode:
+        for tokens in args.tokens:
+            for batch in batches:
+                spec = make_spec_inputs(shape, batch, tokens, mode, device, args.seed,
+                                        window=args.window)
+                streams = measure_spec_ceiling(spec, device)
+                flush = flush_fraction(spec) if mode == "replay" else None
+                moved = spec_bytes(shape, batch, tokens, mode, flush or 0.0, args.window)
+                if mode == "replay":
+                    read, rw = streams["read"].us, streams["read_write"].us
+                    rings = moved - shape.state_bytes(batch) * (1 + flush)
+                    ceiling_us = read + flush * (rw - read) + rings / (2 * shape.state_bytes(batch)) * rw
+                else:
+                    ceiling_us = streams["fanout"].us
+                for cs in args.config:
+                    config = cs.resolve(shape, batch, device, mode, tokens)
+                    timing = time_spec_config(spec, config, device)
+                    rows.append({
+                        "mode": mode, "tokens": tokens, "batch": batch, "config": cs.text,
+                        "launch": config.label, "launch_config": config.to_dict(),
+                        "upstream_grid": config.upstream_grid, "us": timing.us,
+                        "bytes_moved": moved, "tbps": moved / (timing.us * 1e-6) / 1e12,
+                        "ceiling_us": ceiling_us, "fraction_of_ceiling": ceiling_us / timing.us,
+                        "streams": {k: t.to_dict() for k, t in streams.items()},
+                        "flush_fraction": flush, "window": args.window if mode == "replay" else None,
+                        "timing": timing.to_dict(),
+                    })
+                    log.info("%s T=%d %s %s batch %d: %.2f us (ceiling %.2f)", mode, tokens,
+                             cs.text, config.label, batch, timing.us, ceiling_us)
+                del spec
+    for row in rows:  # against the fastest upstream-grid config of its (mode, T, batch)
+        peers = [r["us"] for r in rows if r["upstream_grid"] and (r["mode"], r["tokens"], r["batch"])
+                 == (row["mode"], row["tokens"], row["batch"])]
+        row["best_upstream_grid_us"] = min(peers) if peers else None
+        row["vs_best_upstream_grid"] = min(peers) / row["us"] if peers else None
+
+    env = environment(device, args.command_line)
+    data = {
+        "environment": env,
+        "method": {**method(), "calls": "verify calls of T draft tokens a request "
+                   "(ssmdecode.bench.spec): buffer = sglang's (intermediate-state buffer, "
+                   "disable_state_update), dst = vLLM's (num_accepted_tokens, cu_seqlens, "
+                   "per-token slots), replay = selective_state_replay plus replay_advance a step, "
+                   "accepted counts uniform in 1..T",
+                   "bytes_moved": "buffer/dst: (1 + T) states a request; replay: (1 + flush "
+                   "fraction) states a request plus the rings",
+                   "ceiling": "buffer/dst: the 1 -> T stream over the call's slots and rows; "
+                   "replay: read-only stream + flush fraction x (read-write - read-only) + the "
+                   "rings' bytes at the read-write stream's rate",
+                   "window": args.window, "seed": args.seed},
+        "shape": shape.to_dict(),
+        "rows": rows,
+    }
+    markdown = f"Shape: {shape.label}. Verify calls, T draft tokens a request.\n\n"
+    for mode in args.mode:
+        for tokens in args.tokens:
+            sub = [r for r in rows if r["mode"] == mode and r["tokens"] == tokens]
+            markdown += f"### mode {mode}, T = {tokens}\n\n" + markdown_table(
+                ["config", "launch", "batch", "us", "ceiling us", "% of ceiling",
+                 "x best upstream-grid", "flush"],
+                [[r["config"], r["launch"], r["batch"], r["us"], r["ceiling_us"],
+                  100 * r["fraction_of_ceiling"], r["vs_best_upstream_grid"], r["flush_fraction"]]
+                 for r in sub]) + "\n"
+    out_dir = results_dir(args.out, device)
+    paths = write_outputs(out_dir, "bench", data, markdown)
+    series: dict[str, dict[int, float]] = {}
+    for r in rows:
+        series.setdefault(f"{r['mode']} T={r['tokens']} {r['config']}", {})[r["batch"]] = (
+            r["fraction_of_ceiling"])
+    paths.append(plot_vs_batch(out_dir / "bench.png", f"verify calls, {shape.label}", series,
+                               ylabel="fraction of the call's own streams"))
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths)))
     return 0
