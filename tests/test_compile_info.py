@@ -3,10 +3,13 @@ and reports registers: run it as a user would, in a fresh process without the in
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,15 +49,20 @@ def test_packed_rows_put_the_state_offsets_in_the_instructions() -> None:
     assert bases[0] == 2 and bases[1] >= 16, bases
 
 
-def test_ptx_snapshot_compares_instructions_not_debug_info(tmp_path: Path) -> None:
+def _import_ptx_snapshot() -> ModuleType:
+    """benchmarks/ptx_snapshot.py as a module, the environment as it was (the script drops
+    TRITON_INTERPRET when it is imported)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     env = dict(os.environ)
     try:
-        os.environ.pop("TRITON_INTERPRET", None)
-        import ptx_snapshot
+        return importlib.import_module("ptx_snapshot")
     finally:
         os.environ.clear()
         os.environ.update(env)
+
+
+def test_ptx_snapshot_compares_instructions_not_debug_info(tmp_path: Path) -> None:
+    ptx_snapshot = _import_ptx_snapshot()
     body = "\tld.global.v4.f32 {%r1}, [%rd1];\n\tst.global.f32 [%rd2], %r1;"
     a = f".loc 1 2 3\n$L__tmp1:\n{body}\n\t.section\t.debug_abbrev\n.b8 1"
     b = f".loc 1 9 9\n{body}\n$L__tmp7:\n\t.section\t.debug_info\n.b8 2"
@@ -66,3 +74,19 @@ def test_ptx_snapshot_compares_instructions_not_debug_info(tmp_path: Path) -> No
     assert ptx_snapshot.compare(tmp_path / "a", tmp_path / "b") == 0
     (tmp_path / "b" / "k.ptx").write_text(body.replace("v4", "v2"))
     assert ptx_snapshot.compare(tmp_path / "a", tmp_path / "b") == 1
+
+
+def test_ptx_snapshot_compares_a_snapshot_with_digests(tmp_path: Path) -> None:
+    """The committed reference is a digest file (benchmarks/ptx_reference.json): a snapshot is
+    compared with it by SHA-256, file by file, under the Triton version it names."""
+    ptx_snapshot = _import_ptx_snapshot()
+    for name, body in (("a", "\tret;"), ("b", "\tret;"), ("c", "\texit;")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "k.ptx").write_text(body)
+    assert ptx_snapshot.digest(tmp_path / "a", tmp_path / "a.json") == 0
+    assert ptx_snapshot.compare(tmp_path / "a.json", tmp_path / "b") == 0
+    assert ptx_snapshot.compare(tmp_path / "c", tmp_path / "a.json") == 1
+    (tmp_path / "b" / "more.ptx").write_text("\tret;")
+    assert ptx_snapshot.compare(tmp_path / "a.json", tmp_path / "b") == 1
+    reference = json.loads((ROOT / "benchmarks" / "ptx_reference.json").read_text())
+    assert len(reference["files"]) == 160 and reference["target"] == "sm_90"
