@@ -48,6 +48,13 @@ from tqdm import tqdm
 from ssmdecode.bench.calls import time_config, timing_inputs
 from ssmdecode.bench.compare import compare_to
 from ssmdecode.bench.report import MEANINGLESS, environment, markdown_table, results_dir, write_outputs
+from ssmdecode.bench.spec import (
+    DEFAULT_WINDOW,
+    SPEC_MODES,
+    compare_spec_configs,
+    make_spec_inputs,
+    time_spec_config,
+)
 from ssmdecode.bench.step import StepBench, model_dims
 from ssmdecode.bench.timer import Timing, interleaved, method
 from ssmdecode.cli_args import (
@@ -163,14 +170,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="config folder the table is written into (its "
                    "selective_state_update/<device_key>.json; default on a GPU: the "
                    "package's; required on CPU, whose timings mean nothing)")
+    v = p.add_argument_group("speculative decoding (verify calls, bench --tokens)")
+    v.add_argument("--tokens", type=int, nargs="+",
+                   help="draft tokens a request, T: tune the table's entries of verify calls "
+                   "(key '... mode=M tokens=T'), timed as bench --tokens times them")
+    v.add_argument("--mode", choices=SPEC_MODES, default="buffer",
+                   help="the verify calls' mode (default buffer; see bench --mode)")
+    v.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"replay: the ring's window (default {DEFAULT_WINDOW})")
     add_common_arguments(p, "folder for tune.json and tune.md "
                          "(default benchmarks/results/<device_key>/)")
 
 
 def _timers(shapes: list[Shape], bucket: int, args: argparse.Namespace,
-            device: torch.device) -> list[Callable[[LaunchConfig], Timing]]:
+            device: torch.device, tokens: int = 0) -> list[Callable[[LaunchConfig], Timing]]:
     """One timer a shape: a config's call by the bench method, or with --in-model its decode
-    step of args.layers Mamba2 layers."""
+    step of args.layers Mamba2 layers; with tokens, a verify call of args.mode."""
+    if tokens:
+        specs = [make_spec_inputs(shape, bucket, tokens, args.mode, device, args.seed,
+                                  window=args.window) for shape in shapes]
+        return [functools.partial(time_spec_config, sp, device=device) for sp in specs]
     if not args.in_model:
         inputs = [timing_inputs(shape, bucket, device, args.seed) for shape in shapes]
         return [functools.partial(time_config, i, device=device, slot_ordered=args.slot_order)
@@ -187,9 +206,10 @@ def _time_step(bench: StepBench, config: LaunchConfig, slot_ordered: bool) -> Ti
 
 def _tune_bucket(
     shapes: list[Shape], bucket: int, candidates: list[LaunchConfig], previous: LaunchConfig | None,
-    args: argparse.Namespace, device: torch.device, progress: tqdm,
+    args: argparse.Namespace, device: torch.device, progress: tqdm, tokens: int = 0,
 ) -> dict[str, object]:
-    """Admit, screen, re-time and choose at one bucket for the shapes of one table key."""
+    """Admit, screen, re-time and choose at one bucket for the shapes of one table key (with
+    tokens: of verify calls of args.mode)."""
     first = shapes[0]
     upstream = upstream_config(first.dstate)
 
@@ -197,6 +217,17 @@ def _tune_bucket(
     rejected: dict[str, dict[str, object]] = {}
     admitted = list(candidates)
     for shape in shapes:
+        if tokens:
+            fresh = make_spec_inputs(shape, bucket, tokens, args.mode, device, args.seed,
+                                     rotation=1, window=args.window)
+            same = compare_spec_configs(fresh, upstream, admitted)
+            for config, identical in same.items():
+                if not identical:
+                    admitted.remove(config)
+                    rejected[config.label] = {"shape": shape.label, "identical": False}
+            del fresh
+            progress.update()
+            continue
         for config, comparison in compare_to(upstream, admitted, shape, bucket, device,
                                              args.seed).items():
             if not comparison.identical:
@@ -210,7 +241,7 @@ def _tune_bucket(
         baseline = upstream
 
     # 2. screen every admitted config, and 3. re-time the leaders in interleaved rounds
-    timers = _timers(shapes, bucket, args, device)
+    timers = _timers(shapes, bucket, args, device, tokens)
 
     def measure(config: LaunchConfig) -> tuple[float, float]:
         """(us summed over the key's shapes, the largest spread of their repeats)."""
@@ -253,9 +284,13 @@ def run(args: argparse.Namespace) -> int:
         print(MEANINGLESS)
     out_dir = args.out_dir or PACKAGE_CONFIG_DIR
     groups: dict[str, list[Shape]] = {}
+    key_tokens: dict[str, int] = {}
     for shape in dict.fromkeys(shapes):
-        key = table_key(shape.headdim, shape.dstate, shape.state_dtype)
-        groups.setdefault(key, []).append(shape)
+        for tokens in args.tokens or [0]:
+            key = (table_key(shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens)
+                   if tokens else table_key(shape.headdim, shape.dstate, shape.state_dtype))
+            groups.setdefault(key, []).append(shape)
+            key_tokens[key] = tokens
 
     dev_key = device_key(device)
     existing = load_table_entries(dev_key, out_dir) or {}
@@ -274,7 +309,8 @@ def run(args: argparse.Namespace) -> int:
         report[key] = []
         for bucket in buckets:
             progress.set_postfix(key=key, batch=bucket)
-            result = _tune_bucket(group, bucket, candidates, previous, args, device, progress)
+            result = _tune_bucket(group, bucket, candidates, previous, args, device, progress,
+                                  key_tokens[key])
             previous = LaunchConfig.from_dict(result["choice"])
             report[key].append(result)
     progress.close()
