@@ -7,8 +7,8 @@ Writes <folder>/REPORT.md and replaces the part of README.md between the markers
 hand: every number below comes from a bench, sweep, verify or e2e JSON in the folder, and every
 table names the command, commit and date of the run that measured it, with the ceiling and the
 upstream configs of that same run. The one exception is marked as such: the kernel sweeps are
-also held against benchmarks/reference/measuring_h200.json, MEASURING.md's upstream-kernel
-table copied as printed there (a target, not a result of ours).
+also held against benchmarks/reference/measuring_h200.json, the upstream-kernel table of the
+measuring notes (docs/measuring.md) copied as printed there (a target, not a result of ours).
 """
 
 from __future__ import annotations
@@ -175,7 +175,8 @@ KERNEL_SOURCES = {
               "(a runtime loop over T tokens, here T = 1)",
     "ssmdecode": "this repository's",
 }
-# MEASURING.md's upstream-kernel table, copied by hand: a target, not a result of ours.
+# The upstream-kernel table of the measuring notes (docs/measuring.md), copied by hand: a
+# target, not a result of ours.
 REFERENCE = ROOT / "benchmarks/reference/measuring_h200.json"
 WITHIN = 0.05
 
@@ -234,7 +235,7 @@ def kernels_section(folder: Path) -> str:
 
 
 def measuring_section(folder: Path) -> str:
-    """Each kernel's sweep against ../shared/MEASURING.md's upstream-kernel table: per config
+    """Each kernel's sweep against the measuring notes' upstream-kernel table: per config
     and batch the measured/reference ratio, and the (8,1)/(4,4) ratio at batch 512."""
     if not REFERENCE.exists():
         return ""

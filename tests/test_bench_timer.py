@@ -228,7 +228,7 @@ def test_headline_preset_is_the_seed_shape() -> None:
     shape = per_rank(PRESETS["nemotron3-super"], 8)
     assert (shape.nheads, shape.headdim, shape.dstate, shape.ngroups) == (16, 64, 128, 1)
     assert shape.state_dtype == torch.float32 and shape.dtype == torch.bfloat16
-    assert 2 * shape.state_bytes(512) == 512 * 2**20  # MEASURING.md: 512 MiB moved at bs 512
+    assert 2 * shape.state_bytes(512) == 512 * 2**20  # docs/measuring.md: 512 MiB moved at bs 512
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def test_tp_without_a_preset_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_bench_on_gpu_follows_the_method(tmp_path: Path) -> None:
     """The headline shape: cold rotation over >= 3x L2, and a kernel within sight of its
-    same-bytes ceiling (MEASURING.md: 84-92% for the best upstream config on an H200)."""
+    same-bytes ceiling (docs/measuring.md: 84-92% for the best upstream config on an H200)."""
     assert cli.main(["bench", "--batch", "8", "128", "--config", "upstream", "default",
                      "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
