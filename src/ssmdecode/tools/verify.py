@@ -32,6 +32,13 @@ from ssmdecode.bench.compare import (
     run_config,
 )
 from ssmdecode.bench.report import environment, markdown_table, results_dir, write_outputs
+from ssmdecode.bench.spec import (
+    DEFAULT_WINDOW,
+    SPEC_MODES,
+    check_spec_against_reference,
+    compare_spec_configs,
+    make_spec_inputs,
+)
 from ssmdecode.cli_args import (
     ConfigSpec,
     add_batch_argument,
@@ -82,8 +89,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="dtype out is stored in for the bit comparison (default float32, the "
                    "strict check: a bfloat16 out rounds most changes of the row-sum order "
                    "away); --tolerance stores out in --dtype")
+    v = p.add_argument_group("speculative decoding (verify calls, bench --tokens)")
+    v.add_argument("--tokens", type=int, nargs="+",
+                   help="draft tokens a request, T: compare verify calls of --mode at every point, "
+                   "each T (their table entries: key '... mode=M tokens=T')")
+    v.add_argument("--mode", choices=SPEC_MODES, default="buffer",
+                   help="the verify calls' mode (default buffer; see bench --mode)")
+    v.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"replay: the ring's window (default {DEFAULT_WINDOW})")
     add_common_arguments(p, "folder for verify.json and verify.md "
                          "(default benchmarks/results/<device_key>/)")
+
+
+def _spec_point(args: argparse.Namespace, shape: Shape, batch: int, tokens: int,
+                device: torch.device, seed: int) -> dict[str, object]:
+    """One point of verify --tokens: a fresh verify call of args.mode, --a against --b bit for
+    bit (everything the call writes, out stored as float32), or --a against the reference."""
+    spec = make_spec_inputs(shape, batch, tokens, args.mode, device, seed, rotation=1,
+                            window=args.window)
+    cfg_a = args.a.resolve(shape, batch, device, args.mode, tokens)
+    point: dict[str, object] = {"heads": shape.nheads, "batch": batch, "tokens": tokens,
+                                "mode": args.mode, "seed": seed, "a": cfg_a.label}
+    if args.tolerance:
+        ok, line = check_spec_against_reference(spec, cfg_a)
+        point["result"] = {"ok": ok, "summary": line}
+    else:
+        cfg_b = args.b.resolve(shape, batch, device, args.mode, tokens)
+        ok = compare_spec_configs(spec, cfg_b, [cfg_a])[cfg_a]
+        point["b"] = cfg_b.label
+        point["result"] = {"ok": ok, "identical": ok}
+    return point
 
 
 def _grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
@@ -103,6 +138,12 @@ def _grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
 
 def _describe(point: dict[str, object]) -> str:
     parts = [f"heads {point['heads']} batch {point['batch']}"]
+    if "tokens" in point:  # a verify call's point
+        parts[0] += f" T {point['tokens']} ({point['mode']})"
+        result = point["result"]
+        parts.append(result.get("summary") or ("identical" if result["ok"] else
+                                               "out, state or buffer differ"))
+        return "; ".join(parts)
     for what in ("out", "state"):
         d = point["result"][what]
         if "identical" in d and not d["identical"]:
@@ -120,10 +161,22 @@ def run(args: argparse.Namespace) -> int:
     batches = batches_from_args(args, device)
     points: list[dict[str, object]] = []
     failing: list[dict[str, object]] = []
-    progress = tqdm(total=len(shapes) * len(batches), desc="verify", unit="point")
+    token_counts = args.tokens or [0]
+    progress = tqdm(total=len(shapes) * len(batches) * len(token_counts), desc="verify",
+                    unit="point")
     for shape in shapes:
-        for batch in batches:
+        for batch, tokens in ((b, t) for b in batches for t in token_counts):
             seed = args.seed + len(points)
+            if tokens:
+                point = _spec_point(args, shape, batch, tokens, device, seed)
+                points.append(point)
+                if not point["result"]["ok"]:
+                    if not failing:
+                        log.error("first mismatch: %s", _describe(point))
+                    failing.append(point)
+                progress.update()
+                progress.set_postfix(failing=len(failing))
+                continue
             inputs = fresh_inputs(shape, batch, device, seed)
             cfg_a = args.a.resolve(shape, batch, device)
             point: dict[str, object] = {"heads": shape.nheads, "batch": batch, "seed": seed,
@@ -152,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
     env = environment(device, args.command_line)
     what = ("tolerance vs float64 reference" if args.tolerance
             else f"bit-identity of {args.a.text} vs {args.b.text}")
+    if args.tokens:
+        what += f" (verify calls, mode {args.mode}, T {' '.join(map(str, args.tokens))})"
     grid = {"heads": [s.nheads for s in shapes], "batches": list(batches),
             "headdim": shapes[0].headdim, "dstate": shapes[0].dstate,
             "ngroups": shapes[0].ngroups, "state_dtype": dtype_name(shapes[0].state_dtype),
@@ -163,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
                    "b": None if args.tolerance else args.b.text,
                    "tolerances": ({dtype_name(d): t for d, t in TOLERANCES.items()}
                                   if args.tolerance else None),
-                   "compared": "out and the whole state pool after one call"},
+                   "compared": "out and the whole state pool after one call" + (
+                       " (and the intermediate-state buffer or the rings)" if args.tokens else "")},
         "grid": grid,
         "points": len(points),
         "failures": len(failing),
