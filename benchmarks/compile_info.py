@@ -29,8 +29,13 @@ from triton.backends.compiler import GPUTarget
 
 from ssmdecode.bench.compile import compile_config
 from ssmdecode.bench.inputs import make_shape_inputs
-from ssmdecode.cli_args import add_batch_argument, add_shape_arguments, batches_from_args, shapes_from_args
-from ssmdecode.config import LABEL_SYNTAX, LaunchConfig
+from ssmdecode.cli_args import (
+    add_batch_argument,
+    add_config_argument,
+    add_shape_arguments,
+    batches_from_args,
+    shapes_from_args,
+)
 from ssmdecode.ops.selective_state_update.decode import Variant
 
 
@@ -69,7 +74,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
-    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True, help=LABEL_SYNTAX)
+    add_config_argument(p, named=False, what="the configs compiled", required=True)
     add_batch_argument(p, (8,), several=False)
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90)")
     p.add_argument("--ptx", type=Path, help="also write each config's PTX and SASS here")

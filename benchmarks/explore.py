@@ -30,12 +30,12 @@ from ssmdecode.bench.timer import interleaved, round_spread
 from ssmdecode.cli_args import (
     add_batch_argument,
     add_common_arguments,
+    add_config_argument,
     add_shape_arguments,
     batches_from_args,
     device_from_args,
     shapes_from_args,
 )
-from ssmdecode.config import LABEL_SYNTAX, LaunchConfig
 from ssmdecode.ops.selective_state_update.decode import Variant
 from ssmdecode.shapes import Shape
 
@@ -81,7 +81,7 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
     add_batch_argument(p, (8, 128, 512))
-    p.add_argument("--config", type=LaunchConfig.parse, nargs="+", required=True, help=LABEL_SYNTAX)
+    add_config_argument(p, named=False, what="the configs timed", required=True)
     p.add_argument("--variant", choices=sorted(VARIANTS), nargs="+", default=["default"],
                    help="kernel variants of the same bits, interleaved: default (the shipped "
                    "code), masked_vectors (x, dt, D, z, out, B, C masked where the tile "

@@ -24,6 +24,7 @@ __all__ = [
     "ConfigSpec",
     "add_batch_argument",
     "add_common_arguments",
+    "add_config_argument",
     "add_layers_argument",
     "add_shape_arguments",
     "batches_from_args",
@@ -207,3 +208,27 @@ class ConfigSpec:
             return lookup_config(shape.headdim, shape.dstate, shape.state_dtype, batch, device,
                                  mode=mode, tokens=tokens)
         return LaunchConfig.parse(self.text)
+
+
+def add_config_argument(
+    parser: argparse.ArgumentParser,
+    *,
+    named: bool,
+    what: str = "configs",
+    default: Sequence[str] | None = None,
+    default_text: str | None = None,
+    required: bool = False,
+) -> None:
+    """--config, one or more launch configs: with named, ConfigSpecs (default, upstream, table
+    or explicit; default: the ConfigSpecs of `default`), else explicit LaunchConfigs only.
+    default_text: the default as the help should say it (default: `default` listed)."""
+    syntax = ConfigSpec.HELP if named else LABEL_SYNTAX
+    said = default_text or (" ".join(default) if default else None)
+    parser.add_argument(
+        "--config",
+        type=ConfigSpec.parse if named else LaunchConfig.parse,
+        nargs="+",
+        required=required,
+        default=[ConfigSpec.parse(text) for text in default] if named and default else None,
+        help=f"{what}: {syntax}" + (f" (default: {said})" if said else ""),
+    )

@@ -51,6 +51,7 @@ from ssmdecode.cli_args import (
     ConfigSpec,
     add_batch_argument,
     add_common_arguments,
+    add_config_argument,
     add_shape_arguments,
     batches_from_args,
     device_from_args,
@@ -91,9 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
-    p.add_argument("--config", type=ConfigSpec.parse, nargs="+",
-                   default=[ConfigSpec("upstream"), ConfigSpec("default"), ConfigSpec("table")],
-                   help=f"configs: {ConfigSpec.HELP} (default: upstream default table)")
+    add_config_argument(p, named=True, default=("upstream", "default", "table"))
     p.add_argument("--slot-order", action="store_true",
                    help="call with batch_order=slot_order(slots), computed before timing (once "
                    "per decode step in an engine): the state pool read in memory order")

@@ -60,6 +60,7 @@ from ssmdecode.cli_args import (
     ConfigSpec,
     add_batch_argument,
     add_common_arguments,
+    add_config_argument,
     add_layers_argument,
     add_shape_arguments,
     batches_from_args,
@@ -99,9 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help=f"model width (default: the preset's; {CPU_D_MODEL} on CPU)")
     add_layers_argument(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
-    p.add_argument("--config", type=ConfigSpec.parse, nargs="+",
-                   default=[ConfigSpec(c) for c in TIMING_CONFIGS],
-                   help=f"configs to time: {ConfigSpec.HELP} (default: {' '.join(TIMING_CONFIGS)})")
+    add_config_argument(p, named=True, what="configs to time", default=TIMING_CONFIGS)
     p.add_argument("--pdl", action="store_true",
                    help="also time each config with pdl=True (rows <config>+pdl)")
     p.add_argument("--slot-order", action="store_true",

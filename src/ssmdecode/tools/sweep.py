@@ -31,16 +31,26 @@ from ssmdecode.bench.report import (
     results_dir,
     write_outputs,
 )
+from ssmdecode.bench.spec import (
+    DEFAULT_WINDOW,
+    SPEC_MODES,
+    compare_spec_configs,
+    make_spec_inputs,
+    measure_spec_ceiling,
+    spec_bytes,
+    time_spec_config,
+)
 from ssmdecode.bench.timer import method
 from ssmdecode.cli_args import (
     add_batch_argument,
     add_common_arguments,
+    add_config_argument,
     add_shape_arguments,
     batches_from_args,
     device_from_args,
     shapes_from_args,
 )
-from ssmdecode.config import LABEL_SYNTAX, LaunchConfig, candidate_configs, default_config, upstream_config
+from ssmdecode.config import LaunchConfig, candidate_configs, default_config, upstream_config
 
 __all__ = ["add_parser", "run"]
 
@@ -55,9 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
-    p.add_argument("--config", type=LaunchConfig.parse, nargs="+",
-                   help=f"sweep only these configs, {LABEL_SYNTAX} (default: the --space); "
-                   "upstream and default are always included")
+    add_config_argument(p, named=False, what="sweep only these configs (upstream and default "
+                        "are always included)", default_text="the --space")
     p.add_argument("--space", choices=("basic", "full", "tune"), default="basic",
                    help="candidate_configs space when --config is not given: basic = every "
                    "(BLOCK_M, warps) of the upstream grid, as the seed swept; full = basic with "
@@ -67,8 +76,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="the kernel swept: ssmdecode's, or the Triton kernel of an installed "
                    "mamba_ssm or sglang (upstream-grid configs only), for comparison (default "
                    "ssmdecode)")
+    v = p.add_argument_group("speculative decoding (verify calls, bench --tokens)")
+    v.add_argument("--tokens", type=int,
+                   help="draft tokens a request, T: sweep verify calls of --mode instead")
+    v.add_argument("--mode", choices=SPEC_MODES, default="buffer",
+                   help="the verify calls' mode (default buffer; see bench --mode)")
+    v.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"replay: the ring's window (default {DEFAULT_WINDOW})")
     add_common_arguments(p, "folder for sweep.json, sweep.md and sweep.png "
                          "(default benchmarks/results/<device_key>/)")
+
+
+class _SpecCeiling:
+    """A verify call's stream, reported where sweep reports the same-bytes ceiling (the 1 -> T
+    stream; for replay the read-write stream, the flushes' upper bound)."""
+
+    def __init__(self, us: float, moved: int) -> None:
+        self.us, self.moved = us, moved
+
+    @property
+    def tbps(self) -> float:
+        return self.moved / (self.us * 1e-6) / 1e12
+
+    def to_dict(self) -> dict[str, float]:
+        return {"us": self.us, "bytes_moved": self.moved, "tbps": self.tbps}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,20 +131,44 @@ def run(args: argparse.Namespace) -> int:
     progress = tqdm(total=2 * len(batches) * len(configs), desc="sweep", unit="step")
     for batch in batches:
         progress.set_postfix(batch=batch, phase="bits")
-        for config, comparison in compare_to(upstream, configs, shape, batch, device,
-                                             args.seed, fn=fn).items():
-            results[config][batch] = {"identical": comparison.identical,
-                                      "comparison": comparison.to_dict()}
-        progress.update(len(configs))
+        if args.tokens:  # verify calls: the bits of everything a call writes, then its streams
+            if fn is not None:
+                raise SystemExit("--tokens sweeps ssmdecode's kernels only")
+            fresh = make_spec_inputs(shape, batch, args.tokens, args.mode, device, args.seed,
+                                     rotation=1, window=args.window)
+            for config, same in compare_spec_configs(fresh, upstream, configs).items():
+                results[config][batch] = {"identical": same, "comparison": {"identical": same}}
+            del fresh
+            progress.update(len(configs))
+            progress.set_postfix(batch=batch, phase="time")
+            spec = make_spec_inputs(shape, batch, args.tokens, args.mode, device, args.seed,
+                                    window=args.window)
+            streams = measure_spec_ceiling(spec, device)
+            stream = streams.get("fanout") or streams["read_write"]
+            moved = spec_bytes(shape, batch, args.tokens, args.mode, window=args.window)
+            ceiling = _SpecCeiling(stream.us, moved)
+            for config in configs:
+                timing = time_spec_config(spec, config, device)
+                results[config][batch].update(
+                    us=timing.us, tbps=moved / (timing.us * 1e-6) / 1e12, ceiling_us=stream.us,
+                    fraction_of_ceiling=stream.us / timing.us, timing=timing.to_dict())
+                progress.update()
+            del spec
+        else:
+            for config, comparison in compare_to(upstream, configs, shape, batch, device,
+                                                 args.seed, fn=fn).items():
+                results[config][batch] = {"identical": comparison.identical,
+                                          "comparison": comparison.to_dict()}
+            progress.update(len(configs))
 
-        progress.set_postfix(batch=batch, phase="time")
-        inputs = timing_inputs(shape, batch, device, args.seed)
-        ceiling = measure_ceiling(shape.state_bytes(batch), device)
-        for config in configs:
-            timing = time_config(inputs, config, device, fn)
-            results[config][batch].update(bench_row(shape, batch, timing, ceiling))
-            progress.update()
-        del inputs
+            progress.set_postfix(batch=batch, phase="time")
+            inputs = timing_inputs(shape, batch, device, args.seed)
+            ceiling = measure_ceiling(shape.state_bytes(batch), device)
+            for config in configs:
+                timing = time_config(inputs, config, device, fn)
+                results[config][batch].update(bench_row(shape, batch, timing, ceiling))
+                progress.update()
+            del inputs
 
         identical = [c for c in configs if results[c][batch]["identical"]]
         best = min(identical, key=lambda c: results[c][batch]["us"])
@@ -141,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
                      "batches": {str(b): r for b, r in results[c].items()}} for c in configs],
     }
     title = shape.label if args.kernel == "ssmdecode" else f"{shape.label}, kernel {args.kernel}"
+    if args.tokens:
+        title += f", verify calls ({args.mode}, T = {args.tokens})"
     markdown = _markdown(title, configs, upstream, default, batches, results, summary)
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "sweep", data, markdown)

@@ -61,6 +61,7 @@ from ssmdecode.cli_args import (
     STEP_LAYERS,
     add_batch_argument,
     add_common_arguments,
+    add_config_argument,
     add_layers_argument,
     add_shape_arguments,
     batches_from_args,
@@ -69,7 +70,6 @@ from ssmdecode.cli_args import (
     shapes_from_args,
 )
 from ssmdecode.config import (
-    LABEL_SYNTAX,
     PACKAGE_CONFIG_DIR,
     LaunchConfig,
     TableEntry,
@@ -144,9 +144,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p, several=True)
     add_batch_argument(p, GPU_BUCKETS, CPU_BUCKETS, what="batch buckets")
-    p.add_argument("--config", type=LaunchConfig.parse, nargs="+",
-                   help=f"candidates to consider, {LABEL_SYNTAX} (default: the --space); the "
-                   "baseline and upstream are always included")
+    add_config_argument(p, named=False, what="candidates to consider (the baseline and upstream "
+                        "are always included)", default_text="the --space")
     p.add_argument("--space", choices=("basic", "full", "tune"), default="tune",
                    help="candidate_configs space when --config is not given (default tune)")
     p.add_argument("--leaders", type=int, default=3,
