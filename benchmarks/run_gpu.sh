@@ -43,12 +43,25 @@
 #           stall reasons per issued instruction
 #   ncu_model  Nsight Compute over model steps with the L2 left as it is (benchmarks/ncu_model.py):
 #           DRAM bytes per kernel with and without the cache hints, bs 512
+# Speculative decoding (verify calls of T draft tokens a request; .upstream/ on PYTHONPATH for
+# the engines' own kernels, which the test stage then requires):
+#   bench_spec  ssmdecode bench --tokens 2 4 8 --mode buffer dst replay, headline shape, the
+#           upstream-grid configs beside the table (SPEC_CONFIGS overrides the configs)
+#   tune_spec  ssmdecode tune --tokens of every mode's entries into the shipped table (as
+#           tune_shapes), SPEC_TUNE_CONFIGS the candidates
+#   verify_spec  ssmdecode verify --tokens 2 4 8 of each mode's table entries against upstream's
+#           config (SPEC_VERIFY_ARGS narrows the grid)
+#   e2e_spec  ssmdecode e2e --spec 4: the Mamba2 stack's verify steps, intermediate-state path at
+#           upstream's config and at the table's, and replay; and the greedy identity of the three
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
 R=$OUT/results
 mkdir -p "$R"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if [ -d .upstream ]; then  # the engines' kernels, local copies (never committed)
+  export PYTHONPATH=$PYTHONPATH:$PWD/.upstream SSMDECODE_UPSTREAM_REQUIRED=1
+fi
 SSM=(python3 -m ssmdecode)
 HEADLINE=(--preset nemotron3-super --tp 8)
 # Tune candidates: the slot-major grid with cache hints, with the layout's row sum and with
@@ -205,6 +218,39 @@ stage_tune_steps() {
 stage_e2e_order() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --batch 8 64 128 256 512 --config table upstream --slot-order \
       --out "$R/e2e-order-nemotron3-super-tp8"
+}
+SPEC_TOKENS=(2 4 8)
+SPEC_BATCHES=(1 8 64 128 512)
+# The upstream kernels' grid, as docs/measuring.md measured them (the best of these is the bar's
+# baseline), and the table's choice.
+IFS=' ' read -ra SPEC_CONFIGS <<< "${SPEC_CONFIGS:-upstream 4,1 8,1 16,4 table}"
+IFS=' ' read -ra SPEC_TUNE_CONFIGS <<< "${SPEC_TUNE_CONFIGS:-4,1 8,1 16,4 2,1,slot,evict,ordered 4,1,slot,evict,ordered 8,1,slot,evict,ordered 16,1,slot,evict,ordered 4,4,slot,evict}"
+stage_bench_spec() {
+  "${SSM[@]}" bench "${HEADLINE[@]}" --tokens "${SPEC_TOKENS[@]}" --mode buffer dst replay \
+      --batch "${SPEC_BATCHES[@]}" --config "${SPEC_CONFIGS[@]}" --out "$R/bench-spec"
+}
+stage_tune_spec() {
+  local mode
+  tables_from_package  # add to the shipped table
+  for mode in buffer dst replay; do
+    "${SSM[@]}" tune "${HEADLINE[@]}" --tokens "${SPEC_TOKENS[@]}" --mode "$mode" \
+        --batch "${SPEC_BATCHES[@]}" --config "${SPEC_TUNE_CONFIGS[@]}" --leaders 2 --rounds 2 \
+        --out-dir "$R/configs" --out "$R/tune-spec-$mode" || return
+  done
+  tables_into_package  # the later stages of the run use the new keys
+}
+stage_verify_spec() {
+  local mode rc=0
+  for mode in buffer dst replay; do
+    # shellcheck disable=SC2086
+    "${SSM[@]}" verify --tokens "${SPEC_TOKENS[@]}" --mode "$mode" ${SPEC_VERIFY_ARGS:-} \
+        --out "$R/verify-spec-$mode" || rc=1
+  done
+  return $rc
+}
+stage_e2e_spec() {
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --batch 8 64 128 512 --out "$R/e2e-spec" &&
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --greedy --out "$R/e2e-spec-greedy"
 }
 stage_ncu() {
   # NCU_BATCHES narrows the batches (default 8 512); each kernel's stall reasons per issued
