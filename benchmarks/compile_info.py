@@ -45,8 +45,7 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        return subprocess.run([str(tool), flag, f.name], capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run([str(tool), flag, f.name], capture_output=True, text=True, check=True).stdout
 
 
 def _resource_usage(cubin: bytes) -> tuple[int, int]:
@@ -60,8 +59,10 @@ def _resource_usage(cubin: bytes) -> tuple[int, int]:
 
 def _sass(cubin: bytes) -> list[str]:
     """The SASS instructions of a cubin, one a line."""
-    return [m.group(1).strip() for m in re.finditer(r"^\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;",
-                                                     _cuobjdump(cubin, "-sass"), re.MULTILINE)]
+    return [
+        m.group(1).strip()
+        for m in re.finditer(r"^\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", _cuobjdump(cubin, "-sass"), re.MULTILINE)
+    ]
 
 
 def _store_bases(sass: list[str]) -> set[str]:
@@ -71,19 +72,24 @@ def _store_bases(sass: list[str]) -> set[str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
     add_config_argument(p, named=False, what="the configs compiled", required=True)
     add_batch_argument(p, (8,), several=False)
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90)")
     p.add_argument("--ptx", type=Path, help="also write each config's PTX and SASS here")
-    p.add_argument("--strided-rows", action="store_true",
-                   help="address the state tile with its runtime row stride, as before the "
-                   "packed-rows path (the kernel variant Variant(strided_rows=True))")
-    p.add_argument("--masked-vectors", action="store_true",
-                   help="mask the vectors where the tile divides too, as before the unmasked "
-                   "vectors (Variant(masked_vectors=True))")
+    p.add_argument(
+        "--strided-rows",
+        action="store_true",
+        help="address the state tile with its runtime row stride, as before the "
+        "packed-rows path (the kernel variant Variant(strided_rows=True))",
+    )
+    p.add_argument(
+        "--masked-vectors",
+        action="store_true",
+        help="mask the vectors where the tile divides too, as before the unmasked "
+        "vectors (Variant(masked_vectors=True))",
+    )
     args = p.parse_args()
     variant = Variant(masked_vectors=args.masked_vectors, strided_rows=args.strided_rows)
     gpu = torch.device("cuda")  # the GPU defaults (nothing runs on it)
@@ -93,22 +99,25 @@ def main() -> int:
     kwargs = inputs.kwargs(0)
     target = GPUTarget("cuda", args.arch, 32)
     print(f"shape {shape.label}, sm_{args.arch}")
-    print(f"{'config':<34} {'regs':>5} {'stack':>6} {'smem B':>7} {'warps/SM':>8} "
-          f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8} {'SASS':>5} "
-          f"{'st.addr':>7}")
+    print(
+        f"{'config':<34} {'regs':>5} {'stack':>6} {'smem B':>7} {'warps/SM':>8} "
+        f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8} {'SASS':>5} "
+        f"{'st.addr':>7}"
+    )
     for config in args.config:
         c = compile_config(kwargs, config, target, variant)
         ptx = c.asm["ptx"]
         regs, spills = _resource_usage(c.asm["cubin"])
         sass = _sass(c.asm["cubin"])
         per_warp = -(-regs * 32 // 256) * 256  # allocation granule: 256 registers a warp
-        warps = min(64, 65536 // per_warp // config.num_warps * config.num_warps,
-                     32 * config.num_warps)
-        print(f"{config.label:<34} {regs:>5} {spills:>6} {c.metadata.shared:>7} {warps:>8} "
-              f"{len(re.findall(r'bar.sync|barrier.sync', ptx)):>8} "
-              f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6} "
-              f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8} {len(sass):>5} "
-              f"{len(_store_bases(sass)):>7}")
+        warps = min(64, 65536 // per_warp // config.num_warps * config.num_warps, 32 * config.num_warps)
+        print(
+            f"{config.label:<34} {regs:>5} {spills:>6} {c.metadata.shared:>7} {warps:>8} "
+            f"{len(re.findall(r'bar.sync|barrier.sync', ptx)):>8} "
+            f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6} "
+            f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8} {len(sass):>5} "
+            f"{len(_store_bases(sass)):>7}"
+        )
         if args.ptx:
             args.ptx.mkdir(parents=True, exist_ok=True)
             (args.ptx / f"{config.label}.ptx").write_text(ptx)

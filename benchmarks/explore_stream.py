@@ -44,9 +44,10 @@ from ssmdecode.cli_args import (
 from ssmdecode.config import LaunchConfig
 
 
+# fmt: off
 @triton.jit
-def _tile_stream(p_state, p_slots, stride_s, H: tl.constexpr, P: tl.constexpr,
-                 N: tl.constexpr, BM: tl.constexpr):
+def _tile_stream(p_state, p_slots, stride_s,
+                 H: tl.constexpr, P: tl.constexpr, N: tl.constexpr, BM: tl.constexpr):
     n_m: tl.constexpr = P // BM
     i_h = tl.program_id(0) // n_m
     i_m = tl.program_id(0) % n_m
@@ -55,6 +56,7 @@ def _tile_stream(p_state, p_slots, stride_s, H: tl.constexpr, P: tl.constexpr,
     p = p_state + slot * stride_s + o
     s = tl.load(p, eviction_policy="evict_first")
     tl.store(p, s + 1.0, eviction_policy="evict_first")
+# fmt: on
 
 
 @triton.jit
@@ -65,9 +67,11 @@ def _flat_stream(p_state, p_slots, stride_s, E: tl.constexpr):
     tl.store(p, s + 1.0, eviction_policy="evict_first")
 
 
+# fmt: off
 @triton.jit
-def _loop_stream(p_state, p_slots, stride_s, H: tl.constexpr, P: tl.constexpr,
-                 N: tl.constexpr, HPP: tl.constexpr, BM: tl.constexpr):
+def _loop_stream(p_state, p_slots, stride_s,
+                 H: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HPP: tl.constexpr,
+                 BM: tl.constexpr):
     # The program's HPP heads are one contiguous block of HPP * P * N elements: tile t of it
     # starts at t * BM * N.
     T: tl.constexpr = HPP * P // BM
@@ -80,6 +84,7 @@ def _loop_stream(p_state, p_slots, stride_s, H: tl.constexpr, P: tl.constexpr,
         tl.store(base + (t - 1) * BM * N + o, s + 1.0, eviction_policy="evict_first")
         s = s_next
     tl.store(base + (T - 1) * BM * N + o, s + 1.0, eviction_policy="evict_first")
+# fmt: on
 
 
 def _call(layout: str, inputs: DecodeInputs) -> Callable[[int], object]:
@@ -95,21 +100,26 @@ def _call(layout: str, inputs: DecodeInputs) -> Callable[[int], object]:
     if kind == "tile" and len(nums) == 2:
         bm, w = nums
         return lambda i: _tile_stream[(H * P // bm, sets.shape[1])](
-            state, sets[i], stride, H, P, N, bm, num_warps=w)
+            state, sets[i], stride, H, P, N, bm, num_warps=w
+        )
     if kind == "flat" and len(nums) == 2:
         e, w = nums
-        return lambda i: _flat_stream[(H * P * N // e, sets.shape[1])](
-            state, sets[i], stride, e, num_warps=w)
+        return lambda i: _flat_stream[(H * P * N // e, sets.shape[1])](state, sets[i], stride, e, num_warps=w)
     if kind == "loop" and len(nums) == 3:
         hpp, bm, w = nums
         return lambda i: _loop_stream[(H // hpp, sets.shape[1])](
-            state, sets[i], stride, H, P, N, hpp, bm, num_warps=w)
-    raise ValueError(f"layout must be tile:BM:W, flat:E:W, loop:HPP:BM:W or kernel:CONFIG, "
-                     f"got {layout!r}")
+            state, sets[i], stride, H, P, N, hpp, bm, num_warps=w
+        )
+    raise ValueError(f"layout must be tile:BM:W, flat:E:W, loop:HPP:BM:W or kernel:CONFIG, got {layout!r}")
 
 
-def _time_case(inputs: DecodeInputs, sets: dict[str, torch.Tensor], calls: dict[str, Callable[[int], object]],
-               device: torch.device, case: tuple[str, str]) -> float:
+def _time_case(
+    inputs: DecodeInputs,
+    sets: dict[str, torch.Tensor],
+    calls: dict[str, Callable[[int], object]],
+    device: torch.device,
+    case: tuple[str, str],
+) -> float:
     """One (layout, slot mode): its calls on those slot sets, by the bench's timer."""
     layout, mode = case
     inputs.slot_sets.copy_(sets[mode])
@@ -120,8 +130,9 @@ PAGE_BYTES = 2 * 2**20  # the GPU's large page, as the driver maps allocations t
 PAGE_MODES = ("pages", "pages-random")
 
 
-def _page_sets(pool: int, rotation: int, batch: int, slot_bytes: int,
-               g: torch.Generator) -> dict[str, torch.Tensor]:
+def _page_sets(
+    pool: int, rotation: int, batch: int, slot_bytes: int, g: torch.Generator
+) -> dict[str, torch.Tensor]:
     """Slot sets that are sparse in the pool but dense in pages: each set is whole 2 MiB pages
     (all the slots of a page, the pages drawn at random), slots ascending ("pages") or in a
     random order ("pages-random"). Empty when a page holds less than two slots or the sets
@@ -130,27 +141,46 @@ def _page_sets(pool: int, rotation: int, batch: int, slot_bytes: int,
     if per_page < 2 or batch % per_page or pool % per_page:
         return {}
     pages = torch.randperm(pool // per_page, generator=g).view(rotation, batch // per_page)
-    slots = (pages.sort(dim=1).values[:, :, None] * per_page
-             + torch.arange(per_page)).view(rotation, batch).to(torch.int32)
+    slots = (
+        (pages.sort(dim=1).values[:, :, None] * per_page + torch.arange(per_page))
+        .view(rotation, batch)
+        .to(torch.int32)
+    )
     shuffled = torch.stack([row[torch.randperm(batch, generator=g)] for row in slots])
     return dict(zip(PAGE_MODES, (slots, shuffled), strict=True))
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
     add_batch_argument(p, (128, 256, 512))
-    p.add_argument("--layout", nargs="+", default=[
-        "tile:4:1", "tile:16:1", "tile:16:4", "flat:1024:4", "flat:4096:4",
-        "loop:1:16:4", "loop:4:16:4", "loop:16:16:4", "loop:16:32:8", "loop:4:8:2"],
+    p.add_argument(
+        "--layout",
+        nargs="+",
+        default=[
+            "tile:4:1",
+            "tile:16:1",
+            "tile:16:4",
+            "flat:1024:4",
+            "flat:4096:4",
+            "loop:1:16:4",
+            "loop:4:16:4",
+            "loop:16:16:4",
+            "loop:16:32:8",
+            "loop:4:8:2",
+        ],
         help="stream layouts (see above), and kernel:CONFIG for ssmdecode's kernel itself "
-        "with a launch config, on the same slots")
-    p.add_argument("--slots", nargs="+", default=["all"],
-                   choices=(*SLOT_MODES, *PAGE_MODES, "all"),
-                   help="each call's slots: random in the pool (the bench's), random but "
-                   "ascending, consecutive, whole 2 MiB pages drawn at random (ascending, or "
-                   "in a random order); all of them, interleaved")
+        "with a launch config, on the same slots",
+    )
+    p.add_argument(
+        "--slots",
+        nargs="+",
+        default=["all"],
+        choices=(*SLOT_MODES, *PAGE_MODES, "all"),
+        help="each call's slots: random in the pool (the bench's), random but "
+        "ascending, consecutive, whole 2 MiB pages drawn at random (ascending, or "
+        "in a random order); all of them, interleaved",
+    )
     p.add_argument("--rounds", type=int, default=2)
     add_common_arguments(p, "folder for explore_stream.json", out_required=True)
     args = p.parse_args()
@@ -164,8 +194,10 @@ def main() -> int:
         inputs = timing_inputs(shape, batch, device, args.seed)
         rotation, pool = inputs.rotation, inputs.state.shape[0]
         g = torch.Generator().manual_seed(args.seed)
-        sets = {**slot_sets_by_mode(inputs.slot_sets),
-                **_page_sets(pool, rotation, batch, inputs.state[0].nbytes, g)}
+        sets = {
+            **slot_sets_by_mode(inputs.slot_sets),
+            **_page_sets(pool, rotation, batch, inputs.state[0].nbytes, g),
+        }
         ceiling = measure_ceiling(shape.state_bytes(batch), device)
         calls = {layout: _call(layout, inputs) for layout in args.layout}
         cases = [(layout, mode) for mode in slot_modes if mode in sets for layout in calls]
@@ -173,21 +205,36 @@ def main() -> int:
         times = interleaved(cases, functools.partial(_time_case, inputs, sets, calls, device), args.rounds)
         clocks = gpu_clocks(device) if device.type == "cuda" else None
         for (layout, mode), us in times.items():
-            rows.append({"batch": batch, "layout": layout, "slots": mode, "rotation": rotation,
-                         "pool_offset_in_page": inputs.state.data_ptr() % PAGE_BYTES,
-                         "us": min(us), "rounds_us": us, "ceiling_us": ceiling.us,
-                         "fraction_of_ceiling": ceiling.us / min(us), "clocks_after": clocks})
+            rows.append(
+                {
+                    "batch": batch,
+                    "layout": layout,
+                    "slots": mode,
+                    "rotation": rotation,
+                    "pool_offset_in_page": inputs.state.data_ptr() % PAGE_BYTES,
+                    "us": min(us),
+                    "rounds_us": us,
+                    "ceiling_us": ceiling.us,
+                    "fraction_of_ceiling": ceiling.us / min(us),
+                    "clocks_after": clocks,
+                }
+            )
         del inputs
     args.out.mkdir(parents=True, exist_ok=True)
-    data = {"environment": environment(device), "shape": shape.to_dict(),
-            "args": vars(args) | {"out": str(args.out)}, "rows": rows}
+    data = {
+        "environment": environment(device),
+        "shape": shape.to_dict(),
+        "args": vars(args) | {"out": str(args.out)},
+        "rows": rows,
+    }
     (args.out / "explore_stream.json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"shape {shape.label}; min over {args.rounds} interleaved rounds of the bench timer")
-    print(f"{'batch':>5} {'K':>2} {'layout':<34} {'slots':<12} {'us':>8} {'of ceiling':>10} "
-          f"{'ceiling':>8}")
+    print(f"{'batch':>5} {'K':>2} {'layout':<34} {'slots':<12} {'us':>8} {'of ceiling':>10} {'ceiling':>8}")
     for r in rows:
-        print(f"{r['batch']:>5} {r['rotation']:>2} {r['layout']:<34} {r['slots']:<12} "
-              f"{r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} {r['ceiling_us']:8.2f}")
+        print(
+            f"{r['batch']:>5} {r['rotation']:>2} {r['layout']:<34} {r['slots']:<12} "
+            f"{r['us']:8.2f} {r['fraction_of_ceiling']:10.1%} {r['ceiling_us']:8.2f}"
+        )
     print(round_spread(r["rounds_us"] for r in rows))
     return 0
 

@@ -30,9 +30,11 @@ def load(path: Path) -> dict:
 
 def provenance(data: dict) -> str:
     env = data["environment"]
-    return (f"<sub>{env['device']}, torch {env['torch']}, Triton {env['triton']}, commit "
-            f"{env['git_commit'][:7]}, {env['date_utc'][:16].replace('T', ' ')} UTC: "
-            f"`{env['command'].split(' --out ')[0]}`</sub>")
+    return (
+        f"<sub>{env['device']}, torch {env['torch']}, Triton {env['triton']}, commit "
+        f"{env['git_commit'][:7]}, {env['date_utc'][:16].replace('T', ' ')} UTC: "
+        f"`{env['command'].split(' --out ')[0]}`</sub>"
+    )
 
 
 def table(headers: list[str], rows: list[list[object]]) -> str:
@@ -49,10 +51,12 @@ def is_upstream_grid(row: dict) -> bool:
     return LaunchConfig.from_dict(row["launch_config"]).upstream_grid
 
 
-GATHER_NOTE = ("The gather ceiling is the same in-place stream over each call's own slots of "
-               "its pool, in the call's order, without math (ssmdecode.bench.ceiling): what the "
-               "places of the slots allow. Where it is under the same-bytes ceiling, the slots "
-               "cost that much whatever the kernel.")
+GATHER_NOTE = (
+    "The gather ceiling is the same in-place stream over each call's own slots of "
+    "its pool, in the call's order, without math (ssmdecode.bench.ceiling): what the "
+    "places of the slots allow. Where it is under the same-bytes ceiling, the slots "
+    "cost that much whatever the kernel."
+)
 
 
 def bench_section(data: dict, title: str, bar: float | None) -> str:
@@ -69,29 +73,61 @@ def bench_section(data: dict, title: str, bar: float | None) -> str:
         table_row = next(r for r in measured if r["config"] == "table")
         upstream = next(r for r in measured if r["config"] == "upstream")
         best = min((r for r in measured if is_upstream_grid(r)), key=lambda r: r["us"])
-        pdl = ([table_row["pdl_ceiling_us"], f"{100 * table_row['fraction_of_pdl_ceiling']:.1f}%"]
-               if has_pdl else [])
-        gather = ([table_row["gather_ceiling_us"],
-                   f"{100 * table_row['fraction_of_gather_ceiling']:.1f}%"]
-                  if has_gather else [])
-        rows.append([
-            batch, table_row["ceiling_us"], upstream["us"], f"{best['launch']} {best['us']:.2f}",
-            f"{table_row['launch']} {table_row['us']:.2f}", table_row["tbps"],
-            f"{100 * table_row['fraction_of_ceiling']:.1f}%", *gather, *pdl,
-            f"{upstream['us'] / table_row['us']:.2f}x", f"{best['us'] / table_row['us']:.2f}x",
-        ])
+        pdl = (
+            [table_row["pdl_ceiling_us"], f"{100 * table_row['fraction_of_pdl_ceiling']:.1f}%"]
+            if has_pdl
+            else []
+        )
+        gather = (
+            [table_row["gather_ceiling_us"], f"{100 * table_row['fraction_of_gather_ceiling']:.1f}%"]
+            if has_gather
+            else []
+        )
+        rows.append(
+            [
+                batch,
+                table_row["ceiling_us"],
+                upstream["us"],
+                f"{best['launch']} {best['us']:.2f}",
+                f"{table_row['launch']} {table_row['us']:.2f}",
+                table_row["tbps"],
+                f"{100 * table_row['fraction_of_ceiling']:.1f}%",
+                *gather,
+                *pdl,
+                f"{upstream['us'] / table_row['us']:.2f}x",
+                f"{best['us'] / table_row['us']:.2f}x",
+            ]
+        )
     shape = data["shape"]
     pdl_headers = ["pdl ceiling us", "table % of pdl ceiling"] if has_pdl else []
     gather_headers = ["gather ceiling us", "table % of gather ceiling"] if has_gather else []
-    text = [f"#### {title}: H{shape['nheads']} P{shape['headdim']} N{shape['dstate']} "
-            f"G{shape['ngroups']}, {shape['state_dtype']} state, {shape['dtype']} inputs", "",
-            table(["batch", "ceiling us", "upstream default us", "best upstream-grid config, us",
-                   "table config, us", "table TB/s", "table % of ceiling", *gather_headers,
-                   *pdl_headers,
-                   "vs upstream", "vs best upstream-grid"], rows), ""]
+    text = [
+        f"#### {title}: H{shape['nheads']} P{shape['headdim']} N{shape['dstate']} "
+        f"G{shape['ngroups']}, {shape['state_dtype']} state, {shape['dtype']} inputs",
+        "",
+        table(
+            [
+                "batch",
+                "ceiling us",
+                "upstream default us",
+                "best upstream-grid config, us",
+                "table config, us",
+                "table TB/s",
+                "table % of ceiling",
+                *gather_headers,
+                *pdl_headers,
+                "vs upstream",
+                "vs best upstream-grid",
+            ],
+            rows,
+        ),
+        "",
+    ]
     if bar is not None:
-        text.append(f"Bar: {100 * bar:.0f}% of the same-bytes ceiling. Large-transfer peak of "
-                    f"the run: {data['peak']['tbps']:.2f} TB/s.")
+        text.append(
+            f"Bar: {100 * bar:.0f}% of the same-bytes ceiling. Large-transfer peak of "
+            f"the run: {data['peak']['tbps']:.2f} TB/s."
+        )
     if gather_headers:
         text.append(GATHER_NOTE)
     text.append(provenance(data))
@@ -105,17 +141,28 @@ def verify_section(folder: Path) -> str:
         data = load(path)
         grid = data["grid"]
         first = first or data
-        rows.append([f"P{grid['headdim']} N{grid['dstate']} {grid['state_dtype']} state",
-                     f"{data['points'] - data['failures']}/{data['points']}",
-                     grid.get("out_dtype") or grid["dtype"], data["environment"]["git_commit"][:7]])
+        rows.append(
+            [
+                f"P{grid['headdim']} N{grid['dstate']} {grid['state_dtype']} state",
+                f"{data['points'] - data['failures']}/{data['points']}",
+                grid.get("out_dtype") or grid["dtype"],
+                data["environment"]["git_commit"][:7],
+            ]
+        )
     if not rows:
         return ""
-    return "\n".join([
-        "#### Bit-identity of the shipped table with the upstream config (`ssmdecode verify`)", "",
-        "Heads 8, 16, 32, 64, 128 x batch 1..64 then every 8 up to 1024 (the seed's 920 points);",
-        "out and the whole state pool after one call, bit for bit.", "",
-        table(["shape", "points identical", "out stored as", "commit"], rows), "",
-        provenance(first)])
+    return "\n".join(
+        [
+            "#### Bit-identity of the shipped table with the upstream config (`ssmdecode verify`)",
+            "",
+            "Heads 8, 16, 32, 64, 128 x batch 1..64 then every 8 up to 1024 (the seed's 920 points);",
+            "out and the whole state pool after one call, bit for bit.",
+            "",
+            table(["shape", "points identical", "out stored as", "commit"], rows),
+            "",
+            provenance(first),
+        ]
+    )
 
 
 def e2e_section(folder: Path) -> str:
@@ -125,34 +172,67 @@ def e2e_section(folder: Path) -> str:
         # The SSU share is its profiled kernel time per step over the graphed step time. (Runs
         # before the fix in e2e.kernel_times also counted the profiler's step annotations as
         # kernel time, so their own ssu_share column is not used.)
-        rows = [[r["batch"], f"{r['config']} {r['launch']}", r["step_us"], f"{r['tokens_per_s']:,.0f}",
-                 f"{r['vs_first']:.3f}x", r["ssu_us_per_step"],
-                 f"{100 * r['ssu_us_per_step'] / r['step_us']:.0f}%"] for r in data["rows"]]
+        rows = [
+            [
+                r["batch"],
+                f"{r['config']} {r['launch']}",
+                r["step_us"],
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['vs_first']:.3f}x",
+                r["ssu_us_per_step"],
+                f"{100 * r['ssu_us_per_step'] / r['step_us']:.0f}%",
+            ]
+            for r in data["rows"]
+        ]
         shape = data["shape"]
         variants = sorted({r["variant"] for r in data["rows"] if r.get("variant")})
-        what = {"pdl": "+pdl rows: the SSU called with pdl=True",
-                "order": "+order rows: slot_order(slots) once per step, passed to every layer's "
-                "SSU as batch_order (the sort is part of the step)"}
+        what = {
+            "pdl": "+pdl rows: the SSU called with pdl=True",
+            "order": "+order rows: slot_order(slots) once per step, passed to every layer's "
+            "SSU as batch_order (the sort is part of the step)",
+        }
         title = f"#### e2e: {shape['name']}, {data['layers']} Mamba2 layers, d_model {data['d_model']}"
         if variants:
             title += ", " + " and ".join(f"+{v}" for v in variants)
         title += f" (`{path.parent.name}/`)"
-        parts += [title, "", "The config column names the launch config each row ran (the table "
-                  "of the day of the run, which may differ from the one shipped now)."
-                  + "".join(f" {what[v]}." for v in variants), "",
-                  table(["batch", "config", "step us", "tokens/s", "vs the batch's first row",
-                         "SSU us per step (profiled)", "SSU share of the step"], rows), "",
-                  provenance(data), ""]
+        parts += [
+            title,
+            "",
+            "The config column names the launch config each row ran (the table "
+            "of the day of the run, which may differ from the one shipped now)."
+            + "".join(f" {what[v]}." for v in variants),
+            "",
+            table(
+                [
+                    "batch",
+                    "config",
+                    "step us",
+                    "tokens/s",
+                    "vs the batch's first row",
+                    "SSU us per step (profiled)",
+                    "SSU share of the step",
+                ],
+                rows,
+            ),
+            "",
+            provenance(data),
+            "",
+        ]
     for path in sorted(folder.glob("e2e-*/e2e-greedy.json")):
         data = load(path)
         a, b = data["configs"]["a"], data["configs"]["b"]
         verdict = "identical" if data["identical"] else "DIFFERENT"
-        parts += [f"#### Greedy decoding: {a['spec']} {a['launch']} vs {b['spec']} {b['launch']}", "",
-                  f"{data['tokens_compared']} token ids and log-probs compared: **{verdict}** "
-                  f"({data['result']['token_id_mismatches']} id and "
-                  f"{data['result']['logprob_mismatches']} log-prob mismatches; control run "
-                  f"{'identical' if data['control']['identical'] else 'DIFFERENT'}).", "",
-                  provenance(data), ""]
+        parts += [
+            f"#### Greedy decoding: {a['spec']} {a['launch']} vs {b['spec']} {b['launch']}",
+            "",
+            f"{data['tokens_compared']} token ids and log-probs compared: **{verdict}** "
+            f"({data['result']['token_id_mismatches']} id and "
+            f"{data['result']['logprob_mismatches']} log-prob mismatches; control run "
+            f"{'identical' if data['control']['identical'] else 'DIFFERENT'}).",
+            "",
+            provenance(data),
+            "",
+        ]
     return "\n".join(parts)
 
 
@@ -162,9 +242,10 @@ def sweep_section(folder: Path) -> str:
         return ""
     data = load(path)
     md = (folder / "sweep" / "sweep.md").read_text()
-    body = md[md.index("| (BLOCK_M"):].strip()
-    return "\n".join(["#### Sweep of the upstream grid's (BLOCK_M, num_warps) configs", "",
-                      body, "", provenance(data)])
+    body = md[md.index("| (BLOCK_M") :].strip()
+    return "\n".join(
+        ["#### Sweep of the upstream grid's (BLOCK_M, num_warps) configs", "", body, "", provenance(data)]
+    )
 
 
 # The kernels `ssmdecode sweep --kernel` can time, in the order the report shows them; each
@@ -172,7 +253,7 @@ def sweep_section(folder: Path) -> str:
 KERNEL_SOURCES = {
     "mamba_ssm": "state-spaces/mamba's `mamba_ssm/ops/triton/selective_state_update.py`",
     "sglang": "sgl-project/sglang's `python/sglang/srt/layers/attention/mamba/ops/mamba_ssm.py` "
-              "(a runtime loop over T tokens, here T = 1)",
+    "(a runtime loop over T tokens, here T = 1)",
     "ssmdecode": "this repository's",
 }
 # The upstream-kernel table of the measuring notes (docs/measuring.md), copied by hand: a
@@ -212,23 +293,37 @@ def kernels_section(folder: Path) -> str:
         cells = []
         for b in batches:
             values = [sweep_cell(data, c["label"], b) for data in sweeps.values()]
-            cells.append(" / ".join("-" if v is None else
-                                    f"{v['us']:.2f}{'' if v['identical'] else ' ≠'}"
-                                    for v in values))
+            cells.append(
+                " / ".join(
+                    "-" if v is None else f"{v['us']:.2f}{'' if v['identical'] else ' ≠'}" for v in values
+                )
+            )
         rows.append([c["label"], *cells])
     names = " / ".join(sweeps)
-    text = ["#### The upstream kernels and ssmdecode's through the same harness, same run", "",
-            "`ssmdecode sweep --kernel <name>` times a kernel with each config. The upstream "
-            "kernels were carried to the GPU for the run and are not part of this repository: "
-            + "; ".join(f"{k}: {KERNEL_SOURCES[k]}" for k in sweeps if k != "ssmdecode") + ". Each "
-            f"cell is {names}, microseconds; ≠ where the config's bits differ from that "
-            "kernel's (4,4).", "",
-            table(["config", *[f"batch {b}: {names}" for b in batches]], rows), ""]
+    text = [
+        "#### The upstream kernels and ssmdecode's through the same harness, same run",
+        "",
+        "`ssmdecode sweep --kernel <name>` times a kernel with each config. The upstream "
+        "kernels were carried to the GPU for the run and are not part of this repository: "
+        + "; ".join(f"{k}: {KERNEL_SOURCES[k]}" for k in sweeps if k != "ssmdecode")
+        + ". Each "
+        f"cell is {names}, microseconds; ≠ where the config's bits differ from that "
+        "kernel's (4,4).",
+        "",
+        table(["config", *[f"batch {b}: {names}" for b in batches]], rows),
+        "",
+    ]
     clocks = {k: d["environment"].get("clocks") for k, d in sweeps.items()}
     if all(clocks.values()):
-        text.append("Clocks at the end of each sweep: " + "; ".join(
-            f"{k} SM {c['sm_mhz']} MHz (max {c['max_sm_mhz']}), memory {c['mem_mhz']} MHz, "
-            f"{c['temperature_c']} C" for k, c in clocks.items()) + ".")
+        text.append(
+            "Clocks at the end of each sweep: "
+            + "; ".join(
+                f"{k} SM {c['sm_mhz']} MHz (max {c['max_sm_mhz']}), memory {c['mem_mhz']} MHz, "
+                f"{c['temperature_c']} C"
+                for k, c in clocks.items()
+            )
+            + "."
+        )
     for data in sweeps.values():
         text += ["", provenance(data)]
     return "\n".join(text)
@@ -240,8 +335,11 @@ def measuring_section(folder: Path) -> str:
     if not REFERENCE.exists():
         return ""
     ref = load(REFERENCE)
-    sweeps = {k: d for k, d in kernel_sweeps(folder).items()
-              if d["shape"] == ref["shape"] and ref["device"] == d["environment"]["device"]}
+    sweeps = {
+        k: d
+        for k, d in kernel_sweeps(folder).items()
+        if d["shape"] == ref["shape"] and ref["device"] == d["environment"]["device"]
+    }
     if ref["device_key"] != folder.name or not sweeps:
         return ""
     batches = ref["batches"]
@@ -262,35 +360,57 @@ def measuring_section(folder: Path) -> str:
                 within[k][1] += 1
                 ratios.append(f"{ratio:.3f}{'' if ok else ' ✗'}")
             cells.append(" / ".join(ratios))
-        rows.append([f"{c['label']} {c['note']}".strip(),
-                     " / ".join(f"{c['us'][str(b)]:.2f}" for b in batches), *cells])
-    rows.append([f"**within {100 * WITHIN:.0f}%**", "",
-                 *[f"**{n}/{total}**" for n, total in within.values()]])
-    measured = [{label: cell["us"] for label in ("(8,1)", "(4,4)")
-                 if (cell := sweep_cell(data, label, 512))} for data in sweeps.values()]
-    rows.append(["(8,1)/(4,4) at batch 512",
-                 seed_ratio({c["label"]: c["us"]["512"] for c in ref["configs"]}),
-                 *map(seed_ratio, measured)])
+        rows.append(
+            [
+                f"{c['label']} {c['note']}".strip(),
+                " / ".join(f"{c['us'][str(b)]:.2f}" for b in batches),
+                *cells,
+            ]
+        )
+    rows.append(
+        [f"**within {100 * WITHIN:.0f}%**", "", *[f"**{n}/{total}**" for n, total in within.values()]]
+    )
+    measured = [
+        {label: cell["us"] for label in ("(8,1)", "(4,4)") if (cell := sweep_cell(data, label, 512))}
+        for data in sweeps.values()
+    ]
+    rows.append(
+        [
+            "(8,1)/(4,4) at batch 512",
+            seed_ratio({c["label"]: c["us"]["512"] for c in ref["configs"]}),
+            *map(seed_ratio, measured),
+        ]
+    )
     bs = " / ".join(map(str, batches))
     whole = [k for k, (n, total) in within.items() if n == total]
-    verdict = (f"Every cell within {100 * WITHIN:.0f}% of MEASURING.md: {', '.join(whole)}."
-               if whole else f"No kernel has every cell within {100 * WITHIN:.0f}% of MEASURING.md.")
-    return "\n".join([
-        "#### The sweeps above against MEASURING.md's upstream-kernel table", "",
-        f"`{REFERENCE.relative_to(ROOT)}` holds the table \"{ref['section']}\" of "
-        f"`{ref['source']}` (torch {ref['torch']}, Triton {ref['triton']}) as printed there: a "
-        "target measured outside this repository, not a result of ours. Each kernel's cells are "
-        f"its microseconds over the reference's at batch {bs}; ✗ where they differ by more than "
-        f"{100 * WITHIN:.0f}%.", "",
-        table(["config", f"MEASURING.md us, batch {bs}",
-               *[f"{k} / MEASURING.md" for k in sweeps]], rows), "", verdict])
+    verdict = (
+        f"Every cell within {100 * WITHIN:.0f}% of MEASURING.md: {', '.join(whole)}."
+        if whole
+        else f"No kernel has every cell within {100 * WITHIN:.0f}% of MEASURING.md."
+    )
+    return "\n".join(
+        [
+            "#### The sweeps above against MEASURING.md's upstream-kernel table",
+            "",
+            f'`{REFERENCE.relative_to(ROOT)}` holds the table "{ref["section"]}" of '
+            f"`{ref['source']}` (torch {ref['torch']}, Triton {ref['triton']}) as printed there: a "
+            "target measured outside this repository, not a result of ours. Each kernel's cells are "
+            f"its microseconds over the reference's at batch {bs}; ✗ where they differ by more than "
+            f"{100 * WITHIN:.0f}%.",
+            "",
+            table(["config", f"MEASURING.md us, batch {bs}", *[f"{k} / MEASURING.md" for k in sweeps]], rows),
+            "",
+            verdict,
+        ]
+    )
 
 
 PDL_NOTE = (
     "With pdl=True each call of the timed graph may start under the previous call's tail, so "
     "it is held against the pdl ceiling: the same stream launched the same way, in the same "
     "run (the plain ceiling's calls do not overlap, and beating it means nothing). Every "
-    "config in this table, upstream's included, is ssmdecode's kernel called with pdl=True.")
+    "config in this table, upstream's included, is ssmdecode's kernel called with pdl=True."
+)
 
 
 def slot_order_note(data: dict) -> str:
@@ -299,11 +419,13 @@ def slot_order_note(data: dict) -> str:
     fill = {r["batch"]: r["timing"]["rotation"] for r in data["rows"] if r["config"] == "table"}
     full = [b for b, k in sorted(fill.items()) if k == 1]
     parts = [f"1/{k} at {b}" for b, k in sorted(fill.items()) if 1 < k <= 3]
-    return ("Every config, upstream's included, is ssmdecode's kernel called with batch_order = "
-            "slot_order(that call's slots), computed before timing as an engine computes it once "
-            "per decode step for all layers; the rows' bits do not depend on the order. A call's "
-            f"slots fill the whole pool at batch {', '.join(map(str, full)) or 'none'}, "
-            f"{', '.join(parts) or 'less elsewhere'}, less below.")
+    return (
+        "Every config, upstream's included, is ssmdecode's kernel called with batch_order = "
+        "slot_order(that call's slots), computed before timing as an engine computes it once "
+        "per decode step for all layers; the rows' bits do not depend on the order. A call's "
+        f"slots fill the whole pool at batch {', '.join(map(str, full)) or 'none'}, "
+        f"{', '.join(parts) or 'less elsewhere'}, less below."
+    )
 
 
 def build(folder: Path, links_from: Path) -> str:
@@ -315,17 +437,28 @@ def build(folder: Path, links_from: Path) -> str:
     for path in sorted(folder.glob("bench-?*/bench.json")):
         data = load(path)
         if data["method"].get("pdl"):  # the headline, every config called with pdl=True
-            parts += [bench_section(data, "Headline, calls with pdl=True", None),
-                      PDL_NOTE, ""]
+            parts += [bench_section(data, "Headline, calls with pdl=True", None), PDL_NOTE, ""]
             continue
         if data["method"].get("slot_order"):  # the headline, rows taken in slot order
-            parts += [bench_section(data, "Headline, calls with batch_order=slot_order(slots)",
-                                    0.97), slot_order_note(data), ""]
+            parts += [
+                bench_section(data, "Headline, calls with batch_order=slot_order(slots)", 0.97),
+                slot_order_note(data),
+                "",
+            ]
             continue
         flags = data["environment"]["command"].split(" --tp 8 ")[-1].split(" --batch")[0]
         parts += [bench_section(data, f"Headline with {flags}", 0.90), ""]
-    parts += [verify_section(folder), "", sweep_section(folder), "", kernels_section(folder), "",
-              measuring_section(folder), "", e2e_section(folder)]
+    parts += [
+        verify_section(folder),
+        "",
+        sweep_section(folder),
+        "",
+        kernels_section(folder),
+        "",
+        measuring_section(folder),
+        "",
+        e2e_section(folder),
+    ]
     plots = [p.relative_to(links_from) for p in sorted(folder.glob("*/*.png"))]
     if plots:
         parts += ["#### Plots", ""] + [f"![{p.parent.name}]({p})" for p in plots]
@@ -333,11 +466,16 @@ def build(folder: Path, links_from: Path) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", nargs="?", type=Path,
-                        default=ROOT / "benchmarks/results/NVIDIA_H200",
-                        help="a device's results folder (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "folder",
+        nargs="?",
+        type=Path,
+        default=ROOT / "benchmarks/results/NVIDIA_H200",
+        help="a device's results folder (default: %(default)s)",
+    )
     folder = parser.parse_args().folder.resolve()
     (folder / "REPORT.md").write_text(build(folder, folder))
     readme = ROOT / "README.md"

@@ -30,8 +30,7 @@ from ssmdecode.cli_args import (
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
     add_batch_argument(p, (512,), several=False)
     p.add_argument("--device", help="torch device (default: the current CUDA device)")

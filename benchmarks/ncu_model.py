@@ -44,10 +44,16 @@ from ssmdecode.cli_args import (
 )
 from ssmdecode.config import KERNEL, LABEL_SYNTAX, LaunchConfig
 
-_METRICS = {"gpu__time_duration.sum": "us", "dram__bytes_read.sum": "read MiB",
-            "dram__bytes_write.sum": "write MiB"}
-_SCALE = {"gpu__time_duration.sum": 1e-3, "dram__bytes_read.sum": 2.0**-20,
-          "dram__bytes_write.sum": 2.0**-20}  # ns -> us, bytes -> MiB (units printed as base)
+_METRICS = {
+    "gpu__time_duration.sum": "us",
+    "dram__bytes_read.sum": "read MiB",
+    "dram__bytes_write.sum": "write MiB",
+}
+_SCALE = {
+    "gpu__time_duration.sum": 1e-3,
+    "dram__bytes_read.sum": 2.0**-20,
+    "dram__bytes_write.sum": 2.0**-20,
+}  # ns -> us, bytes -> MiB (units printed as base)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.cudart().cudaProfilerStop()
-    print(f"profiled: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, batch "
-          f"{batch}, config {args.config}, {args.steps} steps", file=sys.stderr)
+    print(
+        f"profiled: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, batch "
+        f"{batch}, config {args.config}, {args.steps} steps",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -111,20 +120,19 @@ def summarize(paths: list[Path], steps: int) -> str:
                 mean[i % per_step][metric] += value / steps
         for i in range(per_step):
             name = kernels[i][0][:60]
-            out.append(f"{i:>3} {name:<60} "
-                       + " ".join(f"{mean[i][m]:>10.2f}" for m in _METRICS))
+            out.append(f"{i:>3} {name:<60} " + " ".join(f"{mean[i][m]:>10.2f}" for m in _METRICS))
         groups = {"selective_state_update": [i for i in range(per_step) if KERNEL in kernels[i][0]]}
         groups["the rest"] = [i for i in range(per_step) if i not in groups["selective_state_update"]]
         for label, idx in groups.items():
-            out.append(f"    {label:<60} "
-                       + " ".join(f"{sum(mean[i][m] for i in idx):>10.2f}" for m in _METRICS))
+            out.append(
+                f"    {label:<60} " + " ".join(f"{sum(mean[i][m] for i in idx):>10.2f}" for m in _METRICS)
+            )
         out.append("")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the profiled program (run it under ncu)")
     add_shape_arguments(r)

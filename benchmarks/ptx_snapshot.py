@@ -40,24 +40,42 @@ from ssmdecode.bench.inputs import make_inputs
 from ssmdecode.config import LaunchConfig
 
 TARGET = GPUTarget("cuda", 90, 32)
-CONFIGS = ("8,1", "4,4", "4,8", "16,1,slot,evict", "4,1,slot,evict,ordered",
-           "16,1,slot,evict,ordered", "2,1,slot,evict,ordered", "8,2,slot,evict,ordered")
+CONFIGS = (
+    "8,1",
+    "4,4",
+    "4,8",
+    "16,1,slot,evict",
+    "4,1,slot,evict,ordered",
+    "16,1,slot,evict,ordered",
+    "2,1,slot,evict,ordered",
+    "8,2,slot,evict,ordered",
+)
 
 
 def _inputs() -> Iterator[tuple[str, dict]]:
     for sdt in (torch.float32, torch.bfloat16):
-        for heads, headdim, dstate, groups in ((16, 64, 128, 1), (16, 64, 256, 1),
-                                               (16, 64, 64, 1), (8, 12, 24, 2)):
+        for heads, headdim, dstate, groups in (
+            (16, 64, 128, 1),
+            (16, 64, 256, 1),
+            (16, 64, 64, 1),
+            (8, 12, 24, 2),
+        ):
             for tie in (True, False):
-                inp = make_inputs(4, heads, headdim, dstate, groups, sdt, torch.bfloat16, 8,
-                                  "cpu", 0, tie=tie)
+                inp = make_inputs(
+                    4, heads, headdim, dstate, groups, sdt, torch.bfloat16, 8, "cpu", 0, tie=tie
+                )
                 name = f"{str(sdt).removeprefix('torch.')}-P{headdim}-N{dstate}"
                 kw = inp.kwargs(0)
                 yield f"{name}-{'tie' if tie else 'untied'}", kw
                 if tie and dstate == 128:
-                    yield f"{name}-z-dst", {**kw, "z": torch.randn_like(inp.x),
-                                            "dst_state_batch_indices":
-                                                inp.slot_sets[0].flip(0).contiguous()}
+                    yield (
+                        f"{name}-z-dst",
+                        {
+                            **kw,
+                            "z": torch.randn_like(inp.x),
+                            "dst_state_batch_indices": inp.slot_sets[0].flip(0).contiguous(),
+                        },
+                    )
                     yield f"{name}-nowrite", {**kw, "disable_state_update": True}
 
 
@@ -98,9 +116,13 @@ def digest(folder: Path, path: Path) -> int:
     """Write the digests of a snapshot folder as JSON: the Triton version and target they hold
     for, and one SHA-256 a file."""
     files = digests(folder)
-    data = {"what": "SHA-256 of each PTX file of benchmarks/ptx_snapshot.py write (instructions "
-            "only), for the Triton version and target named here", "triton": triton.__version__,
-            "target": f"sm_{TARGET.arch}", "files": files}
+    data = {
+        "what": "SHA-256 of each PTX file of benchmarks/ptx_snapshot.py write (instructions "
+        "only), for the Triton version and target named here",
+        "triton": triton.__version__,
+        "target": f"sm_{TARGET.arch}",
+        "files": files,
+    }
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote the digests of {len(files)} PTX files to {path}")
     return 0
@@ -111,8 +133,10 @@ def _read_digests(path: Path) -> dict[str, str]:
     differs whatever the kernel."""
     data = json.loads(path.read_text())
     if data["triton"] != triton.__version__:
-        raise SystemExit(f"{path} holds the PTX of Triton {data['triton']}; this is Triton "
-                         f"{triton.__version__}: the digests cannot be compared")
+        raise SystemExit(
+            f"{path} holds the PTX of Triton {data['triton']}; this is Triton "
+            f"{triton.__version__}: the digests cannot be compared"
+        )
     return data["files"]
 
 
@@ -134,8 +158,9 @@ def compare(a: Path, b: Path) -> int:
         if not (pa.exists() and pb.exists()):
             differ.append(f"{name}: only in {a if pa.exists() else b}")
         elif pa.read_text() != pb.read_text():
-            diff = difflib.unified_diff(pa.read_text().splitlines(), pb.read_text().splitlines(),
-                                        lineterm="", n=1)
+            diff = difflib.unified_diff(
+                pa.read_text().splitlines(), pb.read_text().splitlines(), lineterm="", n=1
+            )
             differ.append(f"{name}:\n" + "\n".join(list(diff)[:12]))
     for d in differ[:5]:
         print(d)
@@ -144,11 +169,11 @@ def compare(a: Path, b: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
     sub.add_parser("write", help="compile the matrix, write its PTX into FOLDER").add_argument(
-        "folder", type=Path)
+        "folder", type=Path
+    )
     d = sub.add_parser("digest", help="write the SHA-256 digests of a snapshot FOLDER as JSON")
     d.add_argument("folder", type=Path)
     d.add_argument("json", type=Path)

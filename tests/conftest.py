@@ -74,10 +74,17 @@ class Case:
         parts.append(self.state if self.state == self.inputs else f"{self.state}-in{self.inputs}")
         if self.layout == "mamba1":
             parts.append("mamba1")
-        flags = [("tie", self.tie), ("noD", not self.has_D), ("noz", not self.has_z),
-                 ("nobias", not self.has_dt_bias), ("nosoftplus", not self.softplus),
-                 ("pad", bool(self.pad_rows)), ("dst", self.dst),
-                 ("noidx", self.indices is None), ("i64", self.indices == "int64")]
+        flags = [
+            ("tie", self.tie),
+            ("noD", not self.has_D),
+            ("noz", not self.has_z),
+            ("nobias", not self.has_dt_bias),
+            ("nosoftplus", not self.softplus),
+            ("pad", bool(self.pad_rows)),
+            ("dst", self.dst),
+            ("noidx", self.indices is None),
+            ("i64", self.indices == "int64"),
+        ]
         return "-".join(parts + [name for name, on in flags if on])
 
 
@@ -86,12 +93,28 @@ def make_inputs(case: Case, device: str = DEVICE, seed: int = 0) -> dict:
     zeros) on `device`, the slot indices a random permutation of the pool, by the library's
     builder."""
     inputs = library_inputs.make_inputs(
-        case.batch, case.nheads, case.headdim, case.dstate, case.ngroups, DTYPES[case.state],
-        DTYPES[case.inputs], pool=case.batch * (2 if case.dst else 1) + case.extra_slots,
-        device=device, seed=seed, tie=case.tie, rotation=1, tokens=case.tokens,
-        indices=getattr(torch, case.indices) if case.indices else None, pad_rows=case.pad_rows,
-        dst=case.dst, has_D=case.has_D, has_z=case.has_z, has_dt_bias=case.has_dt_bias,
-        softplus=case.softplus, layout=case.layout)
+        case.batch,
+        case.nheads,
+        case.headdim,
+        case.dstate,
+        case.ngroups,
+        DTYPES[case.state],
+        DTYPES[case.inputs],
+        pool=case.batch * (2 if case.dst else 1) + case.extra_slots,
+        device=device,
+        seed=seed,
+        tie=case.tie,
+        rotation=1,
+        tokens=case.tokens,
+        indices=getattr(torch, case.indices) if case.indices else None,
+        pad_rows=case.pad_rows,
+        dst=case.dst,
+        has_D=case.has_D,
+        has_z=case.has_z,
+        has_dt_bias=case.has_dt_bias,
+        softplus=case.softplus,
+        layout=case.layout,
+    )
     kw = inputs.kwargs(0)
     del kw["out"]
     return kw
@@ -106,8 +129,9 @@ def to_device(v: object, device: str) -> object:
     return torch.as_strided(flat.to(device), v.shape, v.stride(), v.storage_offset())
 
 
-def run_bits(kw: dict, state0: torch.Tensor, config: object, variant: object = None, **extra: object
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def run_bits(
+    kw: dict, state0: torch.Tensor, config: object, variant: object = None, **extra: object
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One call from state0 with config (and extra keyword arguments): the bits of out (stored
     as float32, so a changed row-sum order cannot round away) and of the state pool. variant:
     a kernel Variant of the same bits (decode.Variant), run through the private launch path."""

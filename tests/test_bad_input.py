@@ -22,6 +22,7 @@ def _set(key: str, value: object) -> Callable[[dict], None]:
     return edit
 
 
+# fmt: off
 BAD = {
     "state-dtype": (_set("state", lambda kw: kw["state"].double()), TypeError, r"state has dtype torch.float64"),
     "state-rank": (_set("state", lambda kw: kw["state"][0]), ValueError, r"x has shape .*expected \[B, P\]"),
@@ -52,6 +53,7 @@ BAD = {
     "config-type": (_set("config", (8, 1)), TypeError, r"config must be a LaunchConfig"),
     "device": (_set("x", lambda kw: kw["x"].to("meta")), ValueError, r"x is on meta; expected"),
 }
+# fmt: on
 
 
 @pytest.mark.parametrize("name", list(BAD))
@@ -124,9 +126,15 @@ def test_a_batch_past_the_grid_limit_is_refused() -> None:
     rows, p, n = 65536, 4, 16  # Mamba1 layout, small rows: nothing here is large
     state = torch.randn(2, p, n)
     state0 = state.clone()
-    kw = dict(state=state, x=torch.randn(rows, p), dt=torch.randn(rows, p), A=torch.randn(p, n),
-              B=torch.randn(rows, n), C=torch.randn(rows, n),
-              state_batch_indices=torch.zeros(rows, dtype=torch.int32))
+    kw = dict(
+        state=state,
+        x=torch.randn(rows, p),
+        dt=torch.randn(rows, p),
+        A=torch.randn(p, n),
+        B=torch.randn(rows, n),
+        C=torch.randn(rows, n),
+        state_batch_indices=torch.zeros(rows, dtype=torch.int32),
+    )
     with pytest.raises(ValueError, match=r"x has 65536 rows; one call takes at most 65535"):
         selective_state_update(**kw)
     assert torch.equal(bits(state), bits(state0))

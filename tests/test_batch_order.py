@@ -12,14 +12,17 @@ from ssmdecode import LaunchConfig, selective_state_update, slot_order
 CPU_CASE = Case(batch=5, nheads=2, headdim=4, dstate=16, ngroups=1, pad_rows=(1,), dst=True)
 
 
-@pytest.mark.parametrize("config", [LaunchConfig(4, 1), LaunchConfig(4, 1, slot_major=True)],
-                         ids=lambda c: c.label)
+@pytest.mark.parametrize(
+    "config", [LaunchConfig(4, 1), LaunchConfig(4, 1, slot_major=True)], ids=lambda c: c.label
+)
 def test_any_order_gives_the_same_bits(config: LaunchConfig) -> None:
     kw = make_inputs(CPU_CASE)
     state0 = kw["state"].clone()
     want = run_bits(kw, state0, config)
-    for order in (slot_order(kw["state_batch_indices"]),
-                  torch.tensor([4, 2, 0, 3, 1], dtype=torch.int64, device=kw["x"].device)):
+    for order in (
+        slot_order(kw["state_batch_indices"]),
+        torch.tensor([4, 2, 0, 3, 1], dtype=torch.int64, device=kw["x"].device),
+    ):
         got = run_bits(kw, state0, config, batch_order=order)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
@@ -82,15 +85,16 @@ def test_bad_batch_order_is_refused_before_anything_is_written(order, error, mes
     assert torch.equal(bits(kw["state"]), bits(state0))
 
 
-@pytest.mark.parametrize(("order", "missing"), [([0, 0, 2, 3, 4], 1), ([-1, 1, 2, 3, 4], 0),
-                                                ([0, 1, 2, 3, 5], 4)],
-                         ids=["repeated", "negative", "too-large"])
+@pytest.mark.parametrize(
+    ("order", "missing"),
+    [([0, 0, 2, 3, 4], 1), ([-1, 1, 2, 3, 4], 0), ([0, 1, 2, 3, 5], 4)],
+    ids=["repeated", "negative", "too-large"],
+)
 def test_validate_indices_checks_the_permutation(order: list[int], missing: int) -> None:
     kw = make_inputs(CPU_CASE)
     state0 = kw["state"].clone()
     bad = torch.tensor(order, dtype=torch.int32, device=kw["x"].device)
-    with pytest.raises(ValueError, match=f"not a permutation of the 5 batch rows: row {missing} "
-                       "is missing"):
+    with pytest.raises(ValueError, match=f"not a permutation of the 5 batch rows: row {missing} is missing"):
         selective_state_update(**kw, batch_order=bad, validate_indices=True)
     assert torch.equal(bits(kw["state"]), bits(state0))
     ok = torch.tensor([4, 3, 2, 1, 0], dtype=torch.int64, device=kw["x"].device)
@@ -103,18 +107,19 @@ def test_strided_order_and_mamba1_layout() -> None:
     state0 = kw["state"].clone()
     config = LaunchConfig(4, 1, slot_major=True)
     want = run_bits(kw, state0, config)
-    strided = torch.tensor([2, -9, 0, -9, 3, -9, 1, -9], dtype=torch.int32,
-                           device=kw["x"].device)[::2]
+    strided = torch.tensor([2, -9, 0, -9, 3, -9, 1, -9], dtype=torch.int32, device=kw["x"].device)[::2]
     got = run_bits(kw, state0, config, batch_order=strided)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [None, LaunchConfig(4, 4), LaunchConfig(8, 1)],
-                         ids=lambda c: "table" if c is None else c.label)
+@pytest.mark.parametrize(
+    "config", [None, LaunchConfig(4, 4), LaunchConfig(8, 1)], ids=lambda c: "table" if c is None else c.label
+)
 def test_gpu_slot_order_keeps_the_bits(config: LaunchConfig | None) -> None:
-    case = Case(batch=64, nheads=16, headdim=64, dstate=128, ngroups=1, tie=True, extra_slots=64,
-                pad_rows=(5,))
+    case = Case(
+        batch=64, nheads=16, headdim=64, dstate=128, ngroups=1, tie=True, extra_slots=64, pad_rows=(5,)
+    )
     kw = make_inputs(case)
     state0 = kw["state"].clone()
     want = run_bits(kw, state0, config)

@@ -105,8 +105,7 @@ def _words(state: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gather_stream_adds_to_every_word_of_exactly_its_slots(dtype: torch.dtype,
-                                                               device: str) -> None:
+def test_gather_stream_adds_to_every_word_of_exactly_its_slots(dtype: torch.dtype, device: str) -> None:
     # A slot: 1040 fp32 words (two programs, the second masked) or 520 bf16 pairs (one, masked).
     state = torch.randn(6, 2, 4, 130).to(dtype).to(device)
     before = _words(state)
@@ -130,8 +129,9 @@ def test_gather_ceiling_keeps_the_pool_bits_on_cpu() -> None:
     state = torch.randn(5, 2, 4, 16).to(torch.bfloat16)
     before = state.clone()
     slot_sets = torch.tensor([[3, 0], [1, 4]], dtype=torch.int32)
-    timing = ceiling_module.measure_gather_ceiling(state, slot_sets,
-                                                   [torch.tensor([1, 0]), torch.tensor([0, 1])])
+    timing = ceiling_module.measure_gather_ceiling(
+        state, slot_sets, [torch.tensor([1, 0]), torch.tensor([0, 1])]
+    )
     assert timing.rotation == 2 and timing.us > 0
     assert torch.equal(state.view(torch.int16), before.view(torch.int16))
 
@@ -139,14 +139,30 @@ def test_gather_ceiling_keeps_the_pool_bits_on_cpu() -> None:
 @pytest.mark.parametrize(
     ("state", "slot_sets", "orders", "match"),
     [
-        (torch.zeros(4, 8, 6)[:, :, :4], torch.zeros(1, 2, dtype=torch.int32), None,
-         r"state must be a contiguous pool .*shape \(4, 8, 4\)"),
-        (torch.zeros(4, 3, dtype=torch.bfloat16), torch.zeros(1, 2, dtype=torch.int32), None,
-         r"multiple of 4 bytes.*torch.bfloat16"),
-        (torch.zeros(4, 8), torch.zeros(2, dtype=torch.int32), None,
-         r"slot_sets has shape \(2,\); expected \[K, B\]"),
-        (torch.zeros(4, 8), torch.zeros(2, 2, dtype=torch.int32), [None],
-         r"orders has 1 entries; expected one per slot set \(2\)"),
+        (
+            torch.zeros(4, 8, 6)[:, :, :4],
+            torch.zeros(1, 2, dtype=torch.int32),
+            None,
+            r"state must be a contiguous pool .*shape \(4, 8, 4\)",
+        ),
+        (
+            torch.zeros(4, 3, dtype=torch.bfloat16),
+            torch.zeros(1, 2, dtype=torch.int32),
+            None,
+            r"multiple of 4 bytes.*torch.bfloat16",
+        ),
+        (
+            torch.zeros(4, 8),
+            torch.zeros(2, dtype=torch.int32),
+            None,
+            r"slot_sets has shape \(2,\); expected \[K, B\]",
+        ),
+        (
+            torch.zeros(4, 8),
+            torch.zeros(2, 2, dtype=torch.int32),
+            [None],
+            r"orders has 1 entries; expected one per slot set \(2\)",
+        ),
     ],
     ids=["strided", "odd-bytes", "sets-rank", "orders-count"],
 )
@@ -159,9 +175,18 @@ def test_gather_ceiling_rejects_bad_arguments(state, slot_sets, orders, match: s
 
 
 def test_model_like_inputs() -> None:
-    inp = make_inputs(batch=3, nheads=4, headdim=6, dstate=10, ngroups=2,
-                      state_dtype=torch.float32, dtype=torch.bfloat16, pool=10, device=CPU,
-                      seed=1)
+    inp = make_inputs(
+        batch=3,
+        nheads=4,
+        headdim=6,
+        dstate=10,
+        ngroups=2,
+        state_dtype=torch.float32,
+        dtype=torch.bfloat16,
+        pool=10,
+        device=CPU,
+        seed=1,
+    )
     # x, B and C are views of one [B, H*P + 2*G*N] tensor
     base = inp.x.untyped_storage().data_ptr()
     assert inp.B.untyped_storage().data_ptr() == base == inp.C.untyped_storage().data_ptr()
@@ -193,8 +218,7 @@ def test_untied_inputs_are_dense() -> None:
 
 
 def test_inputs_with_a_token_dim_dst_slots_and_pad_rows() -> None:
-    inp = make_inputs(2, 4, 6, 10, 2, pool=9, rotation=2, tokens=3, dst=True, pad_rows=(1,),
-                      has_z=True)
+    inp = make_inputs(2, 4, 6, 10, 2, pool=9, rotation=2, tokens=3, dst=True, pad_rows=(1,), has_z=True)
     assert inp.x.shape == inp.dt.shape == inp.z.shape == inp.out.shape == (2, 3, 4, 6)
     assert inp.B.shape == inp.C.shape == (2, 3, 2, 10) and inp.dt.stride()[-1] == 0
     assert inp.B.untyped_storage().data_ptr() == inp.x.untyped_storage().data_ptr()
@@ -233,11 +257,14 @@ def test_headline_preset_is_the_seed_shape() -> None:
 
 @pytest.mark.parametrize(
     ("name", "tp", "heads", "groups"),
-    [("mamba2-2.7b", 1, 80, 1), ("mamba2-2.7b", 8, 10, 1), ("nemotron-h-8b", 16, 8, 1),
-     ("codestral-mamba-7b", 4, 32, 2)],
+    [
+        ("mamba2-2.7b", 1, 80, 1),
+        ("mamba2-2.7b", 8, 10, 1),
+        ("nemotron-h-8b", 16, 8, 1),
+        ("codestral-mamba-7b", 4, 32, 2),
+    ],
 )
-def test_per_rank_splits_heads_and_replicates_groups(name: str, tp: int, heads: int,
-                                                     groups: int) -> None:
+def test_per_rank_splits_heads_and_replicates_groups(name: str, tp: int, heads: int, groups: int) -> None:
     shape = per_rank(PRESETS[name], tp)
     assert (shape.nheads, shape.ngroups) == (heads, groups)
     assert shape.name == f"{name}/tp{tp}"
@@ -270,9 +297,19 @@ def test_shape_and_dtype_validation() -> None:
 def test_markdown_json_and_plot(tmp_path) -> None:
     table = markdown_table(["a", "b"], [[1.234, None], ["x", 2]])
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1.23 | - |", "| x | 2 |"]
-    env = {"device": "cpu", "sm_count": None, "l2_bytes": None, "torch": "t", "triton": "t",
-           "python": "p", "cuda": None, "git_commit": None, "date_utc": "d", "command": "c",
-           "timing_meaningful": False}
+    env = {
+        "device": "cpu",
+        "sm_count": None,
+        "l2_bytes": None,
+        "torch": "t",
+        "triton": "t",
+        "python": "p",
+        "cuda": None,
+        "git_commit": None,
+        "date_utc": "d",
+        "command": "c",
+        "timing_meaningful": False,
+    }
     paths = write_outputs(tmp_path, "r", {"environment": env, "x": 1}, table)
     assert json.loads(paths[0].read_text())["x"] == 1
     assert "mean nothing" in paths[1].read_text()

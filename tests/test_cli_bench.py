@@ -17,8 +17,9 @@ TINY = ["--heads", "2", "--headdim", "4", "--dstate", "8"]
 
 
 def test_bench_writes_json_markdown_and_plot(tmp_path: Path, capsys) -> None:
-    code = cli.main(["bench", *TINY, "--batch", "1", "2", "--config", "default", "4,1,slot",
-                     "--out", str(tmp_path)])
+    code = cli.main(
+        ["bench", *TINY, "--batch", "1", "2", "--config", "default", "4,1,slot", "--out", str(tmp_path)]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "mean nothing" in printed and "| default |" in printed
@@ -29,10 +30,21 @@ def test_bench_writes_json_markdown_and_plot(tmp_path: Path, capsys) -> None:
     for key in ("torch", "triton", "python", "git_commit", "date_utc", "sm_count", "l2_bytes"):
         assert key in env
     assert data["method"]["repeats"] == 5 and data["method"]["cold_l2_factor"] == 3
-    assert data["shape"] == {"name": "", "nheads": 2, "headdim": 4, "dstate": 8, "ngroups": 1,
-                             "state_dtype": "float32", "dtype": "bfloat16"}
+    assert data["shape"] == {
+        "name": "",
+        "nheads": 2,
+        "headdim": 4,
+        "dstate": 8,
+        "ngroups": 1,
+        "state_dtype": "float32",
+        "dtype": "bfloat16",
+    }
     assert [(r["config"], r["batch"]) for r in data["rows"]] == [
-        ("default", 1), ("4,1,slot", 1), ("default", 2), ("4,1,slot", 2)]
+        ("default", 1),
+        ("4,1,slot", 1),
+        ("default", 2),
+        ("4,1,slot", 2),
+    ]
     row = data["rows"][3]
     assert row["launch"] == "(4,1,slot)"
     assert row["bytes_moved"] == 2 * 2 * 2 * 4 * 8 * 4
@@ -46,10 +58,26 @@ def test_bench_writes_json_markdown_and_plot(tmp_path: Path, capsys) -> None:
 
 
 def test_bench_preset_with_tp_and_overrides(tmp_path: Path) -> None:
-    code = cli.main(["bench", "--preset", "nemotron3-super", "--tp", "8", *TINY,
-                     "--state-dtype", "bf16", "--batch", "1", "--config", "upstream", "--pdl",
-                     "--slot-order",
-                     "--out", str(tmp_path)])
+    code = cli.main(
+        [
+            "bench",
+            "--preset",
+            "nemotron3-super",
+            "--tp",
+            "8",
+            *TINY,
+            "--state-dtype",
+            "bf16",
+            "--batch",
+            "1",
+            "--config",
+            "upstream",
+            "--pdl",
+            "--slot-order",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["method"]["pdl"] is True and "pdl=True" in (tmp_path / "bench.md").read_text()
@@ -61,8 +89,7 @@ def test_bench_preset_with_tp_and_overrides(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["bench", "--config", "3,1"], ["bench", "--config", "8,1,fast"], ["bench", "--tp", "x"],
-     ["nosuchtool"]],
+    [["bench", "--config", "3,1"], ["bench", "--config", "8,1,fast"], ["bench", "--tp", "x"], ["nosuchtool"]],
     ids=["not-power-of-two", "unknown-flag", "bad-int", "unknown-subcommand"],
 )
 def test_bad_arguments_exit_2(argv: list[str]) -> None:
@@ -87,9 +114,23 @@ def test_python_dash_m_runs_on_cpu_without_setting_the_interpreter(tmp_path: Pat
     """The CLI itself switches Triton to its interpreter when there is no GPU."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-m", "ssmdecode", "bench", *TINY, "--batch", "1", "--config",
-         "upstream", "--out", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "ssmdecode",
+            "bench",
+            *TINY,
+            "--batch",
+            "1",
+            "--config",
+            "upstream",
+            "--out",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "bench.json").is_file()
@@ -104,8 +145,10 @@ def test_tp_without_a_preset_is_an_error(tmp_path: Path) -> None:
 def test_bench_on_gpu_follows_the_method(tmp_path: Path) -> None:
     """The headline shape: cold rotation over >= 3x L2, and a kernel within sight of its
     same-bytes ceiling (docs/measuring.md: 84-92% for the best upstream config on an H200)."""
-    assert cli.main(["bench", "--batch", "8", "128", "--config", "upstream", "default",
-                     "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(["bench", "--batch", "8", "128", "--config", "upstream", "default", "--out", str(tmp_path)])
+        == 0
+    )
     data = json.loads((tmp_path / "bench.json").read_text())
     env = data["environment"]
     assert env["timing_meaningful"] and env["l2_bytes"] > 0

@@ -24,8 +24,9 @@ TINY = ["--heads", "2", "--headdim", "4", "--dstate", "8"]
 
 
 def test_sweep_checks_bits_then_times(tmp_path: Path, capsys) -> None:
-    code = cli.main(["sweep", *TINY, "--batch", "1", "2", "--config", "4,1", "2,2,slot",
-                     "--out", str(tmp_path)])
+    code = cli.main(
+        ["sweep", *TINY, "--batch", "1", "2", "--config", "4,1", "2,2,slot", "--out", str(tmp_path)]
+    )
     assert code == 0
     data = json.loads((tmp_path / "sweep.json").read_text())
     labels = [c["label"] for c in data["configs"]]
@@ -35,8 +36,7 @@ def test_sweep_checks_bits_then_times(tmp_path: Path, capsys) -> None:
         for result in config["batches"].values():
             assert result["identical"] and result["us"] > 0 and "comparison" in result
     assert [s["batch"] for s in data["summary"]] == [1, 2]
-    assert all(s["fastest_identical"] in labels and not s["not_identical"]
-               for s in data["summary"])
+    assert all(s["fastest_identical"] in labels and not s["not_identical"] for s in data["summary"])
     printed = capsys.readouterr().out
     assert "fastest identical" in printed and "batch 2, us" in printed
     assert (tmp_path / "sweep.png").stat().st_size > 0
@@ -51,8 +51,9 @@ def test_sweep_never_recommends_a_config_that_changes_bits(tmp_path: Path, monke
         return Timing(us, (us,), 1, 1, 1, False)
 
     monkeypatch.setattr(sweep, "time_config", fake_time)
-    assert cli.main(["sweep", *TINY, "--batch", "3", "--config", "4,1", "2,2,slot",
-                     "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(["sweep", *TINY, "--batch", "3", "--config", "4,1", "2,2,slot", "--out", str(tmp_path)]) == 0
+    )
     data = json.loads((tmp_path / "sweep.json").read_text())
     (summary,) = data["summary"]
     assert summary["not_identical"] == ["(2,2,slot)"]
@@ -70,28 +71,71 @@ def test_kernel_mamba_ssm_needs_mamba_ssm(tmp_path: Path, monkeypatch) -> None:
 
 def _fake_mamba_kernel(params: list[str], launches: list) -> object:
     """Stands in for mamba_ssm's jitted kernel: records each launch."""
+
     def fn(*args): ...
+
     fn.__signature__ = inspect.Signature(
-        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params]
+    )
 
     class Kernel:
         def __getitem__(self, grid):
             return lambda *args, **kw: launches.append((grid, args, kw))
+
     kernel = Kernel()
     kernel.fn = fn
     return kernel
 
 
 MAMBA_PARAMS = (  # mamba_ssm 2.x's kernel, less the heuristics' constexprs
-    "state_ptr", "x_ptr", "dt_ptr", "dt_bias_ptr", "A_ptr", "B_ptr", "C_ptr", "D_ptr", "z_ptr",
-    "out_ptr", "state_batch_indices_ptr", "batch", "nheads", "dim", "dstate",
-    "nheads_ngroups_ratio", "stride_state_batch", "stride_state_head", "stride_state_dim",
-    "stride_state_dstate", "stride_x_batch", "stride_x_head", "stride_x_dim", "stride_dt_batch",
-    "stride_dt_head", "stride_dt_dim", "stride_dt_bias_head", "stride_dt_bias_dim",
-    "stride_A_head", "stride_A_dim", "stride_A_dstate", "stride_B_batch", "stride_B_group",
-    "stride_B_dstate", "stride_C_batch", "stride_C_group", "stride_C_dstate", "stride_D_head",
-    "stride_D_dim", "stride_z_batch", "stride_z_head", "stride_z_dim", "stride_out_batch",
-    "stride_out_head", "stride_out_dim", "DT_SOFTPLUS", "TIE_HDIM", "BLOCK_SIZE_M",
+    "state_ptr",
+    "x_ptr",
+    "dt_ptr",
+    "dt_bias_ptr",
+    "A_ptr",
+    "B_ptr",
+    "C_ptr",
+    "D_ptr",
+    "z_ptr",
+    "out_ptr",
+    "state_batch_indices_ptr",
+    "batch",
+    "nheads",
+    "dim",
+    "dstate",
+    "nheads_ngroups_ratio",
+    "stride_state_batch",
+    "stride_state_head",
+    "stride_state_dim",
+    "stride_state_dstate",
+    "stride_x_batch",
+    "stride_x_head",
+    "stride_x_dim",
+    "stride_dt_batch",
+    "stride_dt_head",
+    "stride_dt_dim",
+    "stride_dt_bias_head",
+    "stride_dt_bias_dim",
+    "stride_A_head",
+    "stride_A_dim",
+    "stride_A_dstate",
+    "stride_B_batch",
+    "stride_B_group",
+    "stride_B_dstate",
+    "stride_C_batch",
+    "stride_C_group",
+    "stride_C_dstate",
+    "stride_D_head",
+    "stride_D_dim",
+    "stride_z_batch",
+    "stride_z_head",
+    "stride_z_dim",
+    "stride_out_batch",
+    "stride_out_head",
+    "stride_out_dim",
+    "DT_SOFTPLUS",
+    "TIE_HDIM",
+    "BLOCK_SIZE_M",
 )
 
 

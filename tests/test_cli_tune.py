@@ -36,9 +36,24 @@ def fake_timer(monkeypatch: pytest.MonkeyPatch, us_of: dict[LaunchConfig, float]
 
 
 def test_tune_writes_a_table_and_a_report(tmp_path: Path, capsys) -> None:
-    code = cli.main(["tune", *TINY, "--batch", "1", "3", "--config", "4,1", "2,2",
-                     "--rounds", "2", "--out-dir", str(tmp_path / "cfg"),
-                     "--out", str(tmp_path / "results")])
+    code = cli.main(
+        [
+            "tune",
+            *TINY,
+            "--batch",
+            "1",
+            "3",
+            "--config",
+            "4,1",
+            "2,2",
+            "--rounds",
+            "2",
+            "--out-dir",
+            str(tmp_path / "cfg"),
+            "--out",
+            str(tmp_path / "results"),
+        ]
+    )
     assert code == 0
     table = load_table("cpu", tmp_path / "cfg")
     assert set(table) == {KEY} and set(table[KEY]) == {1, 3}
@@ -65,8 +80,24 @@ def test_tune_admits_only_bit_identical_configs(tmp_path: Path, monkeypatch) -> 
     bad, good = LaunchConfig(2, 2), LaunchConfig(4, 1)
     perturb_out_of(monkeypatch, bad)
     fake_timer(monkeypatch, {bad: 1.0, good: 5.0})  # bad would win by far
-    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2",
-                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "2",
+                "--config",
+                "4,1",
+                "2,2",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert load_table("cpu", tmp_path)[KEY] == {2: good}
     (bucket,) = json.loads((tmp_path / "tune.json").read_text())["keys"][KEY]
     assert list(bucket["rejected"]) == ["(2,2)"]
@@ -76,13 +107,44 @@ def test_tune_admits_only_bit_identical_configs(tmp_path: Path, monkeypatch) -> 
 
 def test_slot_order_times_calls_with_batch_order(tmp_path: Path, monkeypatch) -> None:
     ordered = fake_timer(monkeypatch, {})
-    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "--slot-order",
-                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "2",
+                "--config",
+                "4,1",
+                "--slot-order",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert ordered and all(ordered)
     assert json.loads((tmp_path / "tune.json").read_text())["method"]["slot_order"] is True
     ordered.clear()
-    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1",
-                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "2",
+                "--config",
+                "4,1",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert ordered and not any(ordered)
 
 
@@ -90,13 +152,29 @@ def test_tune_groups_shapes_of_one_key_and_keeps_other_keys(tmp_path: Path, monk
     other = table_key(64, 128, torch.float32)
     write_table("cpu", {other: {8: LaunchConfig(8, 1)}}, {"made_by": "earlier"}, tmp_path)
     fake_timer(monkeypatch, {})
-    code = cli.main(["tune", "--preset", "nemotron3-super", "--preset", "codestral-mamba-7b",
-                     "--tp", "8", *TINY, "--batch", "1", "--config", "4,1",
-                     "--out-dir", str(tmp_path), "--out", str(tmp_path)])
+    code = cli.main(
+        [
+            "tune",
+            "--preset",
+            "nemotron3-super",
+            "--preset",
+            "codestral-mamba-7b",
+            "--tp",
+            "8",
+            *TINY,
+            "--batch",
+            "1",
+            "--config",
+            "4,1",
+            "--out-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     report = json.loads((tmp_path / "tune.json").read_text())
-    assert [s["name"] for s in report["shapes"][KEY]] == ["nemotron3-super/tp8",
-                                                         "codestral-mamba-7b/tp8"]
+    assert [s["name"] for s in report["shapes"][KEY]] == ["nemotron3-super/tp8", "codestral-mamba-7b/tp8"]
     assert report["kept_from_existing_table"] == {other: [8]}
     table = load_table("cpu", tmp_path)
     assert table[other] == {8: LaunchConfig(8, 1)} and table[KEY] == {1: UPSTREAM}
@@ -144,34 +222,71 @@ def test_measured_noise_is_the_larger_of_rounds_and_repeats() -> None:
 
 
 def test_a_tune_split_over_runs_keeps_and_smooths_against_earlier_buckets(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     earlier = LaunchConfig(4, 1)
     write_table("cpu", {KEY: {1: earlier}}, {"made_by": "earlier"}, tmp_path)
     # At bucket 2 (2,2) is fastest, but the earlier bucket's (4,1) is within 2% of it.
     fake_timer(monkeypatch, {UPSTREAM: 10.0, earlier: 5.05, LaunchConfig(2, 2): 5.0})
-    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2",
-                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "2",
+                "--config",
+                "4,1",
+                "2,2",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert load_table("cpu", tmp_path)[KEY] == {1: earlier, 2: earlier}
     report = json.loads((tmp_path / "tune.json").read_text())
     assert report["kept_from_existing_table"] == {KEY: [1]}
     assert "previous bucket" in report["keys"][KEY][0]["reason"]
 
 
-def test_each_tuned_bucket_names_its_run_and_kept_entries_keep_theirs(tmp_path: Path,
-                                                                         monkeypatch) -> None:
-    earlier = {"command": "ssmdecode tune --batch 1", "date": "2026-11-29T10:00:00+00:00",
-               "git_commit": "abc1234"}
-    write_table("cpu", {KEY: {1: TableEntry(LaunchConfig(4, 1), earlier)}}, {"made_by": "earlier"},
-                tmp_path)
+def test_each_tuned_bucket_names_its_run_and_kept_entries_keep_theirs(tmp_path: Path, monkeypatch) -> None:
+    earlier = {
+        "command": "ssmdecode tune --batch 1",
+        "date": "2026-11-29T10:00:00+00:00",
+        "git_commit": "abc1234",
+    }
+    write_table("cpu", {KEY: {1: TableEntry(LaunchConfig(4, 1), earlier)}}, {"made_by": "earlier"}, tmp_path)
     fake_timer(monkeypatch, {})
-    assert cli.main(["tune", *TINY, "--batch", "2", "4", "--config", "4,1",
-                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "2",
+                "4",
+                "--config",
+                "4,1",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     entries = load_table_entries("cpu", tmp_path)[KEY]
     assert entries[1].tuned_by == earlier
     env = json.loads((tmp_path / "tune.json").read_text())["environment"]
     for bucket in (2, 4):
-        assert entries[bucket].tuned_by == {"command": env["command"], "date": env["date_utc"],
-                                            "git_commit": env["git_commit"]}
+        assert entries[bucket].tuned_by == {
+            "command": env["command"],
+            "date": env["date_utc"],
+            "git_commit": env["git_commit"],
+        }
     assert env["command"].startswith("ssmdecode tune --heads 2")
 
 
@@ -179,9 +294,28 @@ def test_each_tuned_bucket_names_its_run_and_kept_entries_keep_theirs(tmp_path: 
 
 
 def test_in_model_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
-    assert cli.main(["tune", *TINY, "--batch", "1", "--config", "4,1", "--rounds", "1",
-                     "--in-model", "--layers", "1", "--out-dir", str(tmp_path / "cfg"),
-                     "--out", str(tmp_path / "results")]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "1",
+                "--config",
+                "4,1",
+                "--rounds",
+                "1",
+                "--in-model",
+                "--layers",
+                "1",
+                "--out-dir",
+                str(tmp_path / "cfg"),
+                "--out",
+                str(tmp_path / "results"),
+            ]
+        )
+        == 0
+    )
     assert set(load_table("cpu", tmp_path / "cfg")[KEY]) == {1}
     report = json.loads((tmp_path / "results" / "tune.json").read_text())
     assert report["method"]["timed"].startswith("a decode step of 1 Mamba2 layers")
@@ -195,27 +329,74 @@ def test_in_model_ranks_by_the_step_not_the_call(tmp_path: Path, monkeypatch) ->
     fake_timer(monkeypatch, {slow_call: 1.0, short_step: 9.0})
     steps: list[tuple[LaunchConfig, bool]] = []
 
-    def fake_step(bench, config: LaunchConfig, pdl: bool = False,
-                  slot_ordered: bool = False) -> Timing:
+    def fake_step(bench, config: LaunchConfig, pdl: bool = False, slot_ordered: bool = False) -> Timing:
         steps.append((config, slot_ordered))
         us = {short_step: 100.0}.get(config, 101.0)  # 1%: over the 0.5% floor of a step
         return Timing(us, (us,), 1, 1, 1, False)
 
     monkeypatch.setattr(tune.StepBench, "time", fake_step)
     monkeypatch.setattr(tune, "time_config", lambda *a, **k: pytest.fail("timed a call"))
-    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2", "--in-model",
-                     "--layers", "1", "--slot-order", "--out-dir", str(tmp_path),
-                     "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "2",
+                "--config",
+                "4,1",
+                "2,2",
+                "--in-model",
+                "--layers",
+                "1",
+                "--slot-order",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert load_table("cpu", tmp_path)[KEY] == {2: short_step}
     assert steps and all(ordered for _, ordered in steps)
     # the same 1% is noise for a call: the baseline stays
     fake_timer(monkeypatch, {short_step: 100.0, UPSTREAM: 101.0, slow_call: 101.0})
-    assert cli.main(["tune", *TINY, "--batch", "2", "--config", "4,1", "2,2",
-                     "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "2",
+                "--config",
+                "4,1",
+                "2,2",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert load_table("cpu", tmp_path)[KEY] == {2: UPSTREAM}
 
 
 def test_in_model_rejects_zero_layers(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--layers must be >= 1"):
-        cli.main(["tune", *TINY, "--batch", "1", "--in-model", "--layers", "0",
-                  "--out-dir", str(tmp_path), "--out", str(tmp_path)])
+        cli.main(
+            [
+                "tune",
+                *TINY,
+                "--batch",
+                "1",
+                "--in-model",
+                "--layers",
+                "0",
+                "--out-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )

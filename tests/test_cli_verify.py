@@ -71,11 +71,25 @@ def test_verify_default_grid_passes(tmp_path: Path, capsys) -> None:
     assert (tmp_path / "verify.md").is_file()
 
 
-def test_verify_exits_1_and_names_the_first_mismatch(tmp_path: Path, monkeypatch,
-                                                     capsys) -> None:
+def test_verify_exits_1_and_names_the_first_mismatch(tmp_path: Path, monkeypatch, capsys) -> None:
     perturb_out_of(monkeypatch, LaunchConfig(2, 1))
-    code = cli.main(["verify", "--a", "2,1", "--b", "upstream", "--heads", "3", "--batch", "2",
-                     "5", *TINY, "--out", str(tmp_path)])
+    code = cli.main(
+        [
+            "verify",
+            "--a",
+            "2,1",
+            "--b",
+            "upstream",
+            "--heads",
+            "3",
+            "--batch",
+            "2",
+            "5",
+            *TINY,
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 1
     data = json.loads((tmp_path / "verify.json").read_text())
     assert data["failures"] == 2
@@ -92,17 +106,28 @@ def test_verify_catches_a_tampered_table(tmp_path: Path, monkeypatch) -> None:
     key = table_key(4, 8, torch.float32)
     write_table("cpu", {key: {1: bad}}, {"made_by": "test"}, tmp_path / "configs")
     monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path / "configs"))
-    assert cli.main(["verify", *TINY, "--heads", "2", "--batch", "1",
-                     "--out", str(tmp_path)]) == 0
+    assert cli.main(["verify", *TINY, "--heads", "2", "--batch", "1", "--out", str(tmp_path)]) == 0
     perturb_out_of(monkeypatch, bad)
-    assert cli.main(["verify", *TINY, "--heads", "2", "--batch", "1",
-                     "--out", str(tmp_path)]) == 1
+    assert cli.main(["verify", *TINY, "--heads", "2", "--batch", "1", "--out", str(tmp_path)]) == 1
     assert json.loads((tmp_path / "verify.json").read_text())["first_failure"]["a"] == "(4,2)"
 
 
 def test_verify_tolerance_mode_against_float64(tmp_path: Path, monkeypatch) -> None:
-    args = ["verify", "--tolerance", "--a", "4,1", "--heads", "2", "--batch", "3", *TINY,
-            "--state-dtype", "bfloat16", "--out", str(tmp_path)]
+    args = [
+        "verify",
+        "--tolerance",
+        "--a",
+        "4,1",
+        "--heads",
+        "2",
+        "--batch",
+        "3",
+        *TINY,
+        "--state-dtype",
+        "bfloat16",
+        "--out",
+        str(tmp_path),
+    ]
     assert cli.main(args) == 0
     data = json.loads((tmp_path / "verify.json").read_text())
     assert data["method"]["tolerances"]["bfloat16"]["rtol"] > 0
@@ -114,5 +139,25 @@ def test_verify_tolerance_mode_against_float64(tmp_path: Path, monkeypatch) -> N
 @pytest.mark.gpu
 def test_seed_config_is_bit_identical_to_upstream_on_gpu(tmp_path: Path) -> None:
     """The seed's claim, on a slice of its grid: (8,1) == (4,4) bit for bit at dstate 128."""
-    assert cli.main(["verify", "--a", "8,1", "--b", "4,4", "--heads", "16", "128",
-                     "--batch", "1", "7", "64", "512", "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "verify",
+                "--a",
+                "8,1",
+                "--b",
+                "4,4",
+                "--heads",
+                "16",
+                "128",
+                "--batch",
+                "1",
+                "7",
+                "64",
+                "512",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )

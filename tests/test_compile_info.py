@@ -18,14 +18,29 @@ def test_compile_info_reports_registers_per_config() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT / "src")
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "compile_info.py"), "--heads", "2",
-         "--headdim", "8", "--dstate", "16", "--config", "8,1", "8,1,slot,evict,ordered",
-         "8,1,slot,evict,ordered,regs24"],
-        capture_output=True, text=True, env=env, timeout=300, check=False)
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "compile_info.py"),
+            "--heads",
+            "2",
+            "--headdim",
+            "8",
+            "--dstate",
+            "16",
+            "--config",
+            "8,1",
+            "8,1,slot,evict,ordered",
+            "8,1,slot,evict,ordered,regs24",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
-    assert [r[0] for r in rows] == ["(8,1)", "(8,1,slot,evict,ordered)",
-                                    "(8,1,slot,evict,ordered,regs24)"]
+    assert [r[0] for r in rows] == ["(8,1)", "(8,1,slot,evict,ordered)", "(8,1,slot,evict,ordered,regs24)"]
     assert all(0 < int(r[1]) <= 255 for r in rows)  # registers a thread
     assert int(rows[2][1]) <= 24  # the cap reaches ptxas
 
@@ -37,12 +52,23 @@ def test_packed_rows_put_the_state_offsets_in_the_instructions() -> None:
     of theirs)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT / "src")
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "compile_info.py"), "--heads", "2",
-           "--headdim", "16", "--dstate", "128", "--config", "16,1,slot,evict,ordered"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "compile_info.py"),
+        "--heads",
+        "2",
+        "--headdim",
+        "16",
+        "--dstate",
+        "128",
+        "--config",
+        "16,1,slot,evict,ordered",
+    ]
     bases = []
     for extra in ([], ["--strided-rows"]):
-        result = subprocess.run(cmd + extra, capture_output=True, text=True, env=env,
-                                timeout=300, check=False)
+        result = subprocess.run(
+            cmd + extra, capture_output=True, text=True, env=env, timeout=300, check=False
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
         bases.append(int(row[-1]))

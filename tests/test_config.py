@@ -63,8 +63,7 @@ def test_parse_and_label_round_trip() -> None:
         assert LaunchConfig.parse(cfg.label) == cfg
         assert LaunchConfig.from_dict(cfg.to_dict()) == cfg
     assert LaunchConfig.parse("16,4,evict") == LaunchConfig(16, 4, evict_first=True)
-    assert LaunchConfig.parse("8,1,ordered,slot") == LaunchConfig(8, 1, slot_major=True,
-                                                                  ordered_sum=True)
+    assert LaunchConfig.parse("8,1,ordered,slot") == LaunchConfig(8, 1, slot_major=True, ordered_sum=True)
     assert LaunchConfig(8, 1, ordered_sum=True).label == "(8,1,ordered)"
     capped = LaunchConfig.parse("16,1,regs88,slot")
     assert capped == LaunchConfig(16, 1, slot_major=True, max_registers=88)
@@ -86,7 +85,12 @@ def test_parse_and_label_round_trip() -> None:
 
 def test_upstream_and_default_configs() -> None:
     assert [upstream_config(n).label for n in (16, 32, 64, 128, 256)] == [
-        "(32,4)", "(16,4)", "(8,4)", "(4,4)", "(4,8)"]
+        "(32,4)",
+        "(16,4)",
+        "(8,4)",
+        "(4,4)",
+        "(4,8)",
+    ]
     assert default_config(128, torch.float32) == LaunchConfig(8, 1)  # the seed's change
     assert default_config(96, torch.float32) == LaunchConfig(8, 1)
     assert default_config(128, torch.bfloat16) == LaunchConfig(4, 4)  # another row-sum order
@@ -135,8 +139,17 @@ def test_table_key() -> None:
 
 
 def test_lookup_uses_table_then_default(table_dir: Path) -> None:
-    _write(table_dir, _table({KEY: {"8": {"block_m": 8, "num_warps": 2},
-                                    "512": {"block_m": 16, "num_warps": 1, "slot_major": True}}}))
+    _write(
+        table_dir,
+        _table(
+            {
+                KEY: {
+                    "8": {"block_m": 8, "num_warps": 2},
+                    "512": {"block_m": 16, "num_warps": 1, "slot_major": True},
+                }
+            }
+        ),
+    )
     assert lookup_config(64, 128, torch.float32, 4) == LaunchConfig(8, 2)
     assert lookup_config(64, 128, torch.float32, 1000) == LaunchConfig(16, 1, slot_major=True)
     # a shape the table does not hold: the built-in default
@@ -177,9 +190,14 @@ def test_malformed_table_names_file_and_field(table_dir: Path, data: object, mes
 
 
 def test_write_table_round_trip_is_sorted_and_reviewable(table_dir: Path) -> None:
-    entries = {KEY: {512: LaunchConfig(16, 1, True), 8: LaunchConfig(8, 2),
-                     1024: LaunchConfig(16, 1, True, max_registers=88)},
-               "headdim=64 dstate=64 state=float32": {1: LaunchConfig(16, 1)}}
+    entries = {
+        KEY: {
+            512: LaunchConfig(16, 1, True),
+            8: LaunchConfig(8, 2),
+            1024: LaunchConfig(16, 1, True, max_registers=88),
+        },
+        "headdim=64 dstate=64 state=float32": {1: LaunchConfig(16, 1)},
+    }
     path = write_table("FAKE_GPU", entries, {"device": "Fake GPU", "date": "2026-11-29"})
     text = path.read_text()
     assert text.endswith("}\n")

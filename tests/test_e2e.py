@@ -18,9 +18,15 @@ from ssmdecode.tools import e2e
 def test_kernel_share() -> None:
     kernels = {"_selective_state_update_kernel": 30.0, "ampere_bf16_gemm": 60.0, "silu": 10.0}
     assert step.kernel_share(kernels, steps=5) == {
-        "ssu_share": 0.3, "ssu_us_per_step": 6.0, "kernel_us_per_step": 20.0}
+        "ssu_share": 0.3,
+        "ssu_us_per_step": 6.0,
+        "kernel_us_per_step": 20.0,
+    }
     assert step.kernel_share({}, steps=5) == {
-        "ssu_share": None, "ssu_us_per_step": None, "kernel_us_per_step": None}
+        "ssu_share": None,
+        "ssu_us_per_step": None,
+        "kernel_us_per_step": None,
+    }
 
 
 def test_timing_report_and_traces(tmp_path: Path) -> None:
@@ -39,17 +45,23 @@ def test_timing_report_and_traces(tmp_path: Path) -> None:
 
 
 def test_variant_rows_beside_each_config(tmp_path: Path) -> None:
-    assert main(["e2e", "--batch", "2", "--config", "table", "--pdl", "--slot-order",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(["e2e", "--batch", "2", "--config", "table", "--pdl", "--slot-order", "--out", str(tmp_path)])
+        == 0
+    )
     rows = json.loads((tmp_path / "e2e.json").read_text())["rows"]
     assert [(r["config"], r["variant"]) for r in rows] == [
-        ("table", None), ("table+pdl", "pdl"), ("table+order", "order")]
+        ("table", None),
+        ("table+pdl", "pdl"),
+        ("table+order", "order"),
+    ]
     assert rows[0]["launch"] == rows[1]["launch"] == rows[2]["launch"]
 
 
 def test_slot_ordered_step_gives_the_same_hidden() -> None:
     from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims
     from ssmdecode.shapes import Shape
+
     dims = Mamba2Dims(shape=Shape(nheads=2, headdim=4, dstate=16, ngroups=1), d_model=16)
     stack = Mamba2DecodeStack(dims, 1, slots=9, device=torch.device("cpu"), seed=0)
     hidden = torch.randn(3, dims.d_model).to(dims.shape.dtype)
@@ -114,8 +126,20 @@ def test_gpu_timing_share_and_traces(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_gpu_greedy_upstream_vs_table(tmp_path: Path) -> None:
-    argv = ["e2e", "--greedy", "--prompts", "4", "--max-prompt-len", "16", "--new-tokens", "8",
-            "--layers", "2", "--out", str(tmp_path)]
+    argv = [
+        "e2e",
+        "--greedy",
+        "--prompts",
+        "4",
+        "--max-prompt-len",
+        "16",
+        "--new-tokens",
+        "8",
+        "--layers",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     data = json.loads((tmp_path / "e2e-greedy.json").read_text())
     assert data["identical"] and data["tokens_compared"] == 4 * 8
@@ -131,12 +155,18 @@ def test_kernel_times_leave_out_user_annotations() -> None:
     from ssmdecode.bench.step import kernel_times
 
     def event(name: str, us: float, device: DeviceType, annotation: bool = False) -> SimpleNamespace:
-        return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation,
-                               time_range=SimpleNamespace(elapsed_us=lambda: us))
+        return SimpleNamespace(
+            name=name,
+            device_type=device,
+            is_user_annotation=annotation,
+            time_range=SimpleNamespace(elapsed_us=lambda: us),
+        )
 
-    events = [event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
-              event("gemm", 20.0, DeviceType.CUDA),
-              event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
-              event("decode step 0", 400.0, DeviceType.CUDA, annotation=True),
-              event("aten::mm", 30.0, DeviceType.CPU)]
+    events = [
+        event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
+        event("gemm", 20.0, DeviceType.CUDA),
+        event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
+        event("decode step 0", 400.0, DeviceType.CUDA, annotation=True),
+        event("aten::mm", 30.0, DeviceType.CPU),
+    ]
     assert kernel_times(events) == {"_selective_state_update_kernel": 10.0, "gemm": 20.0}

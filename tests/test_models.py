@@ -49,10 +49,10 @@ def test_conv_state_update_is_a_causal_conv() -> None:
     conv_state = torch.zeros(3, channels, width)
     conv_state[NULL_SLOT] = torch.randn(channels, width, generator=g)
     scratch = conv_state[NULL_SLOT].clone()
-    got = torch.stack([conv_state_update(conv_state, seq[:, :, t], weight, bias, slots)
-                       for t in range(steps)], dim=-1)
-    want = F.silu(F.conv1d(seq, weight[:, None, :], bias, padding=width - 1,
-                           groups=channels)[..., :steps])
+    got = torch.stack(
+        [conv_state_update(conv_state, seq[:, :, t], weight, bias, slots) for t in range(steps)], dim=-1
+    )
+    want = F.silu(F.conv1d(seq, weight[:, None, :], bias, padding=width - 1, groups=channels)[..., :steps])
     torch.testing.assert_close(got, want, **TOL_FP32)
     torch.testing.assert_close(conv_state[2], seq[0, :, -width:], atol=0, rtol=0)
     assert torch.equal(conv_state[NULL_SLOT], scratch)
@@ -63,7 +63,7 @@ def test_gated_rms_norm_per_group() -> None:
     y, z, weight = (torch.randn(2, 12, generator=g) for _ in range(3))
     got = gated_rms_norm(y, z, weight[0], group=4, eps=1e-5)
     gated = y * F.silu(z)
-    want = torch.cat([rms_norm(gated[:, i:i + 4], torch.ones(4), 1e-5) for i in (0, 4, 8)], -1)
+    want = torch.cat([rms_norm(gated[:, i : i + 4], torch.ones(4), 1e-5) for i in (0, 4, 8)], -1)
     torch.testing.assert_close(got, want * weight[0], **TOL_FP32)
 
 
@@ -86,14 +86,21 @@ def test_layer_step_against_reference() -> None:
     zxbcdt = rms_norm(hidden, w.norm, TINY.eps) @ w.in_proj.t()
     z, dt = zxbcdt[:, :E], zxbcdt[:, -H:]
     xbc = conv_state_update(conv_before.clone(), zxbcdt[:, E:-H], w.conv_weight, w.conv_bias, slots)
-    x, B, C = xbc[:, :E], xbc[:, E:E + G * N], xbc[:, E + G * N:]
+    x, B, C = xbc[:, :E], xbc[:, E : E + G * N], xbc[:, E + G * N :]
     y, want_ssm = selective_state_update_reference(
-        ssm_before, x.reshape(3, H, P), dt[:, :, None].expand(3, H, P),
-        w.A[:, None, None].expand(H, P, N), B.reshape(3, G, N), C.reshape(3, G, N),
-        D=w.D[:, None].expand(H, P), dt_bias=w.dt_bias[:, None].expand(H, P), dt_softplus=True,
-        state_batch_indices=slots, pad_slot_id=NULL_SLOT)
-    y = gated_rms_norm(y.to(torch.bfloat16).reshape(3, E), z, w.gate_norm, TINY.norm_group,
-                       TINY.eps)
+        ssm_before,
+        x.reshape(3, H, P),
+        dt[:, :, None].expand(3, H, P),
+        w.A[:, None, None].expand(H, P, N),
+        B.reshape(3, G, N),
+        C.reshape(3, G, N),
+        D=w.D[:, None].expand(H, P),
+        dt_bias=w.dt_bias[:, None].expand(H, P),
+        dt_softplus=True,
+        state_batch_indices=slots,
+        pad_slot_id=NULL_SLOT,
+    )
+    y = gated_rms_norm(y.to(torch.bfloat16).reshape(3, E), z, w.gate_norm, TINY.norm_group, TINY.eps)
     want = hidden + y @ w.out_proj.t()
 
     torch.testing.assert_close(got.float(), want.float(), **TOL_BF16)

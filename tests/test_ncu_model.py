@@ -13,23 +13,29 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import ncu_model  # noqa: E402
 
-HEADER = ('"ID","Process ID","Kernel Name","Block Size","dram__bytes_read.sum",'
-          '"dram__bytes_write.sum","gpu__time_duration.sum"\n'
-          '"","","","","byte","byte","nsecond"\n')
+HEADER = (
+    '"ID","Process ID","Kernel Name","Block Size","dram__bytes_read.sum",'
+    '"dram__bytes_write.sum","gpu__time_duration.sum"\n'
+    '"","","","","byte","byte","nsecond"\n'
+)
 
 
 def _row(i: int, name: str, read_mib: float, write_mib: float, us: float) -> str:
-    return (f'"{i}","7","{name}","(32, 1, 1)","{int(read_mib * 2**20):,}",'
-            f'"{int(write_mib * 2**20):,}","{us * 1000:.0f}"\n')
+    return (
+        f'"{i}","7","{name}","(32, 1, 1)","{int(read_mib * 2**20):,}",'
+        f'"{int(write_mib * 2**20):,}","{us * 1000:.0f}"\n'
+    )
 
 
 def test_summarize_averages_a_step_and_splits_the_kernel_from_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "evict.csv"
     rows = []
     for step, extra in enumerate((0.0, 2.0)):  # two steps of three kernels
-        rows += [_row(3 * step, "gemm", 10, 1, 5),
-                 _row(3 * step + 1, "_selective_state_update_kernel", 256, 230 + extra, 70),
-                 _row(3 * step + 2, "gemm", 4, 20 - extra, 3)]
+        rows += [
+            _row(3 * step, "gemm", 10, 1, 5),
+            _row(3 * step + 1, "_selective_state_update_kernel", 256, 230 + extra, 70),
+            _row(3 * step + 2, "gemm", 4, 20 - extra, 3),
+        ]
     path.write_text("==PROF== Disconnected\n" + HEADER + "".join(rows))
     kernels = ncu_model.read_kernels(path)
     assert len(kernels) == 6 and kernels[1][1]["dram__bytes_write.sum"] == pytest.approx(230)
@@ -45,6 +51,8 @@ def test_summarize_averages_a_step_and_splits_the_kernel_from_the_rest(tmp_path:
 
 
 def test_run_profiles_model_steps_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
-    assert ncu_model.main(["run", "--batch", "2", "--layers", "1", "--steps", "1",
-                           "--config", "8,1,slot,evict"]) == 0
+    assert (
+        ncu_model.main(["run", "--batch", "2", "--layers", "1", "--steps", "1", "--config", "8,1,slot,evict"])
+        == 0
+    )
     assert "1 layers, batch 2, config 8,1,slot,evict, 1 steps" in capsys.readouterr().err

@@ -23,8 +23,10 @@ from ssmdecode.config import upstream_config
 from ssmdecode.ops.selective_state_update.common import rowsum_upstream_order as _rowsum_upstream_order
 
 
+# fmt: off
 @triton.jit
-def _rowsum_kernel(p_s, p_c, p_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _rowsum_kernel(p_s, p_c, p_out,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    ORDERED: tl.constexpr, FUSE_LEFT: tl.constexpr):
     o_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     o_n = tl.arange(0, BLOCK_N)
@@ -35,14 +37,17 @@ def _rowsum_kernel(p_s, p_c, p_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
     else:  # the upstream kernel's expression
         r = tl.sum(s * c[None, :], axis=1)
     tl.store(p_out + o_m, r)
+# fmt: on
 
 
-def _rowsum(s: torch.Tensor, c: torch.Tensor, block_m: int, num_warps: int, ordered: bool,
-            fuse_left: bool = True) -> torch.Tensor:
+def _rowsum(
+    s: torch.Tensor, c: torch.Tensor, block_m: int, num_warps: int, ordered: bool, fuse_left: bool = True
+) -> torch.Tensor:
     rows, n = s.shape
     out = torch.empty(rows, dtype=torch.float32, device=s.device)
-    _rowsum_kernel[(rows // block_m,)](s, c, out, BLOCK_M=block_m, BLOCK_N=n, ORDERED=ordered,
-                                       FUSE_LEFT=fuse_left, num_warps=num_warps)
+    _rowsum_kernel[(rows // block_m,)](
+        s, c, out, BLOCK_M=block_m, BLOCK_N=n, ORDERED=ordered, FUSE_LEFT=fuse_left, num_warps=num_warps
+    )
     return out
 
 
@@ -76,8 +81,9 @@ def _neighbours_first(t: np.ndarray) -> np.ndarray:
 
 
 # (BLOCK_M, num_warps) of the upstream layout at each N: 4 fp32 a thread along N
-UPSTREAM_LAYOUT = {n: (upstream_config(n).block_m, upstream_config(n).num_warps)
-                   for n in (16, 32, 64, 128, 256)}
+UPSTREAM_LAYOUT = {
+    n: (upstream_config(n).block_m, upstream_config(n).num_warps) for n in (16, 32, 64, 128, 256)
+}
 OTHER_LAYOUTS = [(1, 1), (2, 8), (16, 1), (16, 4), (64, 2)]
 
 
@@ -108,8 +114,9 @@ def test_gpu_rowsum_in_any_layout_is_tl_sum_in_the_upstream_layout(block_n: int)
     s, c = (torch.from_numpy(a).to(DEVICE) for a in _cancelling_data(256, block_n, seed=block_n))
     want = _rowsum(s, c, *UPSTREAM_LAYOUT[block_n], ordered=False)
     # the plain sum in other layouts differs somewhere (else this test proves nothing) ...
-    assert any(not torch.equal(bits(_rowsum(s, c, m, w, ordered=False)), bits(want))
-               for m, w in OTHER_LAYOUTS)
+    assert any(
+        not torch.equal(bits(_rowsum(s, c, m, w, ordered=False)), bits(want)) for m, w in OTHER_LAYOUTS
+    )
     # ... the ordered sum does not, in any layout, the upstream one included
     for m, w in [UPSTREAM_LAYOUT[block_n], *OTHER_LAYOUTS]:
         got = _rowsum(s, c, m, w, ordered=True)
@@ -125,15 +132,20 @@ ORDERED = [
 
 
 @pytest.mark.parametrize("config", ORDERED, ids=lambda c: c.label)
-@pytest.mark.parametrize("case", [
-    Case(batch=2, nheads=2, ngroups=1, headdim=16, dstate=32, tie=True),
-    Case(batch=2, nheads=2, ngroups=2, headdim=12, dstate=24, pad_rows=(1,)),  # masked tile
-    Case(batch=2, nheads=2, ngroups=1, headdim=16, dstate=16, state="bf16", dst=True),
-    Case(batch=2, nheads=2, ngroups=1, headdim=8, dstate=16, has_D=False, has_z=False),
-], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(batch=2, nheads=2, ngroups=1, headdim=16, dstate=32, tie=True),
+        Case(batch=2, nheads=2, ngroups=2, headdim=12, dstate=24, pad_rows=(1,)),  # masked tile
+        Case(batch=2, nheads=2, ngroups=1, headdim=16, dstate=16, state="bf16", dst=True),
+        Case(batch=2, nheads=2, ngroups=1, headdim=8, dstate=16, has_D=False, has_z=False),
+    ],
+    ids=lambda c: c.id,
+)
 def test_ordered_configs_match_reference(case: Case, config: LaunchConfig) -> None:
     """The grouped [BLOCK_M, N / 4, 4] tile: untied dt and A, masks, padding, dst slots."""
     from test_selective_state_update import run_and_check
+
     run_and_check(case, config)
 
 

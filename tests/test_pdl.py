@@ -41,8 +41,11 @@ def test_pdl_must_be_a_bool() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [None, LaunchConfig(16, 1, True, True, True), LaunchConfig(4, 4)],
-                         ids=lambda c: "table" if c is None else c.label)
+@pytest.mark.parametrize(
+    "config",
+    [None, LaunchConfig(16, 1, True, True, True), LaunchConfig(4, 4)],
+    ids=lambda c: "table" if c is None else c.label,
+)
 def test_gpu_pdl_keeps_the_bits(config: LaunchConfig | None) -> None:
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs compute capability 9.0+")
@@ -107,8 +110,7 @@ def test_gpu_pdl_waits_for_the_kernel_before(capture: bool) -> None:
     for _ in range(2):  # the first call compiles
         x.zero_()
         _late_producer[(1,)](x_true, x, x.numel(), 300_000, BLOCK=1024)
-        _reader_without_wait[(triton.cdiv(x.numel(), 1024),)](x, seen, x.numel(), BLOCK=1024,
-                                                              launch_pdl=True)
+        _reader_without_wait[(triton.cdiv(x.numel(), 1024),)](x, seen, x.numel(), BLOCK=1024, launch_pdl=True)
         torch.cuda.synchronize()
     if torch.equal(seen, x_true):
         pytest.skip("the dependent did not start early here: the wait cannot be tested")

@@ -42,8 +42,9 @@ def run_and_check(case: Case, config: LaunchConfig | None = None, device: str = 
     written = _written_slots(kw, case)
     for slot in range(state.shape[0]):
         if slot in written:
-            torch.testing.assert_close(state[slot].double(), ref_state[slot].to(state.device),
-                                       **TOLERANCES[state.dtype])
+            torch.testing.assert_close(
+                state[slot].double(), ref_state[slot].to(state.device), **TOLERANCES[state.dtype]
+            )
         else:  # untouched: bit for bit
             assert torch.equal(bits(state[slot]), bits(state0[slot])), f"slot {slot} changed"
     for row in case.pad_rows:
@@ -130,8 +131,7 @@ def test_strided_out_and_noncontiguous_inputs() -> None:
     torch.testing.assert_close(out.double(), ref_out, **TOLERANCES[out.dtype])
     assert big[:, :, 0::2].isnan().all(), "wrote outside the out view"
     slots = kw["state_batch_indices"].long()
-    torch.testing.assert_close(kw["state"][slots].double(), ref_state[slots],
-                               **TOLERANCES[kw["state"].dtype])
+    torch.testing.assert_close(kw["state"][slots].double(), ref_state[slots], **TOLERANCES[kw["state"].dtype])
 
 
 def test_index_views_with_strides() -> None:
@@ -164,8 +164,7 @@ PACKED = Case(batch=2, nheads=2, ngroups=1, headdim=8, dstate=16, pad_rows=(1,))
 def _padded_rows(state: torch.Tensor, pad: int) -> torch.Tensor:
     """The same pool as a view into rows pad words wider (stride over P: N + pad), the pad
     words filled with a marker."""
-    wide = torch.full((*state.shape[:-1], state.shape[-1] + pad), 7.0, dtype=state.dtype,
-                      device=state.device)
+    wide = torch.full((*state.shape[:-1], state.shape[-1] + pad), 7.0, dtype=state.dtype, device=state.device)
     wide[..., : state.shape[-1]] = state
     return wide[..., : state.shape[-1]]
 
@@ -210,8 +209,7 @@ def test_unmasked_vectors_keep_the_bits_beside_pad_rows(case: Case) -> None:
     kw["state_batch_indices"] = torch.tensor([0, -1, 5, -1], dtype=idx.dtype, device=idx.device)
     if case.dst:
         dst = kw["dst_state_batch_indices"]
-        kw["dst_state_batch_indices"] = torch.tensor([0, 6, -1, -1], dtype=dst.dtype,
-                                                     device=dst.device)
+        kw["dst_state_batch_indices"] = torch.tensor([0, 6, -1, -1], dtype=dst.dtype, device=dst.device)
     state0 = kw["state"].clone()
     config = LaunchConfig.parse("8,1,slot,evict,ordered" if case.dstate == 16 else "8,1")
     want = run_bits(kw, state0, config)
@@ -262,8 +260,18 @@ def test_cpu_tensors_touch_no_cuda_api(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 GPU_CASES = [
-    Case(batch=b, nheads=h, headdim=p, dstate=n, ngroups=g, state=s, tie=tie, extra_slots=2 * b + 5,
-         pad_rows=pad, has_z=z)
+    Case(
+        batch=b,
+        nheads=h,
+        headdim=p,
+        dstate=n,
+        ngroups=g,
+        state=s,
+        tie=tie,
+        extra_slots=2 * b + 5,
+        pad_rows=pad,
+        has_z=z,
+    )
     for b, h, p, n, g, s, tie, pad, z in [
         (1, 8, 64, 128, 1, "fp32", True, (), False),
         (33, 16, 64, 128, 1, "fp32", True, (3, 17), False),
@@ -291,8 +299,14 @@ def _configs_the_tables_can_pick(case: Case) -> set[LaunchConfig]:
     return picks | {default_config(case.dstate, sdt)}
 
 
-def _assert_same_bits_for_each(kw: dict, state0: torch.Tensor, configs: list[LaunchConfig],
-                               want: dict, what: str = "", variant: Variant | None = None) -> None:
+def _assert_same_bits_for_each(
+    kw: dict,
+    state0: torch.Tensor,
+    configs: list[LaunchConfig],
+    want: dict,
+    what: str = "",
+    variant: Variant | None = None,
+) -> None:
     """Each config run from state0 (as variant, where given) writes the bits want[config] holds
     (out, then the pool)."""
     for config in configs:
@@ -327,8 +341,7 @@ def test_gpu_candidate_space_has_identical_and_different_configs() -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_register_cap_reaches_the_compiler_and_keeps_the_bits(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_register_cap_reaches_the_compiler_and_keeps_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """max_registers is ptxas's maxnreg: the compiled kernel holds to it (the cap is set under
     what the config takes uncapped, so it has to bite), and out and state keep their bits."""
     from ssmdecode.ops.selective_state_update import decode
@@ -337,8 +350,9 @@ def test_gpu_register_cap_reaches_the_compiler_and_keeps_the_bits(
     compiled = []
     run = kernel.run
     monkeypatch.setattr(kernel, "run", lambda *a, **k: compiled.append(run(*a, **k)) or compiled[-1])
-    case = Case(batch=12, nheads=16, headdim=64, dstate=128, ngroups=1, state="bf16", tie=True,
-                extra_slots=29)
+    case = Case(
+        batch=12, nheads=16, headdim=64, dstate=128, ngroups=1, state="bf16", tie=True, extra_slots=29
+    )
     kw = make_inputs(case)
     state0 = kw["state"].clone()
     free = LaunchConfig.parse("16,1,slot,evict,ordered")
@@ -357,12 +371,22 @@ def test_gpu_packed_rows_keep_the_bits(state: str) -> None:
     """Compiled for the GPU, the packed-rows addressing (one base, offsets in the instructions)
     writes what the strided one writes, for upstream's config and every config the table can
     pick; and a pool with padded rows (the strided path) gets the same bits."""
-    case = Case(batch=24, nheads=16, headdim=64, dstate=128, ngroups=1, state=state, tie=True,
-                extra_slots=40, pad_rows=(5,))
+    case = Case(
+        batch=24,
+        nheads=16,
+        headdim=64,
+        dstate=128,
+        ngroups=1,
+        state=state,
+        tie=True,
+        extra_slots=40,
+        pad_rows=(5,),
+    )
     kw = make_inputs(case)
     state0 = kw["state"].clone()
-    configs = sorted(_configs_the_tables_can_pick(case) | {upstream_config(case.dstate)},
-                     key=lambda c: c.label)
+    configs = sorted(
+        _configs_the_tables_can_pick(case) | {upstream_config(case.dstate)}, key=lambda c: c.label
+    )
     packed = {c: run_bits(kw, state0, c) for c in configs}
     _assert_same_bits_for_each(kw, state0, configs, packed, variant=Variant(strided_rows=True))
     kw["state"] = _padded_rows(state0, 32)
@@ -375,16 +399,26 @@ def test_gpu_unmasked_vectors_keep_the_bits(state: str) -> None:
     """Compiled for the GPU, the unmasked vectors write what the masked code writes
     (Variant(masked_vectors=True)), for upstream's config and every config the table can pick,
     with pad rows beside a live slot 0."""
-    case = Case(batch=24, nheads=16, headdim=64, dstate=128, ngroups=1, state=state, tie=True,
-                extra_slots=40, pad_rows=(5, 11, 23))
+    case = Case(
+        batch=24,
+        nheads=16,
+        headdim=64,
+        dstate=128,
+        ngroups=1,
+        state=state,
+        tie=True,
+        extra_slots=40,
+        pad_rows=(5, 11, 23),
+    )
     kw = make_inputs(case)
     idx = kw["state_batch_indices"]
     first = int(idx[0])
     idx[idx == 0] = first  # slot 0 live, in row 0
     idx[0] = 0
     state0 = kw["state"].clone()
-    configs = sorted(_configs_the_tables_can_pick(case) | {upstream_config(case.dstate)},
-                     key=lambda c: c.label)
+    configs = sorted(
+        _configs_the_tables_can_pick(case) | {upstream_config(case.dstate)}, key=lambda c: c.label
+    )
     want = {c: run_bits(kw, state0, c) for c in configs}
     for config in configs:
         assert (want[config][0][list(case.pad_rows)] == 0).all(), f"{config.label}: pad rows' out"
@@ -393,8 +427,7 @@ def test_gpu_unmasked_vectors_keep_the_bits(state: str) -> None:
 
 @pytest.mark.gpu
 def test_gpu_cuda_graph_capture_and_replay() -> None:
-    case = Case(batch=16, nheads=16, headdim=64, dstate=128, ngroups=1, tie=True, extra_slots=40,
-                has_z=False)
+    case = Case(batch=16, nheads=16, headdim=64, dstate=128, ngroups=1, tie=True, extra_slots=40, has_z=False)
     kw = make_inputs(case)
     state0 = kw["state"].clone()
     eager_out = selective_state_update(**kw).clone()

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
         slot_order,
     )
 
-__all__ = ["LaunchConfig", "selective_state_update", "selective_state_update_reference",
-           "slot_order"]
+__all__ = ["LaunchConfig", "selective_state_update", "selective_state_update_reference", "slot_order"]
 __version__ = "0.1.0"
 
 _HOMES = {

@@ -33,11 +33,14 @@ def _use_interpreter_without_gpu() -> str | None:
         return None
     if os.environ.get("TRITON_INTERPRET") != "1":
         if "triton" in sys.modules:
-            return ("no CUDA device, and Triton was imported before its interpreter could be "
-                    "switched on; run with TRITON_INTERPRET=1 in the environment")
+            return (
+                "no CUDA device, and Triton was imported before its interpreter could be "
+                "switched on; run with TRITON_INTERPRET=1 in the environment"
+            )
         os.environ["TRITON_INTERPRET"] = "1"
-    log.warning("no CUDA device: kernels run under Triton's interpreter (TRITON_INTERPRET=1); "
-                "timings mean nothing")
+    log.warning(
+        "no CUDA device: kernels run under Triton's interpreter (TRITON_INTERPRET=1); timings mean nothing"
+    )
     return None
 
 
@@ -66,13 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     interpreter_error = _use_interpreter_without_gpu()
     tools = _load_tools()  # imports the kernels: after the interpreter switch
 
-    parser = argparse.ArgumentParser(prog="ssmdecode", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="ssmdecode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="<subcommand>")
     for name, module in tools.items():
         if module is None:
-            subparsers.add_parser(name, help=f"(not available: ssmdecode.tools.{name} is not "
-                                  "installed)")
+            subparsers.add_parser(name, help=f"(not available: ssmdecode.tools.{name} is not installed)")
         else:
             module.add_parser(subparsers)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -83,7 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module = tools[args.command]
     if module is None:
-        print(f"ssmdecode {args.command}: not available in this install "
-              f"(module ssmdecode.tools.{args.command} is missing)", file=sys.stderr)
+        print(
+            f"ssmdecode {args.command}: not available in this install "
+            f"(module ssmdecode.tools.{args.command} is missing)",
+            file=sys.stderr,
+        )
         return 2
     return module.run(args)

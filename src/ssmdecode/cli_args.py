@@ -196,8 +196,9 @@ class ConfigSpec:
                 raise argparse.ArgumentTypeError(str(e)) from None
         return cls(text)
 
-    def resolve(self, shape: Shape, batch: int, device: torch.device, mode: str = "single",
-                tokens: int = 0) -> LaunchConfig:
+    def resolve(
+        self, shape: Shape, batch: int, device: torch.device, mode: str = "single", tokens: int = 0
+    ) -> LaunchConfig:
         """The config this spec names for a call of this shape and batch; mode and tokens:
         a multi-token or replay call's table entry (see lookup_config)."""
         if self.text == "default":
@@ -205,8 +206,9 @@ class ConfigSpec:
         if self.text == "upstream":
             return upstream_config(shape.dstate)
         if self.text == "table":
-            return lookup_config(shape.headdim, shape.dstate, shape.state_dtype, batch, device,
-                                 mode=mode, tokens=tokens)
+            return lookup_config(
+                shape.headdim, shape.dstate, shape.state_dtype, batch, device, mode=mode, tokens=tokens
+            )
         return LaunchConfig.parse(self.text)
 
 

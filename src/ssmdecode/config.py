@@ -81,17 +81,22 @@ class LaunchConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name} must be a bool, got {getattr(self, name)!r}")
         regs = self.max_registers
-        if regs is not None and (not isinstance(regs, int) or isinstance(regs, bool)
-                                 or not _MIN_REGISTERS <= regs <= _MAX_REGISTERS or regs % 8):
-            raise ValueError(f"LaunchConfig.max_registers must be None or a multiple of 8 from "
-                             f"{_MIN_REGISTERS} to {_MAX_REGISTERS} (registers a thread), "
-                             f"got {regs!r}")
+        if regs is not None and (
+            not isinstance(regs, int)
+            or isinstance(regs, bool)
+            or not _MIN_REGISTERS <= regs <= _MAX_REGISTERS
+            or regs % 8
+        ):
+            raise ValueError(
+                f"LaunchConfig.max_registers must be None or a multiple of 8 from "
+                f"{_MIN_REGISTERS} to {_MAX_REGISTERS} (registers a thread), "
+                f"got {regs!r}"
+            )
 
     @property
     def upstream_grid(self) -> bool:
         """Whether the upstream kernel can launch this config: its grid, no other knob."""
-        return not (self.slot_major or self.evict_first or self.ordered_sum
-                    or self.max_registers is not None)
+        return not (self.slot_major or self.evict_first or self.ordered_sum or self.max_registers is not None)
 
     @property
     def label(self) -> str:
@@ -124,16 +129,21 @@ class LaunchConfig:
         parts = [p.strip() for p in text.strip().strip("()").split(",") if p.strip()]
         known = [flag for _, flag in _FLAGS] + [f"{_REGS_FLAG}<N>"]
         if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-            raise ValueError(f"config {text!r}: expected 'BLOCK_M,WARPS' then any of the flags "
-                             f"{','.join(known)}")
+            raise ValueError(
+                f"config {text!r}: expected 'BLOCK_M,WARPS' then any of the flags {','.join(known)}"
+            )
         flags = set(parts[2:])
         caps = sorted(f for f in flags if re.fullmatch(_REGS_FLAG + r"\d+", f))
         unknown = flags - {flag for _, flag in _FLAGS} - set(caps)
         if unknown or len(caps) > 1:
             why = f"unknown flag(s) {sorted(unknown)}" if unknown else f"two register caps {caps}"
             raise ValueError(f"config {text!r}: {why}; known: {', '.join(known)}")
-        return cls(int(parts[0]), int(parts[1]), **{name: flag in flags for name, flag in _FLAGS},
-                   max_registers=int(caps[0].removeprefix(_REGS_FLAG)) if caps else None)
+        return cls(
+            int(parts[0]),
+            int(parts[1]),
+            **{name: flag in flags for name, flag in _FLAGS},
+            max_registers=int(caps[0].removeprefix(_REGS_FLAG)) if caps else None,
+        )
 
 
 # LaunchConfig's boolean fields and their flags in labels, in label order.
@@ -253,8 +263,10 @@ def table_key(
     if mode == "single":
         return key
     if mode not in MODES or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(f"mode {mode!r} with tokens {tokens!r}: expected one of {MODES} and "
-                         "tokens >= 1 (or mode 'single')")
+        raise ValueError(
+            f"mode {mode!r} with tokens {tokens!r}: expected one of {MODES} and "
+            "tokens >= 1 (or mode 'single')"
+        )
     return f"{key} mode={mode} tokens={tokens}"
 
 
@@ -312,8 +324,11 @@ def _validate_table(path: Path, data: Any) -> Table:
     table: Table = {}
     for key, buckets in entries.items():
         if not _KEY_RE.match(key):
-            raise fail(f"entries.{key}", "key must read 'headdim=P dstate=N state=DTYPE', then "
-                       "optionally ' mode=final|buffer|dst|replay tokens=T'")
+            raise fail(
+                f"entries.{key}",
+                "key must read 'headdim=P dstate=N state=DTYPE', then "
+                "optionally ' mode=final|buffer|dst|replay tokens=T'",
+            )
         if not isinstance(buckets, dict) or not buckets:
             raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
         table[key] = {}
@@ -326,11 +341,14 @@ def _validate_table(path: Path, data: Any) -> Table:
             cfg = dict(cfg)
             tuned_by = cfg.pop(_TUNED_BY, None)
             if tuned_by is not None and (
-                not isinstance(tuned_by, dict) or set(tuned_by) != set(_TUNED_BY_FIELDS)
+                not isinstance(tuned_by, dict)
+                or set(tuned_by) != set(_TUNED_BY_FIELDS)
                 or not all(v is None or isinstance(v, str) for v in tuned_by.values())
             ):
-                raise fail(f"{where}.{_TUNED_BY}", f"expected an object of {list(_TUNED_BY_FIELDS)} "
-                           f"(strings or null), got {tuned_by!r}")
+                raise fail(
+                    f"{where}.{_TUNED_BY}",
+                    f"expected an object of {list(_TUNED_BY_FIELDS)} (strings or null), got {tuned_by!r}",
+                )
             try:
                 table[key][int(bucket)] = TableEntry(LaunchConfig.from_dict(cfg), tuned_by)
             except (TypeError, ValueError) as e:
@@ -386,14 +404,19 @@ def lookup_config(
     Multi-token calls (mode final, buffer or dst, tokens T) take the entry of their mode with
     the token count nearest to T (log2 distance; ties to the smaller), then the nearest batch
     bucket; a mode the table does not hold falls back to default_config."""
-    return _lookup(headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()),
-                   mode, tokens)
+    return _lookup(headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()), mode, tokens)
 
 
 @functools.lru_cache(maxsize=4096)
 def _lookup(
-    headdim: int, dstate: int, state_dtype: torch.dtype, batch: int, device: str, directory: str,
-    mode: str, tokens: int,
+    headdim: int,
+    dstate: int,
+    state_dtype: torch.dtype,
+    batch: int,
+    device: str,
+    directory: str,
+    mode: str,
+    tokens: int,
 ) -> LaunchConfig:
     # Cached: a decode step calls this once per layer, so no file system work on the hot path.
     # write_table clears it; so does clear_config_cache() for a table edited by hand.
@@ -402,8 +425,13 @@ def _lookup(
         if mode == "single":
             buckets = table.get(table_key(headdim, dstate, state_dtype))
         else:
-            counts = [int(m.group(5)) for k in table if (m := _KEY_RE.match(k)) and m.group(4) == mode
-                      and k.startswith(table_key(headdim, dstate, state_dtype) + " ")]
+            counts = [
+                int(m.group(5))
+                for k in table
+                if (m := _KEY_RE.match(k))
+                and m.group(4) == mode
+                and k.startswith(table_key(headdim, dstate, state_dtype) + " ")
+            ]
             buckets = None
             if counts:
                 nearest = nearest_bucket(counts, tokens)
@@ -428,6 +456,7 @@ def write_table(
     """Write a device's table (the tuner's job): meta fields, then entries with sorted shape
     keys and batch buckets in numeric order, each with its provenance where it has one, indent
     2, newline at end. Validates what it writes by loading it back."""
+
     def entry(e: LaunchConfig | TableEntry) -> dict[str, Any]:
         return (e if isinstance(e, TableEntry) else TableEntry(e)).to_dict()
 

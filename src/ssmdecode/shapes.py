@@ -16,13 +16,25 @@ from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["CPU_SHAPE", "HEADLINE", "PRESETS", "ModelPreset", "Shape", "dtype_name", "parse_dtype",
-           "per_rank", "with_overrides"]
+__all__ = [
+    "CPU_SHAPE",
+    "HEADLINE",
+    "PRESETS",
+    "ModelPreset",
+    "Shape",
+    "dtype_name",
+    "parse_dtype",
+    "per_rank",
+    "with_overrides",
+]
 
 _DTYPE_NAMES = {
-    "float32": torch.float32, "fp32": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
 }
 
 
@@ -66,15 +78,21 @@ class Shape:
     @property
     def label(self) -> str:
         """'H16-P64-N128-G1-float32/bfloat16', prefixed by the preset name when there is one."""
-        dims = (f"H{self.nheads}-P{self.headdim}-N{self.dstate}-G{self.ngroups}-"
-                f"{dtype_name(self.state_dtype)}/{dtype_name(self.dtype)}")
+        dims = (
+            f"H{self.nheads}-P{self.headdim}-N{self.dstate}-G{self.ngroups}-"
+            f"{dtype_name(self.state_dtype)}/{dtype_name(self.dtype)}"
+        )
         return f"{self.name} {dims}" if self.name else dims
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "name": self.name, "nheads": self.nheads, "headdim": self.headdim,
-            "dstate": self.dstate, "ngroups": self.ngroups,
-            "state_dtype": dtype_name(self.state_dtype), "dtype": dtype_name(self.dtype),
+            "name": self.name,
+            "nheads": self.nheads,
+            "headdim": self.headdim,
+            "dstate": self.dstate,
+            "ngroups": self.ngroups,
+            "state_dtype": dtype_name(self.state_dtype),
+            "dtype": dtype_name(self.dtype),
         }
 
 
@@ -102,8 +120,14 @@ PRESETS: dict[str, ModelPreset] = {
             # The seed's model: 16 heads and 1 group per rank at TP8.
             name="nemotron3-super",
             hf_id="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
-            nheads=128, headdim=64, dstate=128, ngroups=8, d_model=4096, mamba_layers=40,
-            state_dtype=torch.float32, dtype=torch.bfloat16,
+            nheads=128,
+            headdim=64,
+            dstate=128,
+            ngroups=8,
+            d_model=4096,
+            mamba_layers=40,
+            state_dtype=torch.float32,
+            dtype=torch.bfloat16,
             source=(
                 "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-Base-BF16/blob/"
                 "main/config.json (the page was found, its body not read). Values from public "
@@ -118,8 +142,14 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset(
             name="mamba2-2.7b",
             hf_id="state-spaces/mamba2-2.7b",
-            nheads=80, headdim=64, dstate=128, ngroups=1, d_model=2560, mamba_layers=64,
-            state_dtype=torch.float32, dtype=torch.bfloat16,
+            nheads=80,
+            headdim=64,
+            dstate=128,
+            ngroups=1,
+            d_model=2560,
+            mamba_layers=64,
+            state_dtype=torch.float32,
+            dtype=torch.bfloat16,
             source=(
                 "d_model 2560 and n_layer 64 (all Mamba2): NOT read off "
                 "https://huggingface.co/state-spaces/mamba2-2.7b/blob/main/config.json itself; "
@@ -135,8 +165,14 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset(
             name="nemotron-h-8b",
             hf_id="nvidia/Nemotron-H-8B-Base-8K",
-            nheads=128, headdim=64, dstate=128, ngroups=8, d_model=4096, mamba_layers=24,
-            state_dtype=torch.float32, dtype=torch.bfloat16,
+            nheads=128,
+            headdim=64,
+            dstate=128,
+            ngroups=8,
+            d_model=4096,
+            mamba_layers=24,
+            state_dtype=torch.float32,
+            dtype=torch.bfloat16,
             source=(
                 "https://docs.nvidia.com/nemo/megatron-bridge/latest/models/llm/nemotronh.html "
                 "(Nemotron H 8B: 52 layers, hidden 4096, Mamba heads 128, head dim 64, state "
@@ -149,8 +185,14 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset(
             name="codestral-mamba-7b",
             hf_id="mistralai/Mamba-Codestral-7B-v0.1",
-            nheads=128, headdim=64, dstate=128, ngroups=8, d_model=4096, mamba_layers=64,
-            state_dtype=torch.float32, dtype=torch.bfloat16,
+            nheads=128,
+            headdim=64,
+            dstate=128,
+            ngroups=8,
+            d_model=4096,
+            mamba_layers=64,
+            state_dtype=torch.float32,
+            dtype=torch.bfloat16,
             source=(
                 "The model page https://huggingface.co/mistralai/Mamba-Codestral-7B-v0.1 flags "
                 "its config.json as invalid JSON, so values are from a transformers conversion "
@@ -176,8 +218,7 @@ def per_rank(preset: ModelPreset, tp: int = 1) -> Shape:
         raise ValueError(f"{preset.name}: tp {tp} does not divide its {preset.ngroups} groups")
     if preset.ngroups < tp and tp % preset.ngroups:
         raise ValueError(
-            f"{preset.name}: its {preset.ngroups} groups cannot be replicated evenly over "
-            f"{tp} ranks"
+            f"{preset.name}: its {preset.ngroups} groups cannot be replicated evenly over {tp} ranks"
         )
     return Shape(
         nheads=preset.nheads // tp,

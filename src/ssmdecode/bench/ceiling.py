@@ -77,6 +77,7 @@ def _scale_in_place_kernel(p_buf, n_elements, scale, BLOCK: tl.constexpr, PDL: t
 GATHER_BLOCK = 1024  # 32-bit words a program of the gather stream (4 warps, as the flat one)
 
 
+# fmt: off
 @triton.jit
 def _gather_in_place_kernel(p_pool, p_slots, stride_slot, words, addend,
                             BLOCK: tl.constexpr):
@@ -89,35 +90,48 @@ def _gather_in_place_kernel(p_pool, p_slots, stride_slot, words, addend,
     p_word = p_pool + i_slot * stride_slot + o_word
     b_word = tl.load(p_word, mask=m_word, eviction_policy="evict_first")
     tl.store(p_word, b_word + addend, mask=m_word, eviction_policy="evict_first")
+# fmt: on
 
 
-def _gather_calls(state: torch.Tensor, slot_sets: torch.Tensor,
-                  orders: Sequence[torch.Tensor | None] | None,
-                  addend: int = 0) -> list[Callable[[], object]]:
+def _gather_calls(
+    state: torch.Tensor,
+    slot_sets: torch.Tensor,
+    orders: Sequence[torch.Tensor | None] | None,
+    addend: int = 0,
+) -> list[Callable[[], object]]:
     """Call i of the gather stream: every 32-bit word of the slots slot_sets[i] (in the order
     orders[i] when given) plus addend, in place. The ceiling adds 0; the tests add 1."""
     if not state.is_contiguous() or state.dim() < 2 or state[0].nbytes % 4:
-        raise ValueError(f"state must be a contiguous pool [S, ...] with a slot's state a "
-                         f"multiple of 4 bytes; got shape {tuple(state.shape)}, strides "
-                         f"{state.stride()}, dtype {state.dtype}")
+        raise ValueError(
+            f"state must be a contiguous pool [S, ...] with a slot's state a "
+            f"multiple of 4 bytes; got shape {tuple(state.shape)}, strides "
+            f"{state.stride()}, dtype {state.dtype}"
+        )
     if slot_sets.dim() != 2:
         raise ValueError(f"slot_sets has shape {tuple(slot_sets.shape)}; expected [K, B]")
     orders = [None] * slot_sets.shape[0] if orders is None else list(orders)
     if len(orders) != slot_sets.shape[0]:
-        raise ValueError(f"orders has {len(orders)} entries; expected one per slot set "
-                         f"({slot_sets.shape[0]})")
+        raise ValueError(
+            f"orders has {len(orders)} entries; expected one per slot set ({slot_sets.shape[0]})"
+        )
     words = state[0].nbytes // 4
     pool = state.view(-1).view(torch.int32).view(state.shape[0], words)
-    rows = [(slots if order is None else slots[order.long()]).to(torch.int32).contiguous()
-            for slots, order in zip(slot_sets, orders, strict=True)]
+    rows = [
+        (slots if order is None else slots[order.long()]).to(torch.int32).contiguous()
+        for slots, order in zip(slot_sets, orders, strict=True)
+    ]
     grid = (triton.cdiv(words, GATHER_BLOCK), slot_sets.shape[1])
-    return [lambda row=row: _gather_in_place_kernel[grid](
-        pool, row, words, words, addend, BLOCK=GATHER_BLOCK, num_warps=_STREAM_WARPS)
-        for row in rows]
+    return [
+        lambda row=row: _gather_in_place_kernel[grid](
+            pool, row, words, words, addend, BLOCK=GATHER_BLOCK, num_warps=_STREAM_WARPS
+        )
+        for row in rows
+    ]
 
 
-def measure_gather_ceiling(state: torch.Tensor, slot_sets: torch.Tensor,
-                           orders: Sequence[torch.Tensor | None] | None = None) -> Timing:
+def measure_gather_ceiling(
+    state: torch.Tensor, slot_sets: torch.Tensor, orders: Sequence[torch.Tensor | None] | None = None
+) -> Timing:
     """The gather ceiling of calls on state (a contiguous pool [S, ...], a slot's state a
     multiple of 4 bytes): call i streams in place the state of the slots slot_sets[i] (valid
     slots, no padding), taken in the order orders[i] when given (batch_order's meaning),
@@ -149,7 +163,9 @@ class Ceiling:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "nbytes": self.nbytes, "bytes_moved": 2 * self.nbytes, "us": self.us,
+            "nbytes": self.nbytes,
+            "bytes_moved": 2 * self.nbytes,
+            "us": self.us,
             "tbps": self.tbps,
             "kernels": {
                 name: {**t.to_dict(), "tbps": bandwidth_tbps(2 * self.nbytes, t.us)}
@@ -167,8 +183,9 @@ def stream_calls(kernel: str, buffers: torch.Tensor) -> list[Callable[[], object
     grid = (triton.cdiv(n, _STREAM_BLOCK),)
     pdl = {"launch_pdl": True, "PDL": True} if kernel == "triton_pdl" else {}
     return [
-        lambda row=row: _scale_in_place_kernel[grid](row, n, _SCALE, BLOCK=_STREAM_BLOCK,
-                                                     num_warps=_STREAM_WARPS, **pdl)
+        lambda row=row: _scale_in_place_kernel[grid](
+            row, n, _SCALE, BLOCK=_STREAM_BLOCK, num_warps=_STREAM_WARPS, **pdl
+        )
         for row in buffers
     ]
 

@@ -63,39 +63,68 @@ def _upstream_launcher(name: str, module_name: str) -> Callable[..., torch.Tenso
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"--kernel {name} needs {name} installed (import {module_name} "
-                         f"failed: {e})") from None
+        raise ValueError(
+            f"--kernel {name} needs {name} installed (import {module_name} failed: {e})"
+        ) from None
     kernel = getattr(module, _KERNEL, None)
     if kernel is None:
         raise ValueError(f"{module_name} has no {_KERNEL}")
     params = _param_names(kernel)
     derived = _heuristic_names(kernel)
 
-    def launch(*, state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
-               B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None = None,
-               z: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
-               dt_softplus: bool = False, state_batch_indices: torch.Tensor | None = None,
-               out: torch.Tensor, config: LaunchConfig) -> torch.Tensor:
+    def launch(
+        *,
+        state: torch.Tensor,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        D: torch.Tensor | None = None,
+        z: torch.Tensor | None = None,
+        dt_bias: torch.Tensor | None = None,
+        dt_softplus: bool = False,
+        state_batch_indices: torch.Tensor | None = None,
+        out: torch.Tensor,
+        config: LaunchConfig,
+    ) -> torch.Tensor:
         if not config.upstream_grid:
-            raise ValueError(f"config {config.label}: the {name} kernel has only the upstream "
-                             "grid (BLOCK_M, warps)")
-        values = _argument_values(params, state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
-                                  state_batch_indices, out, config.block_m)
+            raise ValueError(
+                f"config {config.label}: the {name} kernel has only the upstream grid (BLOCK_M, warps)"
+            )
+        values = _argument_values(
+            params,
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            dt_softplus,
+            state_batch_indices,
+            out,
+            config.block_m,
+        )
         missing = [p for p in params if p not in values and p not in derived]
         if missing:
-            raise ValueError(f"{module_name}.{_KERNEL} takes {missing}, which this launcher "
-                             "does not know: another version of the kernel")
+            raise ValueError(
+                f"{module_name}.{_KERNEL} takes {missing}, which this launcher "
+                "does not know: another version of the kernel"
+            )
         batch, nheads, headdim = x.shape
         grid = (triton.cdiv(headdim, config.block_m), batch, nheads)
-        kernel[grid](**{p: values[p] for p in params if p not in derived},
-                     num_warps=config.num_warps)
+        kernel[grid](**{p: values[p] for p in params if p not in derived}, num_warps=config.num_warps)
         return out
 
     return launch
 
 
-def _argument_values(params: list[str], state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
-                     idx, out, block_m) -> dict[str, object]:
+def _argument_values(
+    params: list[str], state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, idx, out, block_m
+) -> dict[str, object]:
     """Every parameter the upstream kernels of this family take, by name, for one call in the
     Mamba2 layout; with a token dim T (sglang, vLLM) the per-token tensors get T = 1."""
     multi_token = "T" in params
@@ -104,28 +133,49 @@ def _argument_values(params: list[str], state, x, dt, A, B, C, D, z, dt_bias, dt
         z = z.unsqueeze(1) if z is not None else None
 
     def strides(prefix: str, t: torch.Tensor | None, dims: tuple[str, ...]) -> dict[str, int]:
-        return {f"stride_{prefix}_{d}": (t.stride(i) if t is not None else 0)
-                for i, d in enumerate(dims)}
+        return {f"stride_{prefix}_{d}": (t.stride(i) if t is not None else 0) for i, d in enumerate(dims)}
 
     per_token = ("batch", "T", "head", "dim") if multi_token else ("batch", "head", "dim")
     groups = ("batch", "T", "group", "dstate") if multi_token else ("batch", "group", "dstate")
     tie_hdim = ties_head_dim(dt, A, dt_bias)
     values: dict[str, object] = {
-        "state_ptr": state, "x_ptr": x, "dt_ptr": dt, "dt_bias_ptr": dt_bias, "A_ptr": A,
-        "B_ptr": B, "C_ptr": C, "D_ptr": D, "z_ptr": z, "out_ptr": out,
-        "state_batch_indices_ptr": idx, "pad_slot_id": -1,
-        "intermediate_states_buffer": None, "cache_steps": 0,
-        "retrieve_parent_token_ptr": None, "intermediate_state_indices_ptr": None,
-        "batch": x.shape[0], "T": 1, "nheads": state.shape[1], "dim": state.shape[2],
-        "dstate": state.shape[3], "nheads_ngroups_ratio": state.shape[1] // B.shape[-2],
+        "state_ptr": state,
+        "x_ptr": x,
+        "dt_ptr": dt,
+        "dt_bias_ptr": dt_bias,
+        "A_ptr": A,
+        "B_ptr": B,
+        "C_ptr": C,
+        "D_ptr": D,
+        "z_ptr": z,
+        "out_ptr": out,
+        "state_batch_indices_ptr": idx,
+        "pad_slot_id": -1,
+        "intermediate_states_buffer": None,
+        "cache_steps": 0,
+        "retrieve_parent_token_ptr": None,
+        "intermediate_state_indices_ptr": None,
+        "batch": x.shape[0],
+        "T": 1,
+        "nheads": state.shape[1],
+        "dim": state.shape[2],
+        "dstate": state.shape[3],
+        "nheads_ngroups_ratio": state.shape[1] // B.shape[-2],
         **strides("state", state, ("batch", "head", "dim", "dstate")),
-        **strides("x", x, per_token), **strides("dt", dt, per_token),
-        **strides("z", z, per_token), **strides("out", out, per_token),
-        **strides("B", B, groups), **strides("C", C, groups),
-        **strides("dt_bias", dt_bias, ("head", "dim")), **strides("D", D, ("head", "dim")),
+        **strides("x", x, per_token),
+        **strides("dt", dt, per_token),
+        **strides("z", z, per_token),
+        **strides("out", out, per_token),
+        **strides("B", B, groups),
+        **strides("C", C, groups),
+        **strides("dt_bias", dt_bias, ("head", "dim")),
+        **strides("D", D, ("head", "dim")),
         **strides("A", A, ("head", "dim", "dstate")),
-        "stride_retrieve_parent_token_batch": 0, "stride_retrieve_parent_token_T": 0,
-        "DT_SOFTPLUS": dt_softplus, "TIE_HDIM": tie_hdim, "BLOCK_SIZE_M": block_m,
+        "stride_retrieve_parent_token_batch": 0,
+        "stride_retrieve_parent_token_T": 0,
+        "DT_SOFTPLUS": dt_softplus,
+        "TIE_HDIM": tie_hdim,
+        "BLOCK_SIZE_M": block_m,
         "DISABLE_STATE_UPDATE": False,
     }
     return values

@@ -24,11 +24,20 @@ import triton
 from ssmdecode.bench.timer import l2_bytes
 from ssmdecode.config import device_key
 
-__all__ = ["MEANINGLESS", "environment", "environment_markdown", "markdown_table", "plot_vs_batch",
-           "results_dir", "write_outputs"]
+__all__ = [
+    "MEANINGLESS",
+    "environment",
+    "environment_markdown",
+    "markdown_table",
+    "plot_vs_batch",
+    "results_dir",
+    "write_outputs",
+]
 
-MEANINGLESS = ("CPU run under Triton's interpreter: the timings mean nothing about any GPU; "
-               "this run only exercises the code.")
+MEANINGLESS = (
+    "CPU run under Triton's interpreter: the timings mean nothing about any GPU; "
+    "this run only exercises the code."
+)
 
 
 GIT_COMMIT_ENV = "SSMDECODE_GIT_COMMIT"
@@ -40,8 +49,14 @@ def _git_commit() -> str | None:
     if os.environ.get(GIT_COMMIT_ENV):
         return os.environ[GIT_COMMIT_ENV]
     try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10, check=True)
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=10,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() or None
@@ -51,9 +66,14 @@ def environment(device: torch.device, command: str | None = None) -> dict[str, o
     """The facts a reader needs to compare this run with another; command is the command
     line (default: this process's)."""
     env: dict[str, object] = {
-        "device": "cpu", "device_key": device_key(device), "sm_count": None, "l2_bytes": None,
-        "torch": torch.__version__, "triton": triton.__version__,
-        "python": platform.python_version(), "cuda": torch.version.cuda,
+        "device": "cpu",
+        "device_key": device_key(device),
+        "sm_count": None,
+        "l2_bytes": None,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "cuda": torch.version.cuda,
         "git_commit": _git_commit(),
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command or shlex.join(sys.argv),
@@ -62,8 +82,12 @@ def environment(device: torch.device, command: str | None = None) -> dict[str, o
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        env.update(device=props.name, sm_count=props.multi_processor_count,
-                   l2_bytes=l2_bytes(device), clocks=gpu_clocks(device))
+        env.update(
+            device=props.name,
+            sm_count=props.multi_processor_count,
+            l2_bytes=l2_bytes(device),
+            clocks=gpu_clocks(device),
+        )
     return env
 
 
@@ -99,6 +123,7 @@ def results_dir(out: Path | None, device: torch.device) -> Path:
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub Markdown table; floats with 2 decimals, None as '-'."""
+
     def cell(v: object) -> str:
         if v is None:
             return "-"
@@ -113,10 +138,10 @@ def environment_markdown(env: Mapping[str, object]) -> str:
     """The environment as a short bullet list, with the CPU warning when it applies."""
     l2 = env.get("l2_bytes")
     lines = [
-        f"- device: {env['device']} (SM count {env['sm_count']}, "
-        f"L2 {l2 / 2**20:.1f} MiB)" if l2 else f"- device: {env['device']}",
-        f"- torch {env['torch']}, Triton {env['triton']}, Python {env['python']}, "
-        f"CUDA {env['cuda']}",
+        f"- device: {env['device']} (SM count {env['sm_count']}, L2 {l2 / 2**20:.1f} MiB)"
+        if l2
+        else f"- device: {env['device']}",
+        f"- torch {env['torch']}, Triton {env['triton']}, Python {env['python']}, CUDA {env['cuda']}",
         f"- git commit: {env['git_commit']}",
         f"- date (UTC): {env['date_utc']}",
         f"- command: `{env['command']}`",
@@ -126,9 +151,7 @@ def environment_markdown(env: Mapping[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(
-    out_dir: Path, stem: str, data: Mapping[str, object], markdown: str
-) -> list[Path]:
+def write_outputs(out_dir: Path, stem: str, data: Mapping[str, object], markdown: str) -> list[Path]:
     """Write <stem>.json (data, indent 2) and <stem>.md (data["environment"] as a list, then
     markdown) into out_dir; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,19 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ["COLD_L2_FACTOR", "MIN_CALLS", "REPEATS", "REPLAYS", "Timing", "cold_rotation",
-           "interleaved", "l2_bytes", "method", "round_spread", "time_cold"]
+__all__ = [
+    "COLD_L2_FACTOR",
+    "MIN_CALLS",
+    "REPEATS",
+    "REPLAYS",
+    "Timing",
+    "cold_rotation",
+    "interleaved",
+    "l2_bytes",
+    "method",
+    "round_spread",
+    "time_cold",
+]
 
 COLD_L2_FACTOR = 3  # the K working sets together hold at least this many L2s
 MIN_CALLS = 20  # calls captured in one graph, at least
@@ -61,9 +72,13 @@ class Timing:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "us": self.us, "repeats_us": list(self.repeats_us), "spread": self.spread,
-            "rotation": self.rotation, "calls_per_graph": self.calls_per_graph,
-            "replays": self.replays, "timing_meaningful": self.timing_meaningful,
+            "us": self.us,
+            "repeats_us": list(self.repeats_us),
+            "spread": self.spread,
+            "rotation": self.rotation,
+            "calls_per_graph": self.calls_per_graph,
+            "replays": self.replays,
+            "timing_meaningful": self.timing_meaningful,
         }
 
 
@@ -71,8 +86,11 @@ def method() -> dict[str, object]:
     """The timer's parameters, for every report."""
     return {
         "timer": "CUDA graph, cold L2 by rotation over disjoint working sets",
-        "cold_l2_factor": COLD_L2_FACTOR, "min_calls_per_graph": MIN_CALLS,
-        "replays_per_repeat": REPLAYS, "repeats": REPEATS, "statistic": "median of repeats",
+        "cold_l2_factor": COLD_L2_FACTOR,
+        "min_calls_per_graph": MIN_CALLS,
+        "replays_per_repeat": REPLAYS,
+        "repeats": REPEATS,
+        "statistic": "median of repeats",
     }
 
 
@@ -133,8 +151,12 @@ def _time_on_cpu(call: Callable[[int], object], rotation: int) -> Timing:
         call(i)
         per_call.append((time.perf_counter() - start) * 1e6)
     return Timing(
-        us=statistics.median(per_call), repeats_us=tuple(per_call), rotation=rotation,
-        calls_per_graph=1, replays=1, timing_meaningful=False,
+        us=statistics.median(per_call),
+        repeats_us=tuple(per_call),
+        rotation=rotation,
+        calls_per_graph=1,
+        replays=1,
+        timing_meaningful=False,
     )
 
 
@@ -172,8 +194,12 @@ def _time_cuda_graph(call: Callable[[int], object], rotation: int, device: torch
             per_call.append(start.elapsed_time(end) * 1e3 / (REPLAYS * n_calls))
         graph.reset()
     return Timing(
-        us=statistics.median(per_call), repeats_us=tuple(per_call), rotation=rotation,
-        calls_per_graph=n_calls, replays=REPLAYS, timing_meaningful=True,
+        us=statistics.median(per_call),
+        repeats_us=tuple(per_call),
+        rotation=rotation,
+        calls_per_graph=n_calls,
+        replays=REPLAYS,
+        timing_meaningful=True,
     )
 
 

@@ -103,8 +103,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
-def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, group: int,
-                   eps: float) -> torch.Tensor:
+def gated_rms_norm(
+    y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, group: int, eps: float
+) -> torch.Tensor:
     """Mamba2's gated norm, gate before norm: RMSNorm(y * silu(z)) over groups of `group`
     channels. y, z [B, E]; weight [E]; returns [B, E] in y's dtype."""
     rows = y.shape[0]
@@ -113,8 +114,9 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, group
     return weight * g.view(rows, -1).to(y.dtype)
 
 
-def conv_state_update(conv_state: torch.Tensor, xbc: torch.Tensor, weight: torch.Tensor,
-                      bias: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+def conv_state_update(
+    conv_state: torch.Tensor, xbc: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, slots: torch.Tensor
+) -> torch.Tensor:
     """One step of the depthwise causal conv, then SiLU; updates conv_state in place.
 
     conv_state [S, X, W] holds each slot's last W inputs, oldest first; xbc [B, X] is the new
@@ -173,8 +175,9 @@ class Mamba2DecodeStack:
     [slots, X, W] in its input dtype, both zero at the start.
     """
 
-    def __init__(self, dims: Mamba2Dims, n_layers: int, slots: int,
-                 device: torch.device | str, seed: int = 0) -> None:
+    def __init__(
+        self, dims: Mamba2Dims, n_layers: int, slots: int, device: torch.device | str, seed: int = 0
+    ) -> None:
         if n_layers < 1 or slots < 2:
             raise ValueError(f"need n_layers >= 1 and slots >= 2, got {n_layers} and {slots}")
         self.dims = dims
@@ -183,8 +186,7 @@ class Mamba2DecodeStack:
         self.layers = [_random_layer(dims, gen, self.device) for _ in range(n_layers)]
         s = dims.shape
         self.ssm_state = [
-            torch.zeros(slots, s.nheads, s.headdim, s.dstate, dtype=s.state_dtype,
-                        device=self.device)
+            torch.zeros(slots, s.nheads, s.headdim, s.dstate, dtype=s.state_dtype, device=self.device)
             for _ in range(n_layers)
         ]
         self.conv_state = [
@@ -202,9 +204,15 @@ class Mamba2DecodeStack:
         for t in (*self.ssm_state, *self.conv_state):
             t.zero_()
 
-    def layer_step(self, i: int, hidden: torch.Tensor, slots: torch.Tensor,
-                   config: LaunchConfig | None = None, pdl: bool = False,
-                   order: torch.Tensor | None = None) -> torch.Tensor:
+    def layer_step(
+        self,
+        i: int,
+        hidden: torch.Tensor,
+        slots: torch.Tensor,
+        config: LaunchConfig | None = None,
+        pdl: bool = False,
+        order: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden.
         `order`: the SSU's batch_order."""
         w, dims, s = self.layers[i], self.dims, self.dims.shape
@@ -219,8 +227,8 @@ class Mamba2DecodeStack:
             xbc[:, :E].view(rows, H, P),
             dt.unsqueeze(-1).expand(rows, H, P),
             w.A[:, None, None].expand(H, P, N),
-            xbc[:, E:E + G * N].view(rows, G, N),
-            xbc[:, E + G * N:].view(rows, G, N),
+            xbc[:, E : E + G * N].view(rows, G, N),
+            xbc[:, E + G * N :].view(rows, G, N),
             D=w.D[:, None].expand(H, P),
             dt_bias=w.dt_bias[:, None].expand(H, P),
             dt_softplus=True,
@@ -234,9 +242,14 @@ class Mamba2DecodeStack:
         y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
         return hidden + y @ w.out_proj.t()
 
-    def step(self, hidden: torch.Tensor, slots: torch.Tensor,
-             config: LaunchConfig | None = None, pdl: bool = False,
-             slot_ordered: bool = False) -> torch.Tensor:
+    def step(
+        self,
+        hidden: torch.Tensor,
+        slots: torch.Tensor,
+        config: LaunchConfig | None = None,
+        pdl: bool = False,
+        slot_ordered: bool = False,
+    ) -> torch.Tensor:
         """All layers on hidden [B, d] for rows in slots (int64 [B], NULL_SLOT for padding);
         returns the new hidden [B, d]. `config` and `pdl` go to every selective_state_update;
         slot_ordered: the step computes slot_order(slots) once and passes it to every layer's
@@ -251,26 +264,34 @@ class Mamba2LM:
     """A small language model around a Mamba2DecodeStack: embedding [V, d], the layers, a final
     RMSNorm and an LM head [V, d], all random. Real rows use slots 1..slots-1."""
 
-    def __init__(self, dims: Mamba2Dims, n_layers: int, vocab_size: int, slots: int,
-                 device: torch.device | str, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dims: Mamba2Dims,
+        n_layers: int,
+        vocab_size: int,
+        slots: int,
+        device: torch.device | str,
+        seed: int = 0,
+    ) -> None:
         self.stack = Mamba2DecodeStack(dims, n_layers, slots, device, seed)
         device, dtype, d = self.stack.device, dims.shape.dtype, dims.d_model
         gen = torch.Generator(device=device).manual_seed(seed + 1)
         self.embedding = torch.randn(vocab_size, d, generator=gen, device=device).to(dtype)
         self.final_norm = torch.ones(d, dtype=dtype, device=device)
-        self.lm_head = (torch.randn(vocab_size, d, generator=gen, device=device)
-                        / math.sqrt(d)).to(dtype)
+        self.lm_head = (torch.randn(vocab_size, d, generator=gen, device=device) / math.sqrt(d)).to(dtype)
 
-    def step(self, tokens: torch.Tensor, slots: torch.Tensor,
-             config: LaunchConfig | None = None) -> torch.Tensor:
+    def step(
+        self, tokens: torch.Tensor, slots: torch.Tensor, config: LaunchConfig | None = None
+    ) -> torch.Tensor:
         """Next-token logits [B, V] in float32 for tokens and slots (int64 [B])."""
         hidden = self.stack.step(self.embedding[tokens], slots, config)
         h = rms_norm(hidden, self.final_norm, self.stack.dims.eps)
         return (h @ self.lm_head.t()).float()
 
 
-def greedy_generate(lm: Mamba2LM, prompts: list[list[int]], n_new: int,
-                    config: LaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_generate(
+    lm: Mamba2LM, prompts: list[list[int]], n_new: int, config: LaunchConfig | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding of n_new tokens for each prompt, from zero state, one token per step.
 
     Prompts of different lengths are right-aligned: row r (slot r + 1) joins at step
@@ -281,8 +302,9 @@ def greedy_generate(lm: Mamba2LM, prompts: list[list[int]], n_new: int,
     if not prompts or min(map(len, prompts)) < 1 or n_new < 1:
         raise ValueError("need at least one prompt, every prompt non-empty, and n_new >= 1")
     if len(prompts) >= lm.stack.slots:
-        raise ValueError(f"{len(prompts)} prompts need {len(prompts) + 1} slots; the model has "
-                         f"{lm.stack.slots}")
+        raise ValueError(
+            f"{len(prompts)} prompts need {len(prompts) + 1} slots; the model has {lm.stack.slots}"
+        )
     device = lm.stack.device
     steps = max(map(len, prompts))
     tokens = torch.zeros(steps, len(prompts), dtype=torch.int64)

@@ -79,42 +79,70 @@ def check_against_reference(
         config = spec.resolve(shape, batch, device)
         checks = against_reference(inputs, config, want)
         out, state = checks["out"], checks["state"]
-        results.append((f"{spec.text} {config.label}", out.within and state.within,
-                        f"vs float64 reference at batch {batch}: out max abs diff "
-                        f"{out.max_abs:.2e} ({out.worst_excess:.2f}x tolerance), state "
-                        f"{state.max_abs:.2e} ({state.worst_excess:.2f}x)"))
+        results.append(
+            (
+                f"{spec.text} {config.label}",
+                out.within and state.within,
+                f"vs float64 reference at batch {batch}: out max abs diff "
+                f"{out.max_abs:.2e} ({out.worst_excess:.2f}x tolerance), state "
+                f"{state.max_abs:.2e} ({state.worst_excess:.2f}x)",
+            )
+        )
     return results
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "bench", help="time launch configs against the same-bytes ceiling",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "bench",
+        help="time launch configs against the same-bytes ceiling",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_shape_arguments(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
     add_config_argument(p, named=True, default=("upstream", "default", "table"))
-    p.add_argument("--slot-order", action="store_true",
-                   help="call with batch_order=slot_order(slots), computed before timing (once "
-                   "per decode step in an engine): the state pool read in memory order")
-    p.add_argument("--pdl", action="store_true",
-                   help="call with pdl=True (programmatic dependent launch, sm_90+): each call "
-                   "of the graph may start under the previous one's tail; the ceiling is also "
-                   "timed launched that way (the pdl ceiling), and every rotation holds at "
-                   "least 2 slot sets, so that no call reads what the call before it writes")
+    p.add_argument(
+        "--slot-order",
+        action="store_true",
+        help="call with batch_order=slot_order(slots), computed before timing (once "
+        "per decode step in an engine): the state pool read in memory order",
+    )
+    p.add_argument(
+        "--pdl",
+        action="store_true",
+        help="call with pdl=True (programmatic dependent launch, sm_90+): each call "
+        "of the graph may start under the previous one's tail; the ceiling is also "
+        "timed launched that way (the pdl ceiling), and every rotation holds at "
+        "least 2 slot sets, so that no call reads what the call before it writes",
+    )
     s = p.add_argument_group("speculative decoding (verify calls of T draft tokens a request)")
-    s.add_argument("--tokens", type=int, nargs="+",
-                   help="draft tokens a request, T (several: one table each); times verify calls "
-                   "instead of single-token ones")
-    s.add_argument("--mode", choices=SPEC_MODES, nargs="+", default=["buffer"],
-                   help="how a verify call writes: buffer (sglang's intermediate-state buffer, "
-                   "disable_state_update), dst (vLLM's per-token slots, num_accepted_tokens, "
-                   "cu_seqlens), replay (selective_state_replay, steady state); several in one "
-                   "run (default buffer)")
-    s.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help=f"replay: cached tokens a ring holds besides the drafts (default "
-                   f"{DEFAULT_WINDOW}; the ring is window + T long)")
-    add_common_arguments(p, "folder for bench.json, bench.md and bench.png "
-                         "(default benchmarks/results/<device_key>/)")
+    s.add_argument(
+        "--tokens",
+        type=int,
+        nargs="+",
+        help="draft tokens a request, T (several: one table each); times verify calls "
+        "instead of single-token ones",
+    )
+    s.add_argument(
+        "--mode",
+        choices=SPEC_MODES,
+        nargs="+",
+        default=["buffer"],
+        help="how a verify call writes: buffer (sglang's intermediate-state buffer, "
+        "disable_state_update), dst (vLLM's per-token slots, num_accepted_tokens, "
+        "cu_seqlens), replay (selective_state_replay, steady state); several in one "
+        "run (default buffer)",
+    )
+    s.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help=f"replay: cached tokens a ring holds besides the drafts (default "
+        f"{DEFAULT_WINDOW}; the ring is window + T long)",
+    )
+    add_common_arguments(
+        p, "folder for bench.json, bench.md and bench.png (default benchmarks/results/<device_key>/)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,28 +169,39 @@ def run(args: argparse.Namespace) -> int:
     for batch in batches:
         inputs = timing_inputs(shape, batch, device, args.seed, args.pdl)
         ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
-        gathers[batch] = measure_gather_ceiling(inputs.state, inputs.slot_sets,
-                                                call_orders(inputs, args.slot_order))
+        gathers[batch] = measure_gather_ceiling(
+            inputs.state, inputs.slot_sets, call_orders(inputs, args.slot_order)
+        )
         for spec in args.config:
             config = spec.resolve(shape, batch, device)
             timing = time_config(inputs, config, device, kernel, args.slot_order)
-            rows.append({"config": spec.text, "launch": config.label,
-                         "launch_config": config.to_dict(),
-                         **bench_row(shape, batch, timing, ceilings[batch], gathers[batch])})
+            rows.append(
+                {
+                    "config": spec.text,
+                    "launch": config.label,
+                    "launch_config": config.to_dict(),
+                    **bench_row(shape, batch, timing, ceilings[batch], gathers[batch]),
+                }
+            )
             log.info("%s %s batch %d: %.2f us", spec.text, config.label, batch, timing.us)
         del inputs
 
     env = environment(device, args.command_line)
     data = {
         "environment": env,
-        "method": {**method(), "bytes_moved": "2 x batch x H x P x N x state elem size",
-                   "ceiling": "in-place x *= 1.0000001 over the same bytes, same rotation "
-                   "and timer; 'triton' is the ceiling, 'torch' (mul_) the cross-check",
-                   "gather_ceiling": "the same stream over each call's own slots of its state "
-                   "pool (in the call's order, unchanged bits), same rotation and timer: what "
-                   "the slots allow without math",
-                   "inputs": "model-like (ssmdecode.bench.inputs)", "seed": args.seed,
-                   "pdl": args.pdl, "slot_order": args.slot_order},
+        "method": {
+            **method(),
+            "bytes_moved": "2 x batch x H x P x N x state elem size",
+            "ceiling": "in-place x *= 1.0000001 over the same bytes, same rotation "
+            "and timer; 'triton' is the ceiling, 'torch' (mul_) the cross-check",
+            "gather_ceiling": "the same stream over each call's own slots of its state "
+            "pool (in the call's order, unchanged bits), same rotation and timer: what "
+            "the slots allow without math",
+            "inputs": "model-like (ssmdecode.bench.inputs)",
+            "seed": args.seed,
+            "pdl": args.pdl,
+            "slot_order": args.slot_order,
+        },
         "shape": shape.to_dict(),
         "peak": peak.to_dict(),
         "ceilings": {str(b): c.to_dict() for b, c in ceilings.items()},
@@ -171,29 +210,62 @@ def run(args: argparse.Namespace) -> int:
     }
     pdl_columns = all("pdl_ceiling_us" in r for r in rows)  # --pdl on a GPU
     table = markdown_table(
-        ["config", "launch", "batch", "us", "TB/s", "ceiling us", "ceiling TB/s",
-         "% of ceiling", "gather ceiling us", "% of gather ceiling",
-         *(["pdl ceiling us", "% of pdl ceiling"] if pdl_columns else [])],
-        [[r["config"], r["launch"], r["batch"], r["us"], r["tbps"], r["ceiling_us"],
-          r["ceiling_tbps"], 100 * r["fraction_of_ceiling"], r["gather_ceiling_us"],
-          100 * r["fraction_of_gather_ceiling"],
-          *([r["pdl_ceiling_us"], 100 * r["fraction_of_pdl_ceiling"]] if pdl_columns else [])]
-         for r in rows],
+        [
+            "config",
+            "launch",
+            "batch",
+            "us",
+            "TB/s",
+            "ceiling us",
+            "ceiling TB/s",
+            "% of ceiling",
+            "gather ceiling us",
+            "% of gather ceiling",
+            *(["pdl ceiling us", "% of pdl ceiling"] if pdl_columns else []),
+        ],
+        [
+            [
+                r["config"],
+                r["launch"],
+                r["batch"],
+                r["us"],
+                r["tbps"],
+                r["ceiling_us"],
+                r["ceiling_tbps"],
+                100 * r["fraction_of_ceiling"],
+                r["gather_ceiling_us"],
+                100 * r["fraction_of_gather_ceiling"],
+                *([r["pdl_ceiling_us"], 100 * r["fraction_of_pdl_ceiling"]] if pdl_columns else []),
+            ]
+            for r in rows
+        ],
     )
-    launch = (" Calls with pdl=True (programmatic dependent launch); the pdl ceiling is the "
-              "same stream launched that way." if args.pdl else "")
+    launch = (
+        " Calls with pdl=True (programmatic dependent launch); the pdl ceiling is the "
+        "same stream launched that way."
+        if args.pdl
+        else ""
+    )
     if args.slot_order:
-        launch += (" Calls with batch_order=slot_order(slots), computed once per slot set "
-                   "before timing.")
-    markdown = (f"Shape: {shape.label}.{launch} Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
-                f"place): {peak.tbps:.2f} TB/s.\n\n{table}")
+        launch += " Calls with batch_order=slot_order(slots), computed once per slot set before timing."
+    markdown = (
+        f"Shape: {shape.label}.{launch} Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
+        f"place): {peak.tbps:.2f} TB/s.\n\n{table}"
+    )
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "bench", data, markdown)
     series: dict[str, dict[int, float]] = {}
     for r in rows:
         series.setdefault(r["config"], {})[r["batch"]] = r["tbps"]
-    paths.append(plot_vs_batch(out_dir / "bench.png", f"selective_state_update, {shape.label}",
-                               series, {b: c.tbps for b, c in ceilings.items()}, peak.tbps))
+    paths.append(
+        plot_vs_batch(
+            out_dir / "bench.png",
+            f"selective_state_update, {shape.label}",
+            series,
+            {b: c.tbps for b, c in ceilings.items()},
+            peak.tbps,
+        )
+    )
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
     if device.type != "cuda":
@@ -213,8 +285,9 @@ def run_spec(args: argparse.Namespace) -> int:
         print(MEANINGLESS)
     for mode in args.mode:  # correctness before speed, at the smallest batch
         for tokens in args.tokens:
-            spec = make_spec_inputs(shape, min(batches), tokens, mode, device, args.seed,
-                                    rotation=1, window=args.window)
+            spec = make_spec_inputs(
+                shape, min(batches), tokens, mode, device, args.seed, rotation=1, window=args.window
+            )
             for cs in args.config:
                 config = cs.resolve(shape, min(batches), device, mode, tokens)
                 ok, line = check_spec_against_reference(spec, config)
@@ -226,8 +299,7 @@ def run_spec(args: argparse.Namespace) -> int:
     for mode in args.mode:
         for tokens in args.tokens:
             for batch in batches:
-                spec = make_spec_inputs(shape, batch, tokens, mode, device, args.seed,
-                                        window=args.window)
+                spec = make_spec_inputs(shape, batch, tokens, mode, device, args.seed, window=args.window)
                 streams = measure_spec_ceiling(spec, device)
                 flush = flush_fraction(spec) if mode == "replay" else None
                 moved = spec_bytes(shape, batch, tokens, mode, flush or 0.0, args.window)
@@ -240,39 +312,65 @@ def run_spec(args: argparse.Namespace) -> int:
                 for cs in args.config:
                     config = cs.resolve(shape, batch, device, mode, tokens)
                     timing = time_spec_config(spec, config, device)
-                    rows.append({
-                        "mode": mode, "tokens": tokens, "batch": batch, "config": cs.text,
-                        "launch": config.label, "launch_config": config.to_dict(),
-                        "upstream_grid": config.upstream_grid, "us": timing.us,
-                        "bytes_moved": moved, "tbps": moved / (timing.us * 1e-6) / 1e12,
-                        "ceiling_us": ceiling_us, "fraction_of_ceiling": ceiling_us / timing.us,
-                        "streams": {k: t.to_dict() for k, t in streams.items()},
-                        "flush_fraction": flush, "window": args.window if mode == "replay" else None,
-                        "timing": timing.to_dict(),
-                    })
-                    log.info("%s T=%d %s %s batch %d: %.2f us (ceiling %.2f)", mode, tokens,
-                             cs.text, config.label, batch, timing.us, ceiling_us)
+                    rows.append(
+                        {
+                            "mode": mode,
+                            "tokens": tokens,
+                            "batch": batch,
+                            "config": cs.text,
+                            "launch": config.label,
+                            "launch_config": config.to_dict(),
+                            "upstream_grid": config.upstream_grid,
+                            "us": timing.us,
+                            "bytes_moved": moved,
+                            "tbps": moved / (timing.us * 1e-6) / 1e12,
+                            "ceiling_us": ceiling_us,
+                            "fraction_of_ceiling": ceiling_us / timing.us,
+                            "streams": {k: t.to_dict() for k, t in streams.items()},
+                            "flush_fraction": flush,
+                            "window": args.window if mode == "replay" else None,
+                            "timing": timing.to_dict(),
+                        }
+                    )
+                    log.info(
+                        "%s T=%d %s %s batch %d: %.2f us (ceiling %.2f)",
+                        mode,
+                        tokens,
+                        cs.text,
+                        config.label,
+                        batch,
+                        timing.us,
+                        ceiling_us,
+                    )
                 del spec
     for row in rows:  # against the fastest upstream-grid config of its (mode, T, batch)
-        peers = [r["us"] for r in rows if r["upstream_grid"] and (r["mode"], r["tokens"], r["batch"])
-                 == (row["mode"], row["tokens"], row["batch"])]
+        peers = [
+            r["us"]
+            for r in rows
+            if r["upstream_grid"]
+            and (r["mode"], r["tokens"], r["batch"]) == (row["mode"], row["tokens"], row["batch"])
+        ]
         row["best_upstream_grid_us"] = min(peers) if peers else None
         row["vs_best_upstream_grid"] = min(peers) / row["us"] if peers else None
 
     env = environment(device, args.command_line)
     data = {
         "environment": env,
-        "method": {**method(), "calls": "verify calls of T draft tokens a request "
-                   "(ssmdecode.bench.spec): buffer = sglang's (intermediate-state buffer, "
-                   "disable_state_update), dst = vLLM's (num_accepted_tokens, cu_seqlens, "
-                   "per-token slots), replay = selective_state_replay plus replay_advance a step, "
-                   "accepted counts uniform in 1..T",
-                   "bytes_moved": "buffer/dst: (1 + T) states a request; replay: (1 + flush "
-                   "fraction) states a request plus the rings",
-                   "ceiling": "buffer/dst: the 1 -> T stream over the call's slots and rows; "
-                   "replay: read-only stream + flush fraction x (read-write - read-only) + the "
-                   "rings' bytes at the read-write stream's rate",
-                   "window": args.window, "seed": args.seed},
+        "method": {
+            **method(),
+            "calls": "verify calls of T draft tokens a request "
+            "(ssmdecode.bench.spec): buffer = sglang's (intermediate-state buffer, "
+            "disable_state_update), dst = vLLM's (num_accepted_tokens, cu_seqlens, "
+            "per-token slots), replay = selective_state_replay plus replay_advance a step, "
+            "accepted counts uniform in 1..T",
+            "bytes_moved": "buffer/dst: (1 + T) states a request; replay: (1 + flush "
+            "fraction) states a request plus the rings",
+            "ceiling": "buffer/dst: the 1 -> T stream over the call's slots and rows; "
+            "replay: read-only stream + flush fraction x (read-write - read-only) + the "
+            "rings' bytes at the read-write stream's rate",
+            "window": args.window,
+            "seed": args.seed,
+        },
         "shape": shape.to_dict(),
         "rows": rows,
     }
@@ -280,20 +378,50 @@ def run_spec(args: argparse.Namespace) -> int:
     for mode in args.mode:
         for tokens in args.tokens:
             sub = [r for r in rows if r["mode"] == mode and r["tokens"] == tokens]
-            markdown += f"### mode {mode}, T = {tokens}\n\n" + markdown_table(
-                ["config", "launch", "batch", "us", "ceiling us", "% of ceiling",
-                 "x best upstream-grid", "flush"],
-                [[r["config"], r["launch"], r["batch"], r["us"], r["ceiling_us"],
-                  100 * r["fraction_of_ceiling"], r["vs_best_upstream_grid"], r["flush_fraction"]]
-                 for r in sub]) + "\n"
+            markdown += (
+                f"### mode {mode}, T = {tokens}\n\n"
+                + markdown_table(
+                    [
+                        "config",
+                        "launch",
+                        "batch",
+                        "us",
+                        "ceiling us",
+                        "% of ceiling",
+                        "x best upstream-grid",
+                        "flush",
+                    ],
+                    [
+                        [
+                            r["config"],
+                            r["launch"],
+                            r["batch"],
+                            r["us"],
+                            r["ceiling_us"],
+                            100 * r["fraction_of_ceiling"],
+                            r["vs_best_upstream_grid"],
+                            r["flush_fraction"],
+                        ]
+                        for r in sub
+                    ],
+                )
+                + "\n"
+            )
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "bench", data, markdown)
     series: dict[str, dict[int, float]] = {}
     for r in rows:
-        series.setdefault(f"{r['mode']} T={r['tokens']} {r['config']}", {})[r["batch"]] = (
-            r["fraction_of_ceiling"])
-    paths.append(plot_vs_batch(out_dir / "bench.png", f"verify calls, {shape.label}", series,
-                               ylabel="fraction of the call's own streams"))
+        series.setdefault(f"{r['mode']} T={r['tokens']} {r['config']}", {})[r["batch"]] = r[
+            "fraction_of_ceiling"
+        ]
+    paths.append(
+        plot_vs_batch(
+            out_dir / "bench.png",
+            f"verify calls, {shape.label}",
+            series,
+            ylabel="fraction of the call's own streams",
+        )
+    )
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
     return 0

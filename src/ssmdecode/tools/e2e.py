@@ -93,34 +93,55 @@ GREEDY_CONFIGS = ("upstream", "table")
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "e2e", help="selective_state_update inside decode steps of a Mamba2 layer stack",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "e2e",
+        help="selective_state_update inside decode steps of a Mamba2 layer stack",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_shape_arguments(p)
-    p.add_argument("--d-model", type=int,
-                   help=f"model width (default: the preset's; {CPU_D_MODEL} on CPU)")
+    p.add_argument("--d-model", type=int, help=f"model width (default: the preset's; {CPU_D_MODEL} on CPU)")
     add_layers_argument(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
     add_config_argument(p, named=True, what="configs to time", default=TIMING_CONFIGS)
-    p.add_argument("--pdl", action="store_true",
-                   help="also time each config with pdl=True (rows <config>+pdl)")
-    p.add_argument("--slot-order", action="store_true",
-                   help="also time each config with batch_order=slot_order(slots), computed "
-                   "once per step (rows <config>+order)")
-    p.add_argument("--trace", type=Path,
-                   help="write the profiled steps as Chrome traces, PATH-<config>-b<batch>.json")
+    p.add_argument(
+        "--pdl", action="store_true", help="also time each config with pdl=True (rows <config>+pdl)"
+    )
+    p.add_argument(
+        "--slot-order",
+        action="store_true",
+        help="also time each config with batch_order=slot_order(slots), computed "
+        "once per step (rows <config>+order)",
+    )
+    p.add_argument(
+        "--trace", type=Path, help="write the profiled steps as Chrome traces, PATH-<config>-b<batch>.json"
+    )
     g = p.add_argument_group("greedy identity (--greedy)")
-    g.add_argument("--greedy", action="store_true",
-                   help="compare greedy decoding of a random-weight LM under two configs")
-    g.add_argument("--greedy-configs", type=ConfigSpec.parse, nargs=2,
-                   default=[ConfigSpec(c) for c in GREEDY_CONFIGS], metavar=("A", "B"),
-                   help=f"the two configs: {ConfigSpec.HELP} (default: {' '.join(GREEDY_CONFIGS)})")
-    for name, what in (("prompts", "prompts, the batch"), ("max_prompt_len", "longest prompt"),
-                       ("new_tokens", "tokens generated per prompt"), ("vocab", "vocabulary")):
+    g.add_argument(
+        "--greedy",
+        action="store_true",
+        help="compare greedy decoding of a random-weight LM under two configs",
+    )
+    g.add_argument(
+        "--greedy-configs",
+        type=ConfigSpec.parse,
+        nargs=2,
+        default=[ConfigSpec(c) for c in GREEDY_CONFIGS],
+        metavar=("A", "B"),
+        help=f"the two configs: {ConfigSpec.HELP} (default: {' '.join(GREEDY_CONFIGS)})",
+    )
+    for name, what in (
+        ("prompts", "prompts, the batch"),
+        ("max_prompt_len", "longest prompt"),
+        ("new_tokens", "tokens generated per prompt"),
+        ("vocab", "vocabulary"),
+    ):
         gpu, cpu = DEFAULTS[name]
-        g.add_argument("--" + name.replace("_", "-"), type=int,
-                       help=f"{what} (default: {gpu} on a GPU, {cpu} on CPU)")
-    add_common_arguments(p, "folder for e2e.json/.md/.png or e2e-greedy.json/.md "
-                         "(default benchmarks/results/<device_key>/)")
+        g.add_argument(
+            "--" + name.replace("_", "-"), type=int, help=f"{what} (default: {gpu} on a GPU, {cpu} on CPU)"
+        )
+    add_common_arguments(
+        p, "folder for e2e.json/.md/.png or e2e-greedy.json/.md (default benchmarks/results/<device_key>/)"
+    )
 
 
 def option_or_default(args: argparse.Namespace, name: str, device: torch.device) -> int:
@@ -134,8 +155,9 @@ def _dims(args: argparse.Namespace, device: torch.device) -> Mamba2Dims:
     return model_dims(shape, args.d_model, device)
 
 
-def _step_config(spec: ConfigSpec, shape: Shape, batch: int,
-                 device: torch.device) -> tuple[LaunchConfig | None, LaunchConfig]:
+def _step_config(
+    spec: ConfigSpec, shape: Shape, batch: int, device: torch.device
+) -> tuple[LaunchConfig | None, LaunchConfig]:
     """(what the step is given, what the kernel runs): 'table' gives None, so the kernel looks
     its table up itself; the second item is the config that lookup resolves to."""
     resolved = spec.resolve(shape, batch, device)
@@ -147,9 +169,16 @@ def _trace_path(trace: Path, name: str, batch: int) -> Path:
     return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
 
 
-def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpec],
-                device: torch.device, seed: int, trace: Path | None,
-                variants: tuple[StepVariant, ...] = (None,)) -> list[dict[str, object]]:
+def _time_batch(
+    dims: Mamba2Dims,
+    layers: int,
+    batch: int,
+    specs: list[ConfigSpec],
+    device: torch.device,
+    seed: int,
+    trace: Path | None,
+    variants: tuple[StepVariant, ...] = (None,),
+) -> list[dict[str, object]]:
     """Every config's step time and kernel share at one batch size, on one stack whose pools
     hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot)."""
     bench = StepBench.build(dims, layers, batch, device, seed)
@@ -160,64 +189,105 @@ def _time_batch(dims: Mamba2Dims, layers: int, batch: int, specs: list[ConfigSpe
         name = spec.text + (f"+{variant}" if variant else "")
         path = _trace_path(trace, name, batch) if trace is not None else None
         share = profile_step(bench, config, path, variant)
-        rows.append({
-            "config": name, "launch": resolved.label, "launch_config": resolved.to_dict(),
-            "variant": variant, "batch": batch, "step_us": timing.us,
-            "tokens_per_s": batch / (timing.us * 1e-6),
-            "vs_first": None, **share,
-            "ssu_share_of_step": (share["ssu_us_per_step"] / timing.us
-                                  if share["ssu_us_per_step"] is not None else None),
-            "timing": timing.to_dict(),
-            "trace": str(path) if path is not None else None,
-        })
+        rows.append(
+            {
+                "config": name,
+                "launch": resolved.label,
+                "launch_config": resolved.to_dict(),
+                "variant": variant,
+                "batch": batch,
+                "step_us": timing.us,
+                "tokens_per_s": batch / (timing.us * 1e-6),
+                "vs_first": None,
+                **share,
+                "ssu_share_of_step": (
+                    share["ssu_us_per_step"] / timing.us if share["ssu_us_per_step"] is not None else None
+                ),
+                "timing": timing.to_dict(),
+                "trace": str(path) if path is not None else None,
+            }
+        )
         log.info("%s %s batch %d: %.2f us per step", name, resolved.label, batch, timing.us)
     for row in rows:
         row["vs_first"] = rows[0]["step_us"] / row["step_us"]
     return rows
 
 
-def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
-                device: torch.device) -> int:
+def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
     rows: list[dict[str, object]] = []
     for batch in batches_from_args(args, device):
         variants = (None, *(["pdl"] if args.pdl else []), *(["order"] if args.slot_order else []))
-        rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace,
-                            variants)
+        rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace, variants)
 
     data = {
         "environment": environment(device, args.command_line),
-        "method": {**method(), "step": f"{layers} Mamba2 layers (ssmdecode.models.mamba2)",
-                   "tokens_per_s": "batch / step time",
-                   "ssu_share": f"device time of kernels named *{KERNEL}* / all kernel device "
-                   f"time, torch.profiler over {PROFILED_STEPS} eager steps on cold slot sets",
-                   "ssu_share_of_step": "the profiled selective_state_update time per step / "
-                   "the graphed step time",
-                   "variants": {"pdl": "rows <config>+pdl: calls with pdl=True",
-                                "order": "rows <config>+order: batch_order=slot_order(slots), "
-                                "computed once per step"},
-                   "seed": args.seed},
-        "shape": dims.shape.to_dict(), "d_model": dims.d_model, "d_conv": dims.d_conv,
-        "layers": layers, "rows": rows,
+        "method": {
+            **method(),
+            "step": f"{layers} Mamba2 layers (ssmdecode.models.mamba2)",
+            "tokens_per_s": "batch / step time",
+            "ssu_share": f"device time of kernels named *{KERNEL}* / all kernel device "
+            f"time, torch.profiler over {PROFILED_STEPS} eager steps on cold slot sets",
+            "ssu_share_of_step": "the profiled selective_state_update time per step / the graphed step time",
+            "variants": {
+                "pdl": "rows <config>+pdl: calls with pdl=True",
+                "order": "rows <config>+order: batch_order=slot_order(slots), computed once per step",
+            },
+            "seed": args.seed,
+        },
+        "shape": dims.shape.to_dict(),
+        "d_model": dims.d_model,
+        "d_conv": dims.d_conv,
+        "layers": layers,
+        "rows": rows,
     }
 
     def pct(v: object) -> float | None:
         return 100 * v if isinstance(v, float) else None
 
     table = markdown_table(
-        ["config", "launch", "batch", "step us", "tokens/s", "x vs first", "SSU % of kernels",
-         "SSU us/step", "SSU % of step"],
-        [[r["config"], r["launch"], r["batch"], r["step_us"], r["tokens_per_s"], r["vs_first"],
-          pct(r["ssu_share"]), r["ssu_us_per_step"], pct(r["ssu_share_of_step"])] for r in rows])
-    markdown = (f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers per step. "
-                f"x vs first: step time of the first config / this one.\n\n{table}")
+        [
+            "config",
+            "launch",
+            "batch",
+            "step us",
+            "tokens/s",
+            "x vs first",
+            "SSU % of kernels",
+            "SSU us/step",
+            "SSU % of step",
+        ],
+        [
+            [
+                r["config"],
+                r["launch"],
+                r["batch"],
+                r["step_us"],
+                r["tokens_per_s"],
+                r["vs_first"],
+                pct(r["ssu_share"]),
+                r["ssu_us_per_step"],
+                pct(r["ssu_share_of_step"]),
+            ]
+            for r in rows
+        ],
+    )
+    markdown = (
+        f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers per step. "
+        f"x vs first: step time of the first config / this one.\n\n{table}"
+    )
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "e2e", data, markdown)
     series: dict[str, dict[int, float]] = {}
     for r in rows:
         series.setdefault(r["config"], {})[r["batch"]] = r["tokens_per_s"]
-    paths.append(plot_vs_batch(out_dir / "e2e.png",
-                               f"{layers}-layer Mamba2 decode step, {dims.shape.label}",
-                               series, ylabel="tokens/s"))
+    paths.append(
+        plot_vs_batch(
+            out_dir / "e2e.png",
+            f"{layers}-layer Mamba2 decode step, {dims.shape.label}",
+            series,
+            ylabel="tokens/s",
+        )
+    )
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
@@ -232,16 +302,16 @@ def _prompts(count: int, max_len: int, vocab: int, seed: int) -> list[list[int]]
     return [torch.randint(vocab, (n,), generator=gen).tolist() for n in lengths]
 
 
-def _first_difference(ids_a: torch.Tensor, ids_b: torch.Tensor, lp_a: torch.Tensor,
-                      lp_b: torch.Tensor) -> list[int] | None:
+def _first_difference(
+    ids_a: torch.Tensor, ids_b: torch.Tensor, lp_a: torch.Tensor, lp_b: torch.Tensor
+) -> list[int] | None:
     """[prompt, token] of the first generated position where the ids or log-prob bits differ."""
     differ = (ids_a != ids_b) | (bits(lp_a) != bits(lp_b))
     where = differ.nonzero()
     return where[0].tolist() if len(where) else None
 
 
-def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
-                device: torch.device) -> int:
+def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
     count = option_or_default(args, "prompts", device)
     max_len = option_or_default(args, "max_prompt_len", device)
     new_tokens = option_or_default(args, "new_tokens", device)
@@ -254,38 +324,58 @@ def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
     for key, spec in (("a", spec_a), ("control", spec_a), ("b", spec_b)):
         config, resolved = _step_config(spec, dims.shape, count, device)
         ids, logprobs = greedy_generate(lm, prompts, new_tokens, config)
-        runs[key] = {"spec": spec.text, "launch": resolved.label, "ids": ids.cpu(),
-                     "logprobs": logprobs.cpu()}
+        runs[key] = {
+            "spec": spec.text,
+            "launch": resolved.label,
+            "ids": ids.cpu(),
+            "logprobs": logprobs.cpu(),
+        }
 
     def compare(x: str, y: str) -> dict[str, object]:
         a, b = runs[x], runs[y]
         lp = bit_diff(a["logprobs"], b["logprobs"])
         id_mismatches = int((a["ids"] != b["ids"]).sum())
-        return {"identical": id_mismatches == 0 and lp.identical,
-                "token_id_mismatches": id_mismatches, "logprob_mismatches": lp.mismatches,
-                "logprob_max_abs_diff": lp.max_abs,
-                "first_difference": _first_difference(a["ids"], b["ids"], a["logprobs"],
-                                                      b["logprobs"])}
+        return {
+            "identical": id_mismatches == 0 and lp.identical,
+            "token_id_mismatches": id_mismatches,
+            "logprob_mismatches": lp.mismatches,
+            "logprob_max_abs_diff": lp.max_abs,
+            "first_difference": _first_difference(a["ids"], b["ids"], a["logprobs"], b["logprobs"]),
+        }
 
     control, result = compare("a", "control"), compare("a", "b")
     compared = count * new_tokens
     data = {
         "environment": environment(device, args.command_line),
-        "method": {"model": f"random-weight Mamba2 LM, {layers} layers, vocab {vocab}",
-                   "decoding": "greedy from zero state; prompts right-aligned, waiting rows "
-                   "in the null slot; prefill by decode steps",
-                   "compared": "every generated token id and its float32 log-prob, bit for bit",
-                   "control": "config A run twice", "seed": args.seed},
-        "shape": dims.shape.to_dict(), "d_model": dims.d_model, "layers": layers,
-        "prompt_lengths": [len(p) for p in prompts], "new_tokens": new_tokens,
+        "method": {
+            "model": f"random-weight Mamba2 LM, {layers} layers, vocab {vocab}",
+            "decoding": "greedy from zero state; prompts right-aligned, waiting rows "
+            "in the null slot; prefill by decode steps",
+            "compared": "every generated token id and its float32 log-prob, bit for bit",
+            "control": "config A run twice",
+            "seed": args.seed,
+        },
+        "shape": dims.shape.to_dict(),
+        "d_model": dims.d_model,
+        "layers": layers,
+        "prompt_lengths": [len(p) for p in prompts],
+        "new_tokens": new_tokens,
         "configs": {k: {"spec": runs[k]["spec"], "launch": runs[k]["launch"]} for k in ("a", "b")},
-        "tokens_compared": compared, "control": control, "result": result,
+        "tokens_compared": compared,
+        "control": control,
+        "result": result,
         "identical": control["identical"] and result["identical"],
     }
 
     def line(name: str, c: Mapping[str, object]) -> list[object]:
-        return [name, "identical" if c["identical"] else "DIFFERENT", compared,
-                c["token_id_mismatches"], c["logprob_mismatches"], c["first_difference"]]
+        return [
+            name,
+            "identical" if c["identical"] else "DIFFERENT",
+            compared,
+            c["token_id_mismatches"],
+            c["logprob_mismatches"],
+            c["first_difference"],
+        ]
 
     a_name = f"{runs['a']['spec']} {runs['a']['launch']}"
     b_name = f"{runs['b']['spec']} {runs['b']['launch']}"
@@ -294,16 +384,25 @@ def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
         f"{count} prompts of {min(map(len, prompts))} to {max_len} tokens, {new_tokens} new "
         f"tokens each: {compared} token ids and {compared} log-probs compared per pair.\n\n"
         + markdown_table(
-            ["pair", "verdict", "tokens", "id mismatches", "log-prob mismatches",
-             "first difference [prompt, token]"],
-            [line(f"{a_name} vs itself (control)", control),
-             line(f"{a_name} vs {b_name}", result)]))
+            [
+                "pair",
+                "verdict",
+                "tokens",
+                "id mismatches",
+                "log-prob mismatches",
+                "first difference [prompt, token]",
+            ],
+            [line(f"{a_name} vs itself (control)", control), line(f"{a_name} vs {b_name}", result)],
+        )
+    )
     paths = write_outputs(results_dir(args.out, device), "e2e-greedy", data, markdown)
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
     if not control["identical"]:
-        print("the control differs: the decode step is not reproducible on this machine, so "
-              "the comparison says nothing")
+        print(
+            "the control differs: the decode step is not reproducible on this machine, so "
+            "the comparison says nothing"
+        )
     return 0 if data["identical"] else 1
 
 

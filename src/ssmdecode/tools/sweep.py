@@ -61,30 +61,55 @@ NOT_IDENTICAL = "≠"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "sweep", help="check every candidate config bit for bit, then time it",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "sweep",
+        help="check every candidate config bit for bit, then time it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_shape_arguments(p)
     add_batch_argument(p, GPU_BATCHES, CPU_BATCHES)
-    add_config_argument(p, named=False, what="sweep only these configs (upstream and default "
-                        "are always included)", default_text="the --space")
-    p.add_argument("--space", choices=("basic", "full", "tune"), default="basic",
-                   help="candidate_configs space when --config is not given: basic = every "
-                   "(BLOCK_M, warps) of the upstream grid, as the seed swept; full = basic with "
-                   "the slot-major grid and cache hints; tune = the tuner's space (default "
-                   "basic)")
-    p.add_argument("--kernel", choices=KERNELS, default="ssmdecode",
-                   help="the kernel swept: ssmdecode's, or the Triton kernel of an installed "
-                   "mamba_ssm or sglang (upstream-grid configs only), for comparison (default "
-                   "ssmdecode)")
+    add_config_argument(
+        p,
+        named=False,
+        what="sweep only these configs (upstream and default are always included)",
+        default_text="the --space",
+    )
+    p.add_argument(
+        "--space",
+        choices=("basic", "full", "tune"),
+        default="basic",
+        help="candidate_configs space when --config is not given: basic = every "
+        "(BLOCK_M, warps) of the upstream grid, as the seed swept; full = basic with "
+        "the slot-major grid and cache hints; tune = the tuner's space (default "
+        "basic)",
+    )
+    p.add_argument(
+        "--kernel",
+        choices=KERNELS,
+        default="ssmdecode",
+        help="the kernel swept: ssmdecode's, or the Triton kernel of an installed "
+        "mamba_ssm or sglang (upstream-grid configs only), for comparison (default "
+        "ssmdecode)",
+    )
     v = p.add_argument_group("speculative decoding (verify calls, bench --tokens)")
-    v.add_argument("--tokens", type=int,
-                   help="draft tokens a request, T: sweep verify calls of --mode instead")
-    v.add_argument("--mode", choices=SPEC_MODES, default="buffer",
-                   help="the verify calls' mode (default buffer; see bench --mode)")
-    v.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help=f"replay: the ring's window (default {DEFAULT_WINDOW})")
-    add_common_arguments(p, "folder for sweep.json, sweep.md and sweep.png "
-                         "(default benchmarks/results/<device_key>/)")
+    v.add_argument(
+        "--tokens", type=int, help="draft tokens a request, T: sweep verify calls of --mode instead"
+    )
+    v.add_argument(
+        "--mode",
+        choices=SPEC_MODES,
+        default="buffer",
+        help="the verify calls' mode (default buffer; see bench --mode)",
+    )
+    v.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help=f"replay: the ring's window (default {DEFAULT_WINDOW})",
+    )
+    add_common_arguments(
+        p, "folder for sweep.json, sweep.md and sweep.png (default benchmarks/results/<device_key>/)"
+    )
 
 
 class _SpecCeiling:
@@ -108,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
     batches = batches_from_args(args, device)
     upstream = upstream_config(shape.dstate)
     default = default_config(shape.dstate, shape.state_dtype)
-    swept = args.config or candidate_configs(shape.headdim, shape.dstate, shape.state_dtype,
-                                             args.space)
+    swept = args.config or candidate_configs(shape.headdim, shape.dstate, shape.state_dtype, args.space)
     configs = list(dict.fromkeys([upstream, default, *swept]))
     fn = None  # ssmdecode's selective_state_update, as verify and bench call it
     if args.kernel != "ssmdecode":
@@ -119,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"--kernel: {e}") from None
         bad = [c.label for c in configs if not c.upstream_grid]
         if bad:
-            raise SystemExit(f"--kernel {args.kernel} runs upstream-grid configs only; "
-                             f"got {', '.join(bad)}")
+            raise SystemExit(f"--kernel {args.kernel} runs upstream-grid configs only; got {', '.join(bad)}")
     if device.type != "cuda":
         print(MEANINGLESS)
 
@@ -134,15 +157,17 @@ def run(args: argparse.Namespace) -> int:
         if args.tokens:  # verify calls: the bits of everything a call writes, then its streams
             if fn is not None:
                 raise SystemExit("--tokens sweeps ssmdecode's kernels only")
-            fresh = make_spec_inputs(shape, batch, args.tokens, args.mode, device, args.seed,
-                                     rotation=1, window=args.window)
+            fresh = make_spec_inputs(
+                shape, batch, args.tokens, args.mode, device, args.seed, rotation=1, window=args.window
+            )
             for config, same in compare_spec_configs(fresh, upstream, configs).items():
                 results[config][batch] = {"identical": same, "comparison": {"identical": same}}
             del fresh
             progress.update(len(configs))
             progress.set_postfix(batch=batch, phase="time")
-            spec = make_spec_inputs(shape, batch, args.tokens, args.mode, device, args.seed,
-                                    window=args.window)
+            spec = make_spec_inputs(
+                shape, batch, args.tokens, args.mode, device, args.seed, window=args.window
+            )
             streams = measure_spec_ceiling(spec, device)
             stream = streams.get("fanout") or streams["read_write"]
             moved = spec_bytes(shape, batch, args.tokens, args.mode, window=args.window)
@@ -150,15 +175,22 @@ def run(args: argparse.Namespace) -> int:
             for config in configs:
                 timing = time_spec_config(spec, config, device)
                 results[config][batch].update(
-                    us=timing.us, tbps=moved / (timing.us * 1e-6) / 1e12, ceiling_us=stream.us,
-                    fraction_of_ceiling=stream.us / timing.us, timing=timing.to_dict())
+                    us=timing.us,
+                    tbps=moved / (timing.us * 1e-6) / 1e12,
+                    ceiling_us=stream.us,
+                    fraction_of_ceiling=stream.us / timing.us,
+                    timing=timing.to_dict(),
+                )
                 progress.update()
             del spec
         else:
-            for config, comparison in compare_to(upstream, configs, shape, batch, device,
-                                                 args.seed, fn=fn).items():
-                results[config][batch] = {"identical": comparison.identical,
-                                          "comparison": comparison.to_dict()}
+            for config, comparison in compare_to(
+                upstream, configs, shape, batch, device, args.seed, fn=fn
+            ).items():
+                results[config][batch] = {
+                    "identical": comparison.identical,
+                    "comparison": comparison.to_dict(),
+                }
             progress.update(len(configs))
 
             progress.set_postfix(batch=batch, phase="time")
@@ -173,27 +205,38 @@ def run(args: argparse.Namespace) -> int:
         identical = [c for c in configs if results[c][batch]["identical"]]
         best = min(identical, key=lambda c: results[c][batch]["us"])
         winners.append(best)
-        summary.append({
-            "batch": batch, "fastest_identical": best.label,
-            "fastest_identical_config": best.to_dict(), "us": results[best][batch]["us"],
-            "upstream_us": results[upstream][batch]["us"],
-            "speedup_vs_upstream": results[upstream][batch]["us"] / results[best][batch]["us"],
-            "ceiling": ceiling.to_dict(),
-            "not_identical": [c.label for c in configs if c not in identical],
-        })
+        summary.append(
+            {
+                "batch": batch,
+                "fastest_identical": best.label,
+                "fastest_identical_config": best.to_dict(),
+                "us": results[best][batch]["us"],
+                "upstream_us": results[upstream][batch]["us"],
+                "speedup_vs_upstream": results[upstream][batch]["us"] / results[best][batch]["us"],
+                "ceiling": ceiling.to_dict(),
+                "not_identical": [c.label for c in configs if c not in identical],
+            }
+        )
     progress.close()
 
     data = {
         "environment": environment(device, args.command_line),
-        "method": {**method(), "kernel": args.kernel, "reference": upstream.label,
-                   "default": default.label,
-                   "identity": "out and the whole state pool after one call, bit for bit, "
-                   "same inputs and initial state as the reference", "seed": args.seed},
+        "method": {
+            **method(),
+            "kernel": args.kernel,
+            "reference": upstream.label,
+            "default": default.label,
+            "identity": "out and the whole state pool after one call, bit for bit, "
+            "same inputs and initial state as the reference",
+            "seed": args.seed,
+        },
         "shape": shape.to_dict(),
         "peak": peak.to_dict(),
         "summary": summary,
-        "configs": [{"config": c.to_dict(), "label": c.label,
-                     "batches": {str(b): r for b, r in results[c].items()}} for c in configs],
+        "configs": [
+            {"config": c.to_dict(), "label": c.label, "batches": {str(b): r for b, r in results[c].items()}}
+            for c in configs
+        ],
     }
     title = shape.label if args.kernel == "ssmdecode" else f"{shape.label}, kernel {args.kernel}"
     if args.tokens:
@@ -204,18 +247,23 @@ def run(args: argparse.Namespace) -> int:
     plotted = dict.fromkeys([upstream, default, *winners])
     series = {c.label: {b: results[c][b]["tbps"] for b in batches} for c in plotted}
     ceilings = {s["batch"]: s["ceiling"]["tbps"] for s in summary}
-    paths.append(plot_vs_batch(out_dir / "sweep.png", f"sweep, {title}", series,
-                               ceilings, peak.tbps))
+    paths.append(plot_vs_batch(out_dir / "sweep.png", f"sweep, {title}", series, ceilings, peak.tbps))
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 
 
-def _markdown(shape_label: str, configs: list[LaunchConfig], upstream: LaunchConfig,
-              default: LaunchConfig, batches: list[int],
-              results: dict[LaunchConfig, dict[int, dict[str, object]]],
-              summary: list[dict[str, object]]) -> str:
+def _markdown(
+    shape_label: str,
+    configs: list[LaunchConfig],
+    upstream: LaunchConfig,
+    default: LaunchConfig,
+    batches: list[int],
+    results: dict[LaunchConfig, dict[int, dict[str, object]]],
+    summary: list[dict[str, object]],
+) -> str:
     """The seed-style table: configs x batches in us, non-identical configs marked."""
+
     def name(c: LaunchConfig) -> str:
         tags = [t for t, on in (("upstream", c == upstream), ("default", c == default)) if on]
         return f"{c.label} {', '.join(tags)}" if tags else c.label
@@ -225,10 +273,11 @@ def _markdown(shape_label: str, configs: list[LaunchConfig], upstream: LaunchCon
         return f"{r['us']:.2f}" + ("" if r["identical"] else f" {NOT_IDENTICAL}")
 
     rows = [[name(c), *(cell(c, b) for b in batches)] for c in configs]
-    rows.append(["**fastest identical**",
-                 *(f"{s['fastest_identical']} {s['us']:.2f}" for s in summary)])
+    rows.append(["**fastest identical**", *(f"{s['fastest_identical']} {s['us']:.2f}" for s in summary)])
     rows.append(["speedup vs upstream", *(f"{s['speedup_vs_upstream']:.2f}x" for s in summary)])
     rows.append(["same-bytes ceiling", *(f"{s['ceiling']['us']:.2f}" for s in summary)])
     table = markdown_table(["(BLOCK_M, num_warps)", *(f"batch {b}, us" for b in batches)], rows)
-    return (f"Shape: {shape_label}. {NOT_IDENTICAL}: out or state not bit-identical to "
-            f"upstream {upstream.label} at that batch; never recommended.\n\n{table}")
+    return (
+        f"Shape: {shape_label}. {NOT_IDENTICAL}: out or state not bit-identical to "
+        f"upstream {upstream.label} at that batch; never recommended.\n\n{table}"
+    )

@@ -119,82 +119,128 @@ def choose(
 ) -> tuple[LaunchConfig, str]:
     """The config of one bucket and why: the baseline unless the fastest beats it by more
     than the noise; then the previous bucket's choice if within noise of that."""
+
     def noise(*ms: Measured) -> float:
         return max(noise_floor, *(m.spread for m in ms))
 
     base = measured[baseline]
     best = min(measured.values(), key=lambda m: m.us)
     if best.config != baseline and best.us < base.us * (1 - noise(base, best)):
-        choice, reason = best, (f"{best.config.label} beats baseline {baseline.label} by "
-                                f"{1 - best.us / base.us:.1%} > noise {noise(base, best):.1%}")
+        choice, reason = (
+            best,
+            (
+                f"{best.config.label} beats baseline {baseline.label} by "
+                f"{1 - best.us / base.us:.1%} > noise {noise(base, best):.1%}"
+            ),
+        )
     else:
-        choice, reason = base, (f"baseline {baseline.label}: no leader beats it by more than "
-                                "the noise")
+        choice, reason = base, (f"baseline {baseline.label}: no leader beats it by more than the noise")
     if previous is not None and previous != choice.config and previous in measured:
         prev = measured[previous]
         if prev.us <= choice.us * (1 + noise(prev, choice)):
-            return previous, (f"{previous.label}, the previous bucket's choice, is within "
-                              f"{noise(prev, choice):.1%} of {choice.config.label}")
+            return previous, (
+                f"{previous.label}, the previous bucket's choice, is within "
+                f"{noise(prev, choice):.1%} of {choice.config.label}"
+            )
     return choice.config, reason
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "tune", help="measure and write this device's config table",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "tune",
+        help="measure and write this device's config table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_shape_arguments(p, several=True)
     add_batch_argument(p, GPU_BUCKETS, CPU_BUCKETS, what="batch buckets")
-    add_config_argument(p, named=False, what="candidates to consider (the baseline and upstream "
-                        "are always included)", default_text="the --space")
-    p.add_argument("--space", choices=("basic", "full", "tune"), default="tune",
-                   help="candidate_configs space when --config is not given (default tune)")
-    p.add_argument("--leaders", type=int, default=3,
-                   help="fastest screened configs to re-time (default 3)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="interleaved re-timing rounds of the leaders (default 3)")
-    p.add_argument("--noise-floor", type=float,
-                   help=f"smallest relative gain taken as real (default {NOISE_FLOOR[False]}; "
-                   f"{NOISE_FLOOR[True]} with --in-model)")
-    p.add_argument("--slot-order", action="store_true",
-                   help="time calls with batch_order=slot_order(slots), as an engine that "
-                   "passes it makes them (bench --slot-order)")
+    add_config_argument(
+        p,
+        named=False,
+        what="candidates to consider (the baseline and upstream are always included)",
+        default_text="the --space",
+    )
+    p.add_argument(
+        "--space",
+        choices=("basic", "full", "tune"),
+        default="tune",
+        help="candidate_configs space when --config is not given (default tune)",
+    )
+    p.add_argument("--leaders", type=int, default=3, help="fastest screened configs to re-time (default 3)")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="interleaved re-timing rounds of the leaders (default 3)"
+    )
+    p.add_argument(
+        "--noise-floor",
+        type=float,
+        help=f"smallest relative gain taken as real (default {NOISE_FLOOR[False]}; "
+        f"{NOISE_FLOOR[True]} with --in-model)",
+    )
+    p.add_argument(
+        "--slot-order",
+        action="store_true",
+        help="time calls with batch_order=slot_order(slots), as an engine that "
+        "passes it makes them (bench --slot-order)",
+    )
     m = p.add_argument_group("timing inside a model step (--in-model)")
-    m.add_argument("--in-model", action="store_true",
-                   help="time each candidate as a decode step of a Mamba2 layer stack at each "
-                   "shape (what `ssmdecode e2e` times) instead of back-to-back calls")
+    m.add_argument(
+        "--in-model",
+        action="store_true",
+        help="time each candidate as a decode step of a Mamba2 layer stack at each "
+        "shape (what `ssmdecode e2e` times) instead of back-to-back calls",
+    )
     add_layers_argument(m)
-    m.add_argument("--d-model", type=int,
-                   help="model width (default: the preset's the shape was cut from)")
-    p.add_argument("--out-dir", type=Path,
-                   help="config folder the table is written into (its "
-                   "selective_state_update/<device_key>.json; default on a GPU: the "
-                   "package's; required on CPU, whose timings mean nothing)")
+    m.add_argument("--d-model", type=int, help="model width (default: the preset's the shape was cut from)")
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        help="config folder the table is written into (its "
+        "selective_state_update/<device_key>.json; default on a GPU: the "
+        "package's; required on CPU, whose timings mean nothing)",
+    )
     v = p.add_argument_group("speculative decoding (verify calls, bench --tokens)")
-    v.add_argument("--tokens", type=int, nargs="+",
-                   help="draft tokens a request, T: tune the table's entries of verify calls "
-                   "(key '... mode=M tokens=T'), timed as bench --tokens times them")
-    v.add_argument("--mode", choices=SPEC_MODES, default="buffer",
-                   help="the verify calls' mode (default buffer; see bench --mode)")
-    v.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help=f"replay: the ring's window (default {DEFAULT_WINDOW})")
-    add_common_arguments(p, "folder for tune.json and tune.md "
-                         "(default benchmarks/results/<device_key>/)")
+    v.add_argument(
+        "--tokens",
+        type=int,
+        nargs="+",
+        help="draft tokens a request, T: tune the table's entries of verify calls "
+        "(key '... mode=M tokens=T'), timed as bench --tokens times them",
+    )
+    v.add_argument(
+        "--mode",
+        choices=SPEC_MODES,
+        default="buffer",
+        help="the verify calls' mode (default buffer; see bench --mode)",
+    )
+    v.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help=f"replay: the ring's window (default {DEFAULT_WINDOW})",
+    )
+    add_common_arguments(p, "folder for tune.json and tune.md (default benchmarks/results/<device_key>/)")
 
 
-def _timers(shapes: list[Shape], bucket: int, args: argparse.Namespace,
-            device: torch.device, tokens: int = 0) -> list[Callable[[LaunchConfig], Timing]]:
+def _timers(
+    shapes: list[Shape], bucket: int, args: argparse.Namespace, device: torch.device, tokens: int = 0
+) -> list[Callable[[LaunchConfig], Timing]]:
     """One timer a shape: a config's call by the bench method, or with --in-model its decode
     step of args.layers Mamba2 layers; with tokens, a verify call of args.mode."""
     if tokens:
-        specs = [make_spec_inputs(shape, bucket, tokens, args.mode, device, args.seed,
-                                  window=args.window) for shape in shapes]
+        specs = [
+            make_spec_inputs(shape, bucket, tokens, args.mode, device, args.seed, window=args.window)
+            for shape in shapes
+        ]
         return [functools.partial(time_spec_config, sp, device=device) for sp in specs]
     if not args.in_model:
         inputs = [timing_inputs(shape, bucket, device, args.seed) for shape in shapes]
-        return [functools.partial(time_config, i, device=device, slot_ordered=args.slot_order)
-                for i in inputs]
-    benches = [StepBench.build(model_dims(shape, args.d_model, device), args.layers, bucket,
-                               device, args.seed) for shape in shapes]
+        return [
+            functools.partial(time_config, i, device=device, slot_ordered=args.slot_order) for i in inputs
+        ]
+    benches = [
+        StepBench.build(model_dims(shape, args.d_model, device), args.layers, bucket, device, args.seed)
+        for shape in shapes
+    ]
     return [functools.partial(_time_step, b, slot_ordered=args.slot_order) for b in benches]
 
 
@@ -204,8 +250,14 @@ def _time_step(bench: StepBench, config: LaunchConfig, slot_ordered: bool) -> Ti
 
 
 def _tune_bucket(
-    shapes: list[Shape], bucket: int, candidates: list[LaunchConfig], previous: LaunchConfig | None,
-    args: argparse.Namespace, device: torch.device, progress: tqdm, tokens: int = 0,
+    shapes: list[Shape],
+    bucket: int,
+    candidates: list[LaunchConfig],
+    previous: LaunchConfig | None,
+    args: argparse.Namespace,
+    device: torch.device,
+    progress: tqdm,
+    tokens: int = 0,
 ) -> dict[str, object]:
     """Admit, screen, re-time and choose at one bucket for the shapes of one table key (with
     tokens: of verify calls of args.mode)."""
@@ -217,8 +269,9 @@ def _tune_bucket(
     admitted = list(candidates)
     for shape in shapes:
         if tokens:
-            fresh = make_spec_inputs(shape, bucket, tokens, args.mode, device, args.seed,
-                                     rotation=1, window=args.window)
+            fresh = make_spec_inputs(
+                shape, bucket, tokens, args.mode, device, args.seed, rotation=1, window=args.window
+            )
             same = compare_spec_configs(fresh, upstream, admitted)
             for config, identical in same.items():
                 if not identical:
@@ -227,16 +280,20 @@ def _tune_bucket(
             del fresh
             progress.update()
             continue
-        for config, comparison in compare_to(upstream, admitted, shape, bucket, device,
-                                             args.seed).items():
+        for config, comparison in compare_to(upstream, admitted, shape, bucket, device, args.seed).items():
             if not comparison.identical:
                 admitted.remove(config)
                 rejected[config.label] = {"shape": shape.label, **comparison.to_dict()}
         progress.update()
     baseline = default_config(first.dstate, first.state_dtype)
     if baseline not in admitted:
-        log.warning("default_config %s is not bit-identical to upstream %s at batch %d on this "
-                    "device: the baseline is upstream", baseline.label, upstream.label, bucket)
+        log.warning(
+            "default_config %s is not bit-identical to upstream %s at batch %d on this "
+            "device: the baseline is upstream",
+            baseline.label,
+            upstream.label,
+            bucket,
+        )
         baseline = upstream
 
     # 2. screen every admitted config, and 3. re-time the leaders in interleaved rounds
@@ -250,8 +307,9 @@ def _tune_bucket(
     screen = {config: measure(config)[0] for config in admitted}
     progress.update()
     ranked = sorted(admitted, key=screen.__getitem__)
-    leaders = list(dict.fromkeys([*ranked[: args.leaders], baseline,
-                                  *([previous] if previous in screen else [])]))
+    leaders = list(
+        dict.fromkeys([*ranked[: args.leaders], baseline, *([previous] if previous in screen else [])])
+    )
     rounds = interleaved(leaders, measure, args.rounds)
     progress.update()
     measured = {c: Measured.from_rounds(c, rounds[c]) for c in leaders}
@@ -260,12 +318,22 @@ def _tune_bucket(
     choice, reason = choose(measured, baseline, previous, args.noise_floor)
     log.info("batch %d: %s (%s)", bucket, choice.label, reason)
     return {
-        "batch": bucket, "choice": choice.to_dict(), "choice_label": choice.label,
-        "reason": reason, "baseline": baseline.label,
-        "admitted": [c.label for c in admitted], "rejected": rejected,
+        "batch": bucket,
+        "choice": choice.to_dict(),
+        "choice_label": choice.label,
+        "reason": reason,
+        "baseline": baseline.label,
+        "admitted": [c.label for c in admitted],
+        "rejected": rejected,
         "screen_us": {c.label: us for c, us in screen.items()},
-        "leaders": {c.label: {"rounds_us": [us for us, _ in rounds[c]], "us": measured[c].us,
-                              "spread": measured[c].spread} for c in leaders},
+        "leaders": {
+            c.label: {
+                "rounds_us": [us for us, _ in rounds[c]],
+                "us": measured[c].us,
+                "spread": measured[c].spread,
+            }
+            for c in leaders
+        },
     }
 
 
@@ -278,38 +346,51 @@ def run(args: argparse.Namespace) -> int:
     buckets = sorted(set(batches_from_args(args, device)))
     if device.type != "cuda":
         if args.out_dir is None:
-            raise SystemExit("ssmdecode tune: on CPU the timings mean nothing; pass --out-dir "
-                             "to write the table somewhere other than the package")
+            raise SystemExit(
+                "ssmdecode tune: on CPU the timings mean nothing; pass --out-dir "
+                "to write the table somewhere other than the package"
+            )
         print(MEANINGLESS)
     out_dir = args.out_dir or PACKAGE_CONFIG_DIR
     groups: dict[str, list[Shape]] = {}
     key_tokens: dict[str, int] = {}
     for shape in dict.fromkeys(shapes):
         for tokens in args.tokens or [0]:
-            key = (table_key(shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens)
-                   if tokens else table_key(shape.headdim, shape.dstate, shape.state_dtype))
+            key = (
+                table_key(shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens)
+                if tokens
+                else table_key(shape.headdim, shape.dstate, shape.state_dtype)
+            )
             groups.setdefault(key, []).append(shape)
             key_tokens[key] = tokens
 
     dev_key = device_key(device)
     existing = load_table_entries(dev_key, out_dir) or {}
-    progress = tqdm(total=sum(len(g) + 2 for g in groups.values()) * len(buckets), desc="tune",
-                    unit="step")
+    progress = tqdm(total=sum(len(g) + 2 for g in groups.values()) * len(buckets), desc="tune", unit="step")
     report: dict[str, list[dict[str, object]]] = {}
     for key, group in groups.items():
         first = group[0]
-        candidates = list(dict.fromkeys(
-            [default_config(first.dstate, first.state_dtype), upstream_config(first.dstate),
-             *(args.config or candidate_configs(first.headdim, first.dstate, first.state_dtype,
-                                                args.space))]))
+        candidates = list(
+            dict.fromkeys(
+                [
+                    default_config(first.dstate, first.state_dtype),
+                    upstream_config(first.dstate),
+                    *(
+                        args.config
+                        or candidate_configs(first.headdim, first.dstate, first.state_dtype, args.space)
+                    ),
+                ]
+            )
+        )
         earlier = existing.get(key, {})
         below = [b for b in earlier if b < buckets[0]]
         previous = earlier[max(below)].config if below else None  # a split run smooths like one
         report[key] = []
         for bucket in buckets:
             progress.set_postfix(key=key, batch=bucket)
-            result = _tune_bucket(group, bucket, candidates, previous, args, device, progress,
-                                  key_tokens[key])
+            result = _tune_bucket(
+                group, bucket, candidates, previous, args, device, progress, key_tokens[key]
+            )
             previous = LaunchConfig.from_dict(result["choice"])
             report[key].append(result)
     progress.close()
@@ -320,34 +401,65 @@ def run(args: argparse.Namespace) -> int:
     entries: dict[str, dict[int, TableEntry]] = {key: dict(old) for key, old in existing.items()}
     for key, results in report.items():
         entries.setdefault(key, {}).update(
-            {r["batch"]: TableEntry(LaunchConfig.from_dict(r["choice"]), tuned_by) for r in results})
-    table = write_table(dev_key, entries, {
-        "device": env["device"], "made_by": args.command_line, "date": env["date_utc"],
-        "torch": torch.__version__, "triton": triton.__version__,
-        "timing_meaningful": env["timing_meaningful"],
-    }, out_dir)
-    kept = {key: [b for b in sorted(old) if key not in groups or b not in buckets]
-            for key, old in existing.items()}
+            {r["batch"]: TableEntry(LaunchConfig.from_dict(r["choice"]), tuned_by) for r in results}
+        )
+    table = write_table(
+        dev_key,
+        entries,
+        {
+            "device": env["device"],
+            "made_by": args.command_line,
+            "date": env["date_utc"],
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "timing_meaningful": env["timing_meaningful"],
+        },
+        out_dir,
+    )
+    kept = {
+        key: [b for b in sorted(old) if key not in groups or b not in buckets]
+        for key, old in existing.items()
+    }
     data = {
         "environment": env,
-        "method": {**method(), "admission": "bit-identical to upstream_config (out and whole "
-                   "state pool) on this device at the bucket, on every shape of the key",
-                   "leaders": args.leaders, "rounds": args.rounds,
-                   "noise_floor": args.noise_floor, "slot_order": args.slot_order,
-                   "seed": args.seed,
-                   "timed": (f"a decode step of {args.layers} Mamba2 layers "
-                             "(ssmdecode.models.mamba2), every layer's call with the config"
-                             if args.in_model else "one call, back to back")},
+        "method": {
+            **method(),
+            "admission": "bit-identical to upstream_config (out and whole "
+            "state pool) on this device at the bucket, on every shape of the key",
+            "leaders": args.leaders,
+            "rounds": args.rounds,
+            "noise_floor": args.noise_floor,
+            "slot_order": args.slot_order,
+            "seed": args.seed,
+            "timed": (
+                f"a decode step of {args.layers} Mamba2 layers "
+                "(ssmdecode.models.mamba2), every layer's call with the config"
+                if args.in_model
+                else "one call, back to back"
+            ),
+        },
         "shapes": {key: [s.to_dict() for s in group] for key, group in groups.items()},
         "table": str(table),
         "kept_from_existing_table": {k: b for k, b in kept.items() if b},
         "keys": report,
     }
-    rows = [[key, r["batch"], r["choice_label"], r["baseline"], len(r["admitted"]),
-             len(r["rejected"]), r["leaders"][r["choice_label"]]["us"], r["reason"]]
-            for key, results in report.items() for r in results]
-    markdown = markdown_table(["key", "batch", "choice", "baseline", "admitted", "rejected",
-                               "us", "why"], rows)
+    rows = [
+        [
+            key,
+            r["batch"],
+            r["choice_label"],
+            r["baseline"],
+            len(r["admitted"]),
+            len(r["rejected"]),
+            r["leaders"][r["choice_label"]]["us"],
+            r["reason"],
+        ]
+        for key, results in report.items()
+        for r in results
+    ]
+    markdown = markdown_table(
+        ["key", "batch", "choice", "baseline", "admitted", "rejected", "us", "why"], rows
+    )
     paths = write_outputs(results_dir(args.out, device), "tune", data, markdown)
     print(markdown)
     print(f"wrote table {table}; report " + ", ".join(map(str, paths)))

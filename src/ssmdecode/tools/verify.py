@@ -63,53 +63,92 @@ CPU_DIMS = {"headdim": 8, "dstate": 16}
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "verify", help="bit-for-bit comparison of two launch configs over a grid",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--a", type=ConfigSpec.parse, default=ConfigSpec("table"),
-                   help=f"config under test: {ConfigSpec.HELP} (default: table)")
-    p.add_argument("--b", type=ConfigSpec.parse, default=ConfigSpec("upstream"),
-                   help=f"config it must match bit for bit: {ConfigSpec.HELP} (default: upstream)")
-    p.add_argument("--tolerance", action="store_true",
-                   help="compare --a against the float64 reference within per-dtype "
-                   "tolerances instead of against --b")
-    p.add_argument("--heads", type=int, nargs="+",
-                   help=f"heads (default {' '.join(map(str, SEED_HEADS))}; "
-                   f"{' '.join(map(str, CPU_HEADS))} on CPU)")
+        "verify",
+        help="bit-for-bit comparison of two launch configs over a grid",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--a",
+        type=ConfigSpec.parse,
+        default=ConfigSpec("table"),
+        help=f"config under test: {ConfigSpec.HELP} (default: table)",
+    )
+    p.add_argument(
+        "--b",
+        type=ConfigSpec.parse,
+        default=ConfigSpec("upstream"),
+        help=f"config it must match bit for bit: {ConfigSpec.HELP} (default: upstream)",
+    )
+    p.add_argument(
+        "--tolerance",
+        action="store_true",
+        help="compare --a against the float64 reference within per-dtype tolerances instead of against --b",
+    )
+    p.add_argument(
+        "--heads",
+        type=int,
+        nargs="+",
+        help=f"heads (default {' '.join(map(str, SEED_HEADS))}; {' '.join(map(str, CPU_HEADS))} on CPU)",
+    )
     add_batch_argument(p, SEED_BATCHES, CPU_BATCHES, gpu_text="1..64 then every 8 up to 1024")
-    p.add_argument("--headdim", type=int, help=f"head dim (default {GPU_DIMS['headdim']}; "
-                   f"{CPU_DIMS['headdim']} on CPU)")
-    p.add_argument("--dstate", type=int, help=f"state dim (default {GPU_DIMS['dstate']}; "
-                   f"{CPU_DIMS['dstate']} on CPU)")
+    p.add_argument(
+        "--headdim", type=int, help=f"head dim (default {GPU_DIMS['headdim']}; {CPU_DIMS['headdim']} on CPU)"
+    )
+    p.add_argument(
+        "--dstate", type=int, help=f"state dim (default {GPU_DIMS['dstate']}; {CPU_DIMS['dstate']} on CPU)"
+    )
     p.add_argument("--ngroups", type=int, default=1, help="groups (default 1)")
-    p.add_argument("--state-dtype", type=parse_dtype, default=torch.float32,
-                   help="state dtype (default float32)")
-    p.add_argument("--dtype", type=parse_dtype, default=torch.bfloat16,
-                   help="input dtype (default bfloat16)")
-    p.add_argument("--out-dtype", type=parse_dtype, default=STRICT_OUT_DTYPE,
-                   help="dtype out is stored in for the bit comparison (default float32, the "
-                   "strict check: a bfloat16 out rounds most changes of the row-sum order "
-                   "away); --tolerance stores out in --dtype")
+    p.add_argument(
+        "--state-dtype", type=parse_dtype, default=torch.float32, help="state dtype (default float32)"
+    )
+    p.add_argument("--dtype", type=parse_dtype, default=torch.bfloat16, help="input dtype (default bfloat16)")
+    p.add_argument(
+        "--out-dtype",
+        type=parse_dtype,
+        default=STRICT_OUT_DTYPE,
+        help="dtype out is stored in for the bit comparison (default float32, the "
+        "strict check: a bfloat16 out rounds most changes of the row-sum order "
+        "away); --tolerance stores out in --dtype",
+    )
     v = p.add_argument_group("speculative decoding (verify calls, bench --tokens)")
-    v.add_argument("--tokens", type=int, nargs="+",
-                   help="draft tokens a request, T: compare verify calls of --mode at every point, "
-                   "each T (their table entries: key '... mode=M tokens=T')")
-    v.add_argument("--mode", choices=SPEC_MODES, default="buffer",
-                   help="the verify calls' mode (default buffer; see bench --mode)")
-    v.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help=f"replay: the ring's window (default {DEFAULT_WINDOW})")
-    add_common_arguments(p, "folder for verify.json and verify.md "
-                         "(default benchmarks/results/<device_key>/)")
+    v.add_argument(
+        "--tokens",
+        type=int,
+        nargs="+",
+        help="draft tokens a request, T: compare verify calls of --mode at every point, "
+        "each T (their table entries: key '... mode=M tokens=T')",
+    )
+    v.add_argument(
+        "--mode",
+        choices=SPEC_MODES,
+        default="buffer",
+        help="the verify calls' mode (default buffer; see bench --mode)",
+    )
+    v.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help=f"replay: the ring's window (default {DEFAULT_WINDOW})",
+    )
+    add_common_arguments(p, "folder for verify.json and verify.md (default benchmarks/results/<device_key>/)")
 
 
-def _spec_point(args: argparse.Namespace, shape: Shape, batch: int, tokens: int,
-                device: torch.device, seed: int) -> dict[str, object]:
+def _spec_point(
+    args: argparse.Namespace, shape: Shape, batch: int, tokens: int, device: torch.device, seed: int
+) -> dict[str, object]:
     """One point of verify --tokens: a fresh verify call of args.mode, --a against --b bit for
     bit (everything the call writes, out stored as float32), or --a against the reference."""
-    spec = make_spec_inputs(shape, batch, tokens, args.mode, device, seed, rotation=1,
-                            window=args.window)
+    spec = make_spec_inputs(shape, batch, tokens, args.mode, device, seed, rotation=1, window=args.window)
     cfg_a = args.a.resolve(shape, batch, device, args.mode, tokens)
-    point: dict[str, object] = {"heads": shape.nheads, "batch": batch, "tokens": tokens,
-                                "mode": args.mode, "seed": seed, "a": cfg_a.label}
+    point: dict[str, object] = {
+        "heads": shape.nheads,
+        "batch": batch,
+        "tokens": tokens,
+        "mode": args.mode,
+        "seed": seed,
+        "a": cfg_a.label,
+    }
     if args.tolerance:
         ok, line = check_spec_against_reference(spec, cfg_a)
         point["result"] = {"ok": ok, "summary": line}
@@ -127,9 +166,14 @@ def _grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
     heads = args.heads or (SEED_HEADS if on_gpu else CPU_HEADS)
     try:
         return [
-            Shape(nheads=h, headdim=args.headdim or dims["headdim"],
-                  dstate=args.dstate or dims["dstate"], ngroups=args.ngroups,
-                  state_dtype=args.state_dtype, dtype=args.dtype)
+            Shape(
+                nheads=h,
+                headdim=args.headdim or dims["headdim"],
+                dstate=args.dstate or dims["dstate"],
+                ngroups=args.ngroups,
+                state_dtype=args.state_dtype,
+                dtype=args.dtype,
+            )
             for h in heads
         ]
     except ValueError as e:
@@ -141,17 +185,22 @@ def _describe(point: dict[str, object]) -> str:
     if "tokens" in point:  # a verify call's point
         parts[0] += f" T {point['tokens']} ({point['mode']})"
         result = point["result"]
-        parts.append(result.get("summary") or ("identical" if result["ok"] else
-                                               "out, state or buffer differ"))
+        parts.append(
+            result.get("summary") or ("identical" if result["ok"] else "out, state or buffer differ")
+        )
         return "; ".join(parts)
     for what in ("out", "state"):
         d = point["result"][what]
         if "identical" in d and not d["identical"]:
-            parts.append(f"{what}: {d['mismatches']} elements differ, max abs diff "
-                         f"{d['max_abs']:.3e}, max ULP {d['max_ulp']}")
+            parts.append(
+                f"{what}: {d['mismatches']} elements differ, max abs diff "
+                f"{d['max_abs']:.3e}, max ULP {d['max_ulp']}"
+            )
         elif "within" in d and not d["within"]:
-            parts.append(f"{what}: max abs diff {d['max_abs']:.3e}, {d['worst_excess']:.2f}x "
-                         f"the tolerance (rtol {d['rtol']}, atol {d['atol']})")
+            parts.append(
+                f"{what}: max abs diff {d['max_abs']:.3e}, {d['worst_excess']:.2f}x "
+                f"the tolerance (rtol {d['rtol']}, atol {d['atol']})"
+            )
     return "; ".join(parts)
 
 
@@ -162,8 +211,7 @@ def run(args: argparse.Namespace) -> int:
     points: list[dict[str, object]] = []
     failing: list[dict[str, object]] = []
     token_counts = args.tokens or [0]
-    progress = tqdm(total=len(shapes) * len(batches) * len(token_counts), desc="verify",
-                    unit="point")
+    progress = tqdm(total=len(shapes) * len(batches) * len(token_counts), desc="verify", unit="point")
     for shape in shapes:
         for batch, tokens in ((b, t) for b in batches for t in token_counts):
             seed = args.seed + len(points)
@@ -179,8 +227,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             inputs = fresh_inputs(shape, batch, device, seed)
             cfg_a = args.a.resolve(shape, batch, device)
-            point: dict[str, object] = {"heads": shape.nheads, "batch": batch, "seed": seed,
-                                        "a": cfg_a.label}
+            point: dict[str, object] = {"heads": shape.nheads, "batch": batch, "seed": seed, "a": cfg_a.label}
             if args.tolerance:
                 checks = against_reference(inputs, cfg_a, reference_result(inputs), last=True)
                 ok = all(c.within for c in checks.values())
@@ -189,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
                 cfg_b = args.b.resolve(shape, batch, device)
                 comparison = compare_results(
                     run_config(inputs, cfg_a, out_dtype=args.out_dtype),
-                    run_config(inputs, cfg_b, last=True, out_dtype=args.out_dtype))
+                    run_config(inputs, cfg_b, last=True, out_dtype=args.out_dtype),
+                )
                 ok = comparison.identical
                 point["b"] = cfg_b.label
                 point["result"] = {"ok": ok, **comparison.to_dict()}
@@ -203,40 +251,54 @@ def run(args: argparse.Namespace) -> int:
     progress.close()
 
     env = environment(device, args.command_line)
-    what = ("tolerance vs float64 reference" if args.tolerance
-            else f"bit-identity of {args.a.text} vs {args.b.text}")
+    what = (
+        "tolerance vs float64 reference"
+        if args.tolerance
+        else f"bit-identity of {args.a.text} vs {args.b.text}"
+    )
     if args.tokens:
         what += f" (verify calls, mode {args.mode}, T {' '.join(map(str, args.tokens))})"
-    grid = {"heads": [s.nheads for s in shapes], "batches": list(batches),
-            "headdim": shapes[0].headdim, "dstate": shapes[0].dstate,
-            "ngroups": shapes[0].ngroups, "state_dtype": dtype_name(shapes[0].state_dtype),
-            "dtype": dtype_name(shapes[0].dtype), "inputs": "model-like, fresh state per point",
-            "out_dtype": None if args.tolerance else dtype_name(args.out_dtype)}
+    grid = {
+        "heads": [s.nheads for s in shapes],
+        "batches": list(batches),
+        "headdim": shapes[0].headdim,
+        "dstate": shapes[0].dstate,
+        "ngroups": shapes[0].ngroups,
+        "state_dtype": dtype_name(shapes[0].state_dtype),
+        "dtype": dtype_name(shapes[0].dtype),
+        "inputs": "model-like, fresh state per point",
+        "out_dtype": None if args.tolerance else dtype_name(args.out_dtype),
+    }
     data = {
         "environment": env,
-        "method": {"check": what, "a": args.a.text,
-                   "b": None if args.tolerance else args.b.text,
-                   "tolerances": ({dtype_name(d): t for d, t in TOLERANCES.items()}
-                                  if args.tolerance else None),
-                   "compared": "out and the whole state pool after one call" + (
-                       " (and the intermediate-state buffer or the rings)" if args.tokens else "")},
+        "method": {
+            "check": what,
+            "a": args.a.text,
+            "b": None if args.tolerance else args.b.text,
+            "tolerances": ({dtype_name(d): t for d, t in TOLERANCES.items()} if args.tolerance else None),
+            "compared": "out and the whole state pool after one call"
+            + (" (and the intermediate-state buffer or the rings)" if args.tokens else ""),
+        },
         "grid": grid,
         "points": len(points),
         "failures": len(failing),
         "first_failure": failing[0] if failing else None,
         "results": points,
     }
-    summary = (f"{what}: {len(points) - len(failing)}/{len(points)} points pass "
-               f"(heads {grid['heads']}, {len(batches)} batch sizes, P{grid['headdim']} "
-               f"N{grid['dstate']} G{grid['ngroups']}, state {grid['state_dtype']}, "
-               f"inputs {grid['dtype']}"
-               + (f", out stored as {grid['out_dtype']})" if grid["out_dtype"] else ")"))
-    rows = [[p["heads"], p["batch"], p["a"], p.get("b", "float64 reference"), _describe(p)]
-            for p in failing[:50]]
+    summary = (
+        f"{what}: {len(points) - len(failing)}/{len(points)} points pass "
+        f"(heads {grid['heads']}, {len(batches)} batch sizes, P{grid['headdim']} "
+        f"N{grid['dstate']} G{grid['ngroups']}, state {grid['state_dtype']}, "
+        f"inputs {grid['dtype']}" + (f", out stored as {grid['out_dtype']})" if grid["out_dtype"] else ")")
+    )
+    rows = [
+        [p["heads"], p["batch"], p["a"], p.get("b", "float64 reference"), _describe(p)] for p in failing[:50]
+    ]
     markdown = f"{summary}\n\n"
     if rows:
-        markdown += ("Failing points (first 50):\n\n"
-                     + markdown_table(["heads", "batch", "a", "b", "difference"], rows))
+        markdown += "Failing points (first 50):\n\n" + markdown_table(
+            ["heads", "batch", "a", "b", "difference"], rows
+        )
     paths = write_outputs(results_dir(args.out, device), "verify", data, markdown)
     print(summary)
     if failing:
