@@ -250,7 +250,7 @@ stage_verify_spec() {
 }
 stage_e2e_spec() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --batch 8 64 128 512 --out "$R/e2e-spec" &&
-  "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --greedy --out "$R/e2e-spec-greedy"
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --greedy --new-tokens 256 --out "$R/e2e-spec-greedy"
 }
 stage_ncu() {
   # NCU_BATCHES narrows the batches (default 8 512); each kernel's stall reasons per issued

@@ -1,0 +1,74 @@
+"""The verify-step model of `ssmdecode e2e --spec` (ssmdecode.models.mamba2_spec): the conv over
+T tokens against one token at a time, the two ways of keeping the state (intermediate buffer,
+replay) giving the same steps bit for bit, greedy speculative decoding identical across them
+and to plain greedy decoding's tokens where every draft is right."""
+
+from __future__ import annotations
+
+import torch
+
+from conftest import DEVICE, bits
+from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM, conv_state_update, greedy_generate
+from ssmdecode.models.mamba2_spec import Mamba2VerifyLM, Mamba2VerifyStack, conv_verify, speculative_greedy
+from ssmdecode.shapes import Shape
+
+DIMS = Mamba2Dims(shape=Shape(nheads=2, headdim=8, dstate=16, ngroups=1), d_model=32)
+
+
+def test_conv_verify_is_the_one_token_conv_token_after_token() -> None:
+    g = torch.Generator().manual_seed(0)
+    X, W, T = 6, 4, 3
+    weight, bias = torch.randn(X, W, generator=g), torch.randn(X, generator=g)
+    xbc = torch.randn(2, T, X, generator=g)
+    slots = torch.tensor([1, 2])
+    one = torch.zeros(3, X, W)  # the plain conv state: the last W inputs
+    many = torch.zeros(3, X, W - 1 + T)
+    offset = torch.full((3,), T)
+    want = torch.stack([conv_state_update(one, xbc[:, t], weight, bias, slots) for t in range(T)], 1)
+    got = conv_verify(many, offset, xbc, weight, bias, slots)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # accepting 2 of the 3 tokens: the next step starts after input 2
+    offset[slots] = 2
+    nxt = torch.randn(2, T, X, generator=g)
+    got2 = conv_verify(many, offset, nxt, weight, bias, slots)
+    one2 = torch.zeros(3, X, W)
+    for t in range(2):
+        conv_state_update(one2, xbc[:, t], weight, bias, slots)
+    want2 = torch.stack([conv_state_update(one2, nxt[:, t], weight, bias, slots) for t in range(T)], 1)
+    torch.testing.assert_close(got2, want2, rtol=1e-6, atol=1e-6)
+
+
+def test_buffer_and_replay_steps_are_the_same_bits() -> None:
+    stacks = {
+        p: Mamba2VerifyStack(DIMS, 2, slots=5, tokens=2, path=p, device=DEVICE, seed=3, window=2)
+        for p in ("buffer", "replay")
+    }
+    g = torch.Generator().manual_seed(1)
+    slots = torch.tensor([3, 1, 0], device=DEVICE)  # slot 0: a padded row
+    outs = {p: [] for p in stacks}
+    for step in range(4):
+        hidden = torch.randn(3, 2, 32, generator=g).to(torch.bfloat16).to(DEVICE)
+        accepted = torch.randint(1, 3, (3,), generator=g).to(DEVICE)
+        for path, stack in stacks.items():
+            outs[path].append(stack.verify(hidden, slots))
+            stack.accept(slots, accepted)
+    for a, b in zip(outs["buffer"], outs["replay"], strict=True):
+        assert torch.equal(bits(a[:2]), bits(b[:2]))
+
+
+def test_speculative_greedy_is_the_same_across_paths_and_follows_the_drafts() -> None:
+    prompts = torch.randint(0, 64, (3, 4), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    plain = Mamba2LM(DIMS, 2, 64, slots=5, device=DEVICE, seed=7)
+    ref_ids, _ = greedy_generate(plain, [p.tolist() for p in prompts.cpu()], n_new=12)
+    drafts = ref_ids.clone()
+    drafts[:, 5::3] = (drafts[:, 5::3] + 1) % 64  # some drafts wrong: acceptance varies
+    runs = {}
+    for path in ("buffer", "replay"):
+        lm = Mamba2VerifyLM(DIMS, 2, 64, slots=5, tokens=2, path=path, device=DEVICE, seed=7, window=2)
+        runs[path] = speculative_greedy(lm, prompts, drafts, n_new=8)
+    ids, lps, counts = runs["buffer"]
+    assert torch.equal(ids, runs["replay"][0]) and torch.equal(bits(lps), bits(runs["replay"][1]))
+    assert torch.equal(counts, runs["replay"][2])
+    assert (counts >= 1).all() and (counts <= 2).all() and (counts == 2).any() and (counts == 1).any()
+    # the model's own greedy tokens are what plain greedy decoding makes (to its rounding)
+    assert (ids == ref_ids[:, :8]).float().mean() > 0.9
