@@ -46,7 +46,7 @@ def test_buffer_and_replay_steps_are_the_same_bits() -> None:
     g = torch.Generator().manual_seed(1)
     slots = torch.tensor([3, 1, 0], device=DEVICE)  # slot 0: a padded row
     outs = {p: [] for p in stacks}
-    for step in range(4):
+    for _ in range(4):
         hidden = torch.randn(3, 2, 32, generator=g).to(torch.bfloat16).to(DEVICE)
         accepted = torch.randint(1, 3, (3,), generator=g).to(DEVICE)
         for path, stack in stacks.items():
