@@ -227,8 +227,11 @@ def _selective_state_replay_kernel(
                        other=0.0).to(tl.float32)
         b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
         if k < n_old:
-            b_state = state_step(b_state, exp_dA(b_A * b_dtk, FAST_EXP), b_Bk * b_dtk,
-                                 rows(b_xk, ORDERED_SUM), ORDERED_SUM)
+            # The fma the recurrence's s * dA + dB * x becomes, written out for every config:
+            # inside this branch LLVM fused the other product where the tile's layout sums
+            # rows by itself ((4,4) on the H200: a few ULPs off the first run of the token).
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
+                             cols(b_Bk * b_dtk, ORDERED_SUM) * rows(b_xk, ORDERED_SUM))
 
     # 3. the new checkpoint, where the ring would overflow
     m_write = m_flush if m_read is None else m_read & m_flush

@@ -103,6 +103,11 @@ def _token(
     tok = t0 + t
     if HAS_PARENTS:
         if t > 0:
+            # The parent's state is read back from the buffer, as this program stored it: the
+            # store's and the load's layouts may give an element to different threads (with a
+            # 16-bit buffer, (8,1) stored 8 columns a thread and loaded 4, and read stale
+            # values on the H200), so the program's stores are made visible to it first.
+            tl.debug_barrier()
             i_par = tl.load(p_parent + i_b * stride_parent_b + t * stride_parent_t).to(tl.int64)
             if (i_par >= 0) & (i_par < T) & (i_buf != pad_slot_id):
                 p_par = p_buf + (o_buf_base + i_par * stride_buf_t) + o_buf_tile
