@@ -72,3 +72,18 @@ def test_speculative_greedy_is_the_same_across_paths_and_follows_the_drafts() ->
     assert (counts >= 1).all() and (counts <= 2).all() and (counts == 2).any() and (counts == 1).any()
     # the model's own greedy tokens are what plain greedy decoding makes (to its rounding)
     assert (ids == ref_ids[:, :8]).float().mean() > 0.9
+
+
+def test_a_request_far_ahead_of_the_others_stays_inside_its_buffers() -> None:
+    """Request 0's drafts are all right (2 tokens a step), request 1's all wrong (1 a step):
+    request 0 runs past n_new + T long before request 1 is done (on the H200 the unclamped
+    read of its last token tripped a device-side assert)."""
+    prompts = torch.randint(0, 64, (2, 2), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    plain = Mamba2LM(DIMS, 1, 64, slots=3, device=DEVICE, seed=9)
+    ref_ids, _ = greedy_generate(plain, [p.tolist() for p in prompts.cpu()], n_new=14)
+    drafts = ref_ids.clone()
+    drafts[1] = (drafts[1] + 1) % 64
+    lm = Mamba2VerifyLM(DIMS, 1, 64, slots=3, tokens=2, path="replay", device=DEVICE, seed=9, window=2)
+    ids, _, counts = speculative_greedy(lm, prompts, drafts, n_new=10)
+    assert ids.shape == (2, 10) and counts.shape[0] >= 9
+    assert (counts[:, 1] == 1).all() and (counts[:6, 0] == 2).all()  # then past its drafts

@@ -202,12 +202,11 @@ class Mamba2VerifyStack:
         accepted = accepted.to(torch.int64)
         live = slots != NULL_SLOT
         if self.path == "buffer":
+            # One gather and one scatter a layer, as an engine's copy: a padded row's slot is
+            # the null slot, whose state no kernel reads, so it may take any value.
             step = (accepted - 1).clamp(0, self.tokens - 1)
             for state, buffer in zip(self.ssm_state, self.intermediate, strict=True):
-                kept = buffer[slots, step]  # [B, H, P, N]
-                state.index_copy_(
-                    0, slots, torch.where(live[:, None, None, None], kept, state.index_select(0, slots))
-                )
+                state.index_copy_(0, slots, buffer[slots, step])
         else:
             replay_advance(
                 self.ring_start,
@@ -290,7 +289,9 @@ def speculative_greedy(
     counts = []
     positions = torch.arange(T, device=device)
     while int(made.min()) < n_new:  # a host read a step: a test harness, not a timed loop
-        cur = ids.gather(1, (made - 1)[:, None])  # the last generated token
+        # the last generated token (a request ahead of the others keeps stepping until the last
+        # has n_new; past the buffer its tokens land in the last column, never returned)
+        cur = ids.gather(1, (made - 1).clamp(max=ids.shape[1] - 1)[:, None])
         # draft k (1 .. T - 1) guesses generated token made + k - 1, the model's greedy[k - 1]
         draft = drafts.gather(1, (made[:, None] + positions[None, :-1]).clamp(max=drafts.shape[1] - 1))
         tokens = torch.cat([cur, draft], dim=1)  # [R, T]
