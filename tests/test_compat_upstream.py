@@ -66,8 +66,12 @@ SGLANG_MODULE = "sglang.srt.layers.attention.mamba.ops.mamba_ssm"
 VLLM_MODULE = "vllm.model_executor.layers.mamba.ops.mamba_ssm"
 REQUIRED_ENV = "SSMDECODE_UPSTREAM_REQUIRED"
 # Parameters that mark the versions read (a different engine version on the path is skipped).
-SGLANG_MARKS = ("intermediate_states_buffer", "cache_steps", "retrieve_parent_token",
-                "intermediate_state_indices")
+SGLANG_MARKS = (
+    "intermediate_states_buffer",
+    "cache_steps",
+    "retrieve_parent_token",
+    "intermediate_state_indices",
+)
 VLLM_MARKS = ("null_block_id", "num_accepted_tokens", "cu_seqlens", "cache_philox_rounds")
 PAD = -1  # sglang's PAD_SLOT_ID
 NULL = 0  # vLLM's NULL_BLOCK_ID
@@ -93,12 +97,15 @@ def _import_engine(name: str, marks: tuple[str, ...]):
         params = inspect.signature(module.selective_state_update).parameters
         missing = [m for m in marks if m not in params]
         if missing:
-            raise ImportError(f"{module.__file__} is another version: its selective_state_update "
-                              f"lacks {', '.join(missing)}")
+            raise ImportError(
+                f"{module.__file__} is another version: its selective_state_update lacks {', '.join(missing)}"
+            )
     except Exception as e:  # ImportError, or a stub missing for what the file imports
-        reason = (f"{name} is not importable ({type(e).__name__}: {e}); put the local copies of "
-                  "the engines' kernels on PYTHONPATH (PYTHONPATH=$PWD/.upstream, see "
-                  ".upstream/README.txt)")
+        reason = (
+            f"{name} is not importable ({type(e).__name__}: {e}); put the local copies of "
+            "the engines' kernels on PYTHONPATH (PYTHONPATH=$PWD/.upstream, see "
+            ".upstream/README.txt)"
+        )
         if required:
             pytest.fail(f"{REQUIRED_ENV}=1: {reason}")
         pytest.skip(reason)
@@ -122,7 +129,8 @@ def vllm_engine():
         want = module._get_default_ssm_launch_config(dstate, False)
         assert got == want == (upstream_config(dstate).block_m, upstream_config(dstate).num_warps), (
             f"vLLM's kernel would run at {got} for dstate {dstate}, not its fallback {want}: a "
-            "tuned config file was found (VLLM_TUNED_CONFIG_FOLDER or the copy's configs/)")
+            "tuned config file was found (VLLM_TUNED_CONFIG_FOLDER or the copy's configs/)"
+        )
     return module
 
 
@@ -138,8 +146,9 @@ def interpreter_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     if torch.cuda.is_available():
         return
     cuda_device = torch.cuda.device
-    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext()
-                        if index is None else cuda_device(index))
+    monkeypatch.setattr(
+        torch.cuda, "device", lambda index: contextlib.nullcontext() if index is None else cuda_device(index)
+    )
     from triton.runtime import interpreter
 
     patch_tensor = interpreter._patch_lang_tensor
@@ -154,8 +163,17 @@ def interpreter_harness(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- inputs -----------------------------------------------------------------------------------
 
 
-def _layer(g: torch.Generator, lead: tuple[int, ...], h: int, p: int, n: int, grp: int,
-           tie: bool, with_z: bool, device: str) -> dict:
+def _layer(
+    g: torch.Generator,
+    lead: tuple[int, ...],
+    h: int,
+    p: int,
+    n: int,
+    grp: int,
+    tie: bool,
+    with_z: bool,
+    device: str,
+) -> dict:
     """x, dt, A, B, C, D, dt_bias, z of one layer for `lead` token rows ([B], [B, T] or [total]),
     bf16 activations, float32 weights. tie: as models pass them (x, B, C views of one xBC tensor,
     dt, A, D, dt_bias stride-0 broadcasts over the head dim); else all dense."""
@@ -213,13 +231,25 @@ class Sglang:
 
     @property
     def id(self) -> str:
-        parts = [f"B{self.batch}", f"T{self.tokens}" if self.tokens else "single",
-                 f"H{self.nheads}", f"P{self.headdim}", f"N{self.dstate}", self.state]
-        flags = [("untied", not self.tie), ("z", self.z), ("pad", bool(self.pad_rows)),
-                 ("buffer", self.buffer), ("bufidx", self.buffer_idx), ("tree", self.parents),
-                 (f"steps+{self.extra_steps}", self.extra_steps > 0),
-                 (f"buf{self.buffer_dtype}", self.buffer_dtype is not None),
-                 ("noupdate", self.disable)]
+        parts = [
+            f"B{self.batch}",
+            f"T{self.tokens}" if self.tokens else "single",
+            f"H{self.nheads}",
+            f"P{self.headdim}",
+            f"N{self.dstate}",
+            self.state,
+        ]
+        flags = [
+            ("untied", not self.tie),
+            ("z", self.z),
+            ("pad", bool(self.pad_rows)),
+            ("buffer", self.buffer),
+            ("bufidx", self.buffer_idx),
+            ("tree", self.parents),
+            (f"steps+{self.extra_steps}", self.extra_steps > 0),
+            (f"buf{self.buffer_dtype}", self.buffer_dtype is not None),
+            ("noupdate", self.disable),
+        ]
         return "-".join(parts + [name for name, on in flags if on])
 
     def build(self, device: str, seed: int = 0) -> dict:
@@ -233,18 +263,23 @@ class Sglang:
         src = torch.randperm(slots, generator=g, device=device)[:b].to(torch.int32)
         for r in self.pad_rows:
             src[r] = PAD
-        kw.update(dt_softplus=True, state_batch_indices=src, pad_slot_id=PAD,
-                  disable_state_update=self.disable)
+        kw.update(
+            dt_softplus=True, state_batch_indices=src, pad_slot_id=PAD, disable_state_update=self.disable
+        )
         if self.buffer:
             steps = max(t, 1) + self.extra_steps
             rows = b + 2 if self.buffer_idx else slots  # without indices: the slot read
             kw["intermediate_states_buffer"] = torch.full(
-                (rows, steps, h, p, n), float("nan"), device=device,
-                dtype=DTYPES[self.buffer_dtype or self.state])
+                (rows, steps, h, p, n),
+                float("nan"),
+                device=device,
+                dtype=DTYPES[self.buffer_dtype or self.state],
+            )
             kw["cache_steps"] = steps
             if self.buffer_idx:  # every request its own row, none the pad id
-                kw["intermediate_state_indices"] = torch.randperm(
-                    rows, generator=g, device=device)[:b].to(torch.int64)
+                kw["intermediate_state_indices"] = torch.randperm(rows, generator=g, device=device)[:b].to(
+                    torch.int64
+                )
         if self.parents:  # token k's parent: any token before it, or -1 (the one before)
             par = torch.full((b, max(t, 1)), -1, dtype=torch.int64, device=device)
             for k in range(1, max(t, 1)):
@@ -289,11 +324,16 @@ class Vllm:
         parts = [f"B{self.batch}"]
         if self.lengths is not None:
             parts.append("L" + "_".join(map(str, self.lengths)))
-        parts += [f"K{self.columns}", f"H{self.nheads}", f"P{self.headdim}", f"N{self.dstate}",
-                  self.state]
-        flags = [("untied", not self.tie), ("z", self.z), ("rows+", self.extra_rows > 0),
-                 ("accepted", self.accepted), ("dst", self.dst), ("dstnull", self.dst_null),
-                 ("null", bool(self.null_rows))]
+        parts += [f"K{self.columns}", f"H{self.nheads}", f"P{self.headdim}", f"N{self.dstate}", self.state]
+        flags = [
+            ("untied", not self.tie),
+            ("z", self.z),
+            ("rows+", self.extra_rows > 0),
+            ("accepted", self.accepted),
+            ("dst", self.dst),
+            ("dstnull", self.dst_null),
+            ("null", bool(self.null_rows)),
+        ]
         return "-".join(parts + [name for name, on in flags if on])
 
     def build(self, device: str, seed: int = 0) -> dict:
@@ -357,8 +397,15 @@ class Run:
     buffer: torch.Tensor | None
 
 
-def _run(fn: Runner, kw: dict, state0: torch.Tensor, buffer0: torch.Tensor | None,
-         out_dtype: torch.dtype, live: torch.Tensor, **extra: object) -> Run:
+def _run(
+    fn: Runner,
+    kw: dict,
+    state0: torch.Tensor,
+    buffer0: torch.Tensor | None,
+    out_dtype: torch.dtype,
+    live: torch.Tensor,
+    **extra: object,
+) -> Run:
     """One call from the initial state (and buffer) into a NaN-poisoned out; copies of what it
     wrote."""
     kw["state"].copy_(state0)
@@ -370,8 +417,14 @@ def _run(fn: Runner, kw: dict, state0: torch.Tensor, buffer0: torch.Tensor | Non
     return Run(out[live].clone(), kw["state"].clone(), None if buffer is None else buffer.clone())
 
 
-def _runs(engine: Runner, adapter: Runner, kw: dict, live: torch.Tensor, dstate: int,
-          cpu_config: LaunchConfig | None = None):
+def _runs(
+    engine: Runner,
+    adapter: Runner,
+    kw: dict,
+    live: torch.Tensor,
+    dstate: int,
+    cpu_config: LaunchConfig | None = None,
+):
     """For each out dtype: (label, engine's Run, adapter's Runs by config label)."""
     state0 = kw["state"].clone()
     buffer0 = kw.get("intermediate_states_buffer")
@@ -381,8 +434,10 @@ def _runs(engine: Runner, adapter: Runner, kw: dict, live: torch.Tensor, dstate:
         label = f"out {str(out_dtype).removeprefix('torch.')}"
         want = _run(engine, kw, state0, buffer0, out_dtype, live)
         assert not want.out.isnan().any(), f"{label}: the engine left live out elements unwritten"
-        got = {name: _run(adapter, kw, state0, buffer0, out_dtype, live, config=config)
-               for name, config in configs.items()}
+        got = {
+            name: _run(adapter, kw, state0, buffer0, out_dtype, live, config=config)
+            for name, config in configs.items()
+        }
         yield label, want, got, state0, buffer0
 
 
@@ -390,23 +445,27 @@ def _mismatches(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((bits(a) != bits(b)).sum())
 
 
-def assert_same_bits(engine: Runner, adapter: Runner, kw: dict, live: torch.Tensor,
-                     dstate: int) -> None:
+def assert_same_bits(engine: Runner, adapter: Runner, kw: dict, live: torch.Tensor, dstate: int) -> None:
     """The adapter's out (live rows), state pool and buffer are the engine's, bit for bit, for
     both out dtypes and both configs; every difference is listed."""
     errors = []
     for label, want, got, _, _ in _runs(engine, adapter, kw, live, dstate):
         for name, run in got.items():
-            for what, w, g in (("out", want.out, run.out), ("state", want.state, run.state),
-                               ("buffer", want.buffer, run.buffer)):
+            for what, w, g in (
+                ("out", want.out, run.out),
+                ("state", want.state, run.state),
+                ("buffer", want.buffer, run.buffer),
+            ):
                 if w is not None and (wrong := _mismatches(w, g)):
-                    errors.append(f"{label}, adapter {name}: {what} differs in {wrong} of "
-                                  f"{w.numel()} elements")
+                    errors.append(
+                        f"{label}, adapter {name}: {what} differs in {wrong} of {w.numel()} elements"
+                    )
     assert not errors, "; ".join(errors)
 
 
-def assert_close_and_same_writes(engine: Runner, adapter: Runner, kw: dict, live: torch.Tensor,
-                                 dstate: int) -> None:
+def assert_close_and_same_writes(
+    engine: Runner, adapter: Runner, kw: dict, live: torch.Tensor, dstate: int
+) -> None:
     """CPU: out, state and buffer within tolerance; the same slots and buffer rows written."""
     for label, want, got, state0, _ in _runs(engine, adapter, kw, live, dstate):
         changed = (bits(want.state) != bits(state0)).flatten(1).any(1)
@@ -415,15 +474,17 @@ def assert_close_and_same_writes(engine: Runner, adapter: Runner, kw: dict, live
             assert not run.out.isnan().any(), f"{where}: live out elements unwritten"
             torch.testing.assert_close(run.out, want.out, **TOLERANCE[run.out.dtype], msg=where)
             assert torch.equal((bits(run.state) != bits(state0)).flatten(1).any(1), changed), (
-                f"{where}: the slots written differ from the engine's")
-            torch.testing.assert_close(run.state, want.state, **TOLERANCE[run.state.dtype],
-                                       msg=where)
+                f"{where}: the slots written differ from the engine's"
+            )
+            torch.testing.assert_close(run.state, want.state, **TOLERANCE[run.state.dtype], msg=where)
             if want.buffer is not None:
                 rows = ~want.buffer.isnan().flatten(2).all(2)
                 assert torch.equal(~run.buffer.isnan().flatten(2).all(2), rows), (
-                    f"{where}: the buffer rows (row, step) written differ from the engine's")
-                torch.testing.assert_close(run.buffer, want.buffer, equal_nan=True,
-                                           **TOLERANCE[run.buffer.dtype], msg=where)
+                    f"{where}: the buffer rows (row, step) written differ from the engine's"
+                )
+                torch.testing.assert_close(
+                    run.buffer, want.buffer, equal_nan=True, **TOLERANCE[run.buffer.dtype], msg=where
+                )
 
 
 # --- GPU: bit for bit -------------------------------------------------------------------------
@@ -437,14 +498,28 @@ SGLANG_SINGLE = [
     Sglang(batch=7, tokens=1),  # the token dim with T = 1
 ]
 SGLANG_MULTI = [
-    *(case for t in (2, 4, 8) for case in (
-        Sglang(tokens=t, buffer=True, disable=True),  # verify: the buffer, no state written
-        Sglang(tokens=t, buffer=True, buffer_idx=True, disable=True),
-        Sglang(tokens=t, buffer=True, parents=True, disable=True),  # an EAGLE tree
-        Sglang(tokens=t),  # plain multi-token: the final state written
-    )),
-    *(Sglang(batch=b, tokens=4, buffer=True, buffer_idx=True, parents=True, disable=True,
-             pad_rows=(0,) if b > 1 else ()) for b in (1, 64)),
+    *(
+        case
+        for t in (2, 4, 8)
+        for case in (
+            Sglang(tokens=t, buffer=True, disable=True),  # verify: the buffer, no state written
+            Sglang(tokens=t, buffer=True, buffer_idx=True, disable=True),
+            Sglang(tokens=t, buffer=True, parents=True, disable=True),  # an EAGLE tree
+            Sglang(tokens=t),  # plain multi-token: the final state written
+        )
+    ),
+    *(
+        Sglang(
+            batch=b,
+            tokens=4,
+            buffer=True,
+            buffer_idx=True,
+            parents=True,
+            disable=True,
+            pad_rows=(0,) if b > 1 else (),
+        )
+        for b in (1, 64)
+    ),
     Sglang(batch=64, tokens=4, pad_rows=(3, 60)),
     Sglang(tokens=4, buffer=True, extra_steps=2, disable=True),  # cache_steps > T
     Sglang(tokens=4, buffer=True, parents=True),  # the buffer and the final state
@@ -463,16 +538,22 @@ VLLM_SINGLE = [
 VLLM_MULTI = [
     # MTP / EAGLE verify: packed tokens, initial state at the last accepted token, token t's
     # state to dst[b, t]; requests of different lengths, one of none, one null, a null dst entry
-    *(Vllm(batch=7, columns=t, lengths=lengths, accepted=True, dst=True, dst_null=True,
-           null_rows=(5,))
-      for t, lengths in ((2, (2, 1, 0, 2, 2, 1, 2)), (4, (4, 3, 0, 1, 4, 2, 4)),
-                         (8, (8, 5, 0, 1, 8, 3, 7)))),
-    Vllm(batch=64, columns=4, lengths=tuple((3 * r) % 5 for r in range(64)), accepted=True,
-         dst=True, dst_null=True, null_rows=(7, 40)),
+    *(
+        Vllm(batch=7, columns=t, lengths=lengths, accepted=True, dst=True, dst_null=True, null_rows=(5,))
+        for t, lengths in ((2, (2, 1, 0, 2, 2, 1, 2)), (4, (4, 3, 0, 1, 4, 2, 4)), (8, (8, 5, 0, 1, 8, 3, 7)))
+    ),
+    Vllm(
+        batch=64,
+        columns=4,
+        lengths=tuple((3 * r) % 5 for r in range(64)),
+        accepted=True,
+        dst=True,
+        dst_null=True,
+        null_rows=(7, 40),
+    ),
     Vllm(batch=1, columns=4, lengths=(4,), accepted=True, dst=True),
     Vllm(batch=7, columns=4, lengths=(4, 3, 0, 1, 4, 2, 4), accepted=True, dst_null=True),
-    Vllm(batch=7, columns=4, lengths=(4, 3, 0, 1, 4, 2, 4), accepted=True, dst=True, z=True,
-         tie=False),
+    Vllm(batch=7, columns=4, lengths=(4, 3, 0, 1, 4, 2, 4), accepted=True, dst=True, z=True, tie=False),
     # cu_seqlens without num_accepted_tokens: the final state to dst[b, 0]
     Vllm(batch=7, columns=4, lengths=(4, 3, 0, 1, 4, 2, 4), dst=True, null_rows=(3,)),
     Vllm(batch=7, lengths=(2, 8, 0, 1, 5, 3, 4)),
@@ -487,16 +568,26 @@ def _ids(cases: list) -> list[str]:
 @pytest.mark.parametrize("case", SGLANG_SINGLE + SGLANG_MULTI, ids=_ids(SGLANG_SINGLE + SGLANG_MULTI))
 def test_gpu_sglang_bits(sglang_engine, case: Sglang) -> None:
     kw = case.build(DEVICE)
-    assert_same_bits(sglang_engine.selective_state_update, sglang_adapter.selective_state_update,
-                     kw, case.live(kw), case.dstate)
+    assert_same_bits(
+        sglang_engine.selective_state_update,
+        sglang_adapter.selective_state_update,
+        kw,
+        case.live(kw),
+        case.dstate,
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", VLLM_SINGLE + VLLM_MULTI, ids=_ids(VLLM_SINGLE + VLLM_MULTI))
 def test_gpu_vllm_bits(vllm_engine, case: Vllm) -> None:
     kw = case.build(DEVICE)
-    assert_same_bits(vllm_engine.selective_state_update, vllm_adapter.selective_state_update,
-                     kw, case.live(kw), case.dstate)
+    assert_same_bits(
+        vllm_engine.selective_state_update,
+        vllm_adapter.selective_state_update,
+        kw,
+        case.live(kw),
+        case.dstate,
+    )
 
 
 # --- CPU: the interpreter, at tolerance -------------------------------------------------------
@@ -504,15 +595,24 @@ def test_gpu_vllm_bits(vllm_engine, case: Vllm) -> None:
 SMALL = dict(nheads=2, headdim=8, dstate=16)
 SGLANG_CPU = [
     Sglang(batch=3, pad_rows=(1,), z=True, **SMALL),
-    Sglang(batch=3, tokens=4, buffer=True, buffer_idx=True, parents=True, disable=True,
-           pad_rows=(1,), **SMALL),
+    Sglang(
+        batch=3, tokens=4, buffer=True, buffer_idx=True, parents=True, disable=True, pad_rows=(1,), **SMALL
+    ),
     Sglang(batch=2, tokens=3, buffer=True, parents=True, tie=False, extra_steps=1, **SMALL),
     Sglang(batch=2, tokens=3, **SMALL),
 ]
 VLLM_CPU = [
     Vllm(batch=3, null_rows=(1,), columns=2, extra_rows=1, dst=True, **SMALL),
-    Vllm(batch=4, columns=3, lengths=(2, 0, 3, 1), accepted=True, dst=True, dst_null=True,
-         null_rows=(3,), **SMALL),
+    Vllm(
+        batch=4,
+        columns=3,
+        lengths=(2, 0, 3, 1),
+        accepted=True,
+        dst=True,
+        dst_null=True,
+        null_rows=(3,),
+        **SMALL,
+    ),
     Vllm(batch=3, columns=2, lengths=(2, 0, 1), dst=True, tie=False, z=True, **SMALL),
 ]
 
@@ -521,15 +621,23 @@ VLLM_CPU = [
 @pytest.mark.parametrize("case", SGLANG_CPU, ids=_ids(SGLANG_CPU))
 def test_cpu_sglang_close(sglang_engine, interpreter_harness, case: Sglang) -> None:
     kw = case.build("cpu")
-    assert_close_and_same_writes(sglang_engine.selective_state_update,
-                                 sglang_adapter.selective_state_update, kw, case.live(kw),
-                                 case.dstate)
+    assert_close_and_same_writes(
+        sglang_engine.selective_state_update,
+        sglang_adapter.selective_state_update,
+        kw,
+        case.live(kw),
+        case.dstate,
+    )
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="CPU tensors need Triton's interpreter (no GPU)")
 @pytest.mark.parametrize("case", VLLM_CPU, ids=_ids(VLLM_CPU))
 def test_cpu_vllm_close(vllm_engine, interpreter_harness, case: Vllm) -> None:
     kw = case.build("cpu")
-    assert_close_and_same_writes(vllm_engine.selective_state_update,
-                                 vllm_adapter.selective_state_update, kw, case.live(kw),
-                                 case.dstate)
+    assert_close_and_same_writes(
+        vllm_engine.selective_state_update,
+        vllm_adapter.selective_state_update,
+        kw,
+        case.live(kw),
+        case.dstate,
+    )

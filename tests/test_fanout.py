@@ -26,8 +26,9 @@ def test_each_place_gets_the_state_and_nothing_else_changes() -> None:
     assert torch.equal(bits(state[untouched]), bits(before[untouched]))
 
     buffer = torch.zeros(3, 4, 2, 3, 8, device=DEVICE)  # rows of T_c = 4 token states
-    rows = torch.tensor([[2 * 4 + t for t in range(3)], [0 * 4 + t for t in range(3)]],
-                        dtype=torch.int32, device=DEVICE)
+    rows = torch.tensor(
+        [[2 * 4 + t for t in range(3)], [0 * 4 + t for t in range(3)]], dtype=torch.int32, device=DEVICE
+    )
     (call,) = fanout_calls(state, src, buffer, [rows])
     call()
     assert torch.equal(bits(buffer[2, :3]), bits(state[1]).expand(3, 2, 3, 8))

@@ -152,8 +152,19 @@ def build_case(name: str) -> tuple[dict[str, object], list[int]]:
         indices = torch.randperm(pool, generator=gen)[:b].to(torch.int32)
         indices[list(case.pad_rows)] = -1
     rows = [r for r in range(b) if not (case.indices and r in case.pad_rows)]
-    kwargs = dict(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias,
-                  dt_softplus=case.softplus, state_batch_indices=indices)
+    kwargs = dict(
+        state=state,
+        x=x,
+        dt=dt,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=case.softplus,
+        state_batch_indices=indices,
+    )
     return kwargs, rows
 
 
@@ -258,4 +269,5 @@ def test_builder_is_deterministic_and_unchanged() -> None:
     assert inputs_fingerprint(names) == first, "two builds of the golden inputs differ"
     assert first == INPUTS_FINGERPRINT, (
         "the golden inputs changed (a draw, dtype, shape or view of build_case, or torch's CPU "
-        "generator): the digests were made from the inputs of INPUTS_FINGERPRINT")
+        "generator): the digests were made from the inputs of INPUTS_FINGERPRINT"
+    )

@@ -57,14 +57,26 @@ class Verify:
 
     @property
     def id(self) -> str:
-        parts = [f"B{self.batch}", f"T{self.tokens}" if self.lengths is None
-                 else "L" + "_".join(map(str, self.lengths)), f"H{self.nheads}", f"P{self.headdim}",
-                 f"N{self.dstate}", self.state, self.mode]
-        flags = [("untied", not self.tie), ("z", self.has_z), ("accepted", self.accepted),
-                 ("tree", self.parents), ("bufidx", self.buffer_idx),
-                 (f"buf{self.buffer_dtype}", self.buffer_dtype is not None),
-                 ("pad", bool(self.pad_rows)), ("noupdate", self.disable),
-                 ("fastexp", self.fast_exp)]
+        parts = [
+            f"B{self.batch}",
+            f"T{self.tokens}" if self.lengths is None else "L" + "_".join(map(str, self.lengths)),
+            f"H{self.nheads}",
+            f"P{self.headdim}",
+            f"N{self.dstate}",
+            self.state,
+            self.mode,
+        ]
+        flags = [
+            ("untied", not self.tie),
+            ("z", self.has_z),
+            ("accepted", self.accepted),
+            ("tree", self.parents),
+            ("bufidx", self.buffer_idx),
+            (f"buf{self.buffer_dtype}", self.buffer_dtype is not None),
+            ("pad", bool(self.pad_rows)),
+            ("noupdate", self.disable),
+            ("fastexp", self.fast_exp),
+        ]
         return "-".join(parts + [name for name, on in flags if on])
 
 
@@ -94,9 +106,20 @@ def make_verify(case: Verify, device: str = DEVICE, seed: int = 0) -> dict:
         B, C = rn(*lead, grp, n, dtype=idt), rn(*lead, grp, n, dtype=idt)
         A = -torch.rand(h, p, n, generator=g) - 0.5
         D, dt_bias = rn(h, p), torch.rand(h, p, generator=g) - 4.0
-    kw = dict(state=rn(slots, h, p, n, dtype=sdt), x=x, dt=dt, A=A, B=B, C=C, D=D,
-              z=rn(*lead, h, p, dtype=idt) if case.has_z else None, dt_bias=dt_bias,
-              dt_softplus=True, disable_state_update=case.disable, pad_slot_id=PAD)
+    kw = dict(
+        state=rn(slots, h, p, n, dtype=sdt),
+        x=x,
+        dt=dt,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
+        z=rn(*lead, h, p, dtype=idt) if case.has_z else None,
+        dt_bias=dt_bias,
+        dt_softplus=True,
+        disable_state_update=case.disable,
+        pad_slot_id=PAD,
+    )
     perm = torch.randperm(slots, generator=g).to(torch.int32)
     if case.accepted or case.mode == "dst":  # a row of slots a request, vLLM's [B, K]
         src = perm[: b * t].view(b, t).clone()
@@ -116,8 +139,9 @@ def make_verify(case: Verify, device: str = DEVICE, seed: int = 0) -> dict:
         kw["dst_state_batch_indices"] = dst
     if case.mode == "buffer":
         rows = slots + 2 if not case.buffer_idx else b + 2
-        kw["intermediate_states"] = torch.full((rows, t + 1, h, p, n), float("nan"),
-                                               dtype=DTYPES[case.buffer_dtype or case.state])
+        kw["intermediate_states"] = torch.full(
+            (rows, t + 1, h, p, n), float("nan"), dtype=DTYPES[case.buffer_dtype or case.state]
+        )
         if case.buffer_idx:
             idx = torch.randperm(rows, generator=g)[:b].to(torch.int64)
             if b > 1:
@@ -129,8 +153,9 @@ def make_verify(case: Verify, device: str = DEVICE, seed: int = 0) -> dict:
             par[:, k] = torch.randint(-1, k, (b,), generator=g)
         kw["parent_token_indices"] = par
     if packed:
-        kw["cu_seqlens"] = torch.tensor([0, *torch.tensor(case.lengths).cumsum(0).tolist()],
-                                        dtype=torch.int32)
+        kw["cu_seqlens"] = torch.tensor(
+            [0, *torch.tensor(case.lengths).cumsum(0).tolist()], dtype=torch.int32
+        )
     return {k: _to(v, device) for k, v in kw.items()}
 
 
@@ -161,8 +186,7 @@ def run_and_check(case: Verify, config: LaunchConfig | None = None, device: str 
     buf0 = kw["intermediate_states"].clone() if "intermediate_states" in kw else None
     want = selective_state_update_reference(**{k: v for k, v in kw.items()})
     out = torch.full(kw["x"].shape, float("nan"), dtype=kw["x"].dtype, device=device)
-    got = selective_state_update(**kw, out=out, config=config or _cpu_config(case),
-                                 fast_exp=case.fast_exp)
+    got = selective_state_update(**kw, out=out, config=config or _cpu_config(case), fast_exp=case.fast_exp)
     assert got is out
     live = _live_tokens(case, kw).to(device)
     assert not out[live].isnan().any(), "an out element of a live token was not written"
@@ -188,8 +212,7 @@ def run_and_check(case: Verify, config: LaunchConfig | None = None, device: str 
         rtol, atol = tolerance(buf.dtype)
         written = ~want[2].isnan().flatten(2).all(2).to(device)
         assert torch.equal(~buf.isnan().flatten(2).all(2), written), "buffer rows written"
-        torch.testing.assert_close(buf[written].double(), want[2].to(device)[written], rtol=rtol,
-                                   atol=atol)
+        torch.testing.assert_close(buf[written].double(), want[2].to(device)[written], rtol=rtol, atol=atol)
 
 
 CPU_CASES = [
@@ -226,8 +249,17 @@ def test_mamba1_packed_layout() -> None:
     """Mamba1 (state [S, P, N], x [total, P], B [total, N]) takes T tokens a request packed."""
     case = Verify(nheads=1, lengths=(2, 3, 1))
     kw = make_verify(case)
-    m1 = dict(kw, state=kw["state"][:, 0], x=kw["x"][:, 0], dt=kw["dt"][:, 0], A=kw["A"][0],
-              B=kw["B"][:, 0], C=kw["C"][:, 0], D=kw["D"][0], dt_bias=kw["dt_bias"][0])
+    m1 = dict(
+        kw,
+        state=kw["state"][:, 0],
+        x=kw["x"][:, 0],
+        dt=kw["dt"][:, 0],
+        A=kw["A"][0],
+        B=kw["B"][:, 0],
+        C=kw["C"][:, 0],
+        D=kw["D"][0],
+        dt_bias=kw["dt_bias"][0],
+    )
     want_out, want_state = selective_state_update_reference(**m1)
     out = selective_state_update(**m1, config=_cpu_config(case))
     assert out.shape == m1["x"].shape
@@ -247,8 +279,7 @@ def test_tokens_in_one_call_are_single_token_calls() -> None:
     assert torch.equal(multi[0], multi[2]) and torch.equal(multi[1], multi[3])
 
 
-def _tokens_vs_single_token(kw: dict, state0: torch.Tensor, config: LaunchConfig
-                            ) -> tuple[torch.Tensor, ...]:
+def _tokens_vs_single_token(kw: dict, state0: torch.Tensor, config: LaunchConfig) -> tuple[torch.Tensor, ...]:
     """(out bits, pool bits) of one T-token call and of T single-token calls, from state0."""
     kw = dict(kw)
     kw["state"] = state0.clone()
@@ -258,8 +289,9 @@ def _tokens_vs_single_token(kw: dict, state0: torch.Tensor, config: LaunchConfig
     kw["state"] = state0.clone()
     outs = []
     for t in range(kw["x"].shape[1]):
-        step = {k: (v[:, t] if k in ("x", "dt", "B", "C", "z") and v is not None else v)
-                for k, v in kw.items()}
+        step = {
+            k: (v[:, t] if k in ("x", "dt", "B", "C", "z") and v is not None else v) for k, v in kw.items()
+        }
         o = torch.full(step["x"].shape, float("nan"), dtype=torch.float32, device=state0.device)
         selective_state_update(**step, out=o, config=config)
         outs.append(o)
@@ -278,65 +310,163 @@ def _edit(key: str, value: object):
 
 
 BAD = {
-    "dt-tokens": (Verify(), _edit("dt", lambda kw: kw["dt"][:, :3]), ValueError,
-                  r"dt has shape \(3, 3, 2, 8\); expected \(3, 4, 2, 8\)"),
+    "dt-tokens": (
+        Verify(),
+        _edit("dt", lambda kw: kw["dt"][:, :3]),
+        ValueError,
+        r"dt has shape \(3, 3, 2, 8\); expected \(3, 4, 2, 8\)",
+    ),
     "B-tokens": (Verify(), _edit("B", lambda kw: kw["B"][:, :2]), ValueError, r"B has shape \(3, 2, 1, 16\)"),
-    "out-tokens": (Verify(), _edit("out", torch.empty(3, 5, 2, 8)), ValueError, r"out has shape \(3, 5, 2, 8\)"),
-    "buffer-too-small": (Verify(mode="buffer"), _edit("intermediate_states", lambda kw: kw["intermediate_states"][:, :3]),
-                         ValueError, r"intermediate_states holds 3 token states a row; the call has 4"),
-    "buffer-shape": (Verify(mode="buffer"), _edit("intermediate_states", lambda kw: kw["intermediate_states"][..., :8]),
-                     ValueError, r"intermediate_states has shape"),
-    "buffer-idx-without-buffer": (Verify(), _edit("intermediate_state_indices", torch.zeros(3, dtype=torch.int32)),
-                                  ValueError, r"intermediate_state_indices needs intermediate_states"),
-    "parents-without-buffer": (Verify(), _edit("parent_token_indices", torch.zeros(3, 4, dtype=torch.int32)),
-                               ValueError, r"parent_token_indices needs intermediate_states"),
-    "parents-shape": (Verify(mode="buffer", parents=True), _edit("parent_token_indices", lambda kw: kw["parent_token_indices"][:, :2]),
-                      ValueError, r"parent_token_indices has shape \(3, 2\); expected \[3, >=4\]"),
-    "accepted-with-1d-slots": (Verify(), _edit("num_accepted_tokens", torch.ones(3, dtype=torch.int32)),
-                               ValueError, r"num_accepted_tokens needs state_batch_indices of shape \[>=B, K\]"),
-    "accepted-dtype": (Verify(mode="dst", accepted=True), _edit("num_accepted_tokens", lambda kw: kw["num_accepted_tokens"].float()),
-                       TypeError, r"num_accepted_tokens has dtype torch.float32"),
-    "dst-columns": (Verify(mode="dst"), _edit("dst_state_batch_indices", lambda kw: kw["dst_state_batch_indices"][:, :2]),
-                    ValueError, r"dst_state_batch_indices has shape \(3, 2\); expected \[>=3, >=4\]"),
-    "cu-seqlens-dtype": (Verify(lengths=(2, 1, 3)), _edit("cu_seqlens", lambda kw: kw["cu_seqlens"].float()),
-                         TypeError, r"cu_seqlens has dtype torch.float32"),
-    "cu-seqlens-rank": (Verify(lengths=(2, 1, 3)), _edit("cu_seqlens", lambda kw: kw["cu_seqlens"][None]),
-                        ValueError, r"cu_seqlens has shape \(1, 4\); expected \[B \+ 1\]"),
-    "cu-seqlens-with-token-dim": (Verify(), _edit("cu_seqlens", torch.tensor([0, 4, 8, 12], dtype=torch.int32)),
-                                  ValueError, r"with cu_seqlens, x packs the tokens"),
-    "pad-slot-tensor": (Verify(), _edit("pad_slot_id", torch.tensor(-1)), TypeError, r"pad_slot_id must be an int"),
+    "out-tokens": (
+        Verify(),
+        _edit("out", torch.empty(3, 5, 2, 8)),
+        ValueError,
+        r"out has shape \(3, 5, 2, 8\)",
+    ),
+    "buffer-too-small": (
+        Verify(mode="buffer"),
+        _edit("intermediate_states", lambda kw: kw["intermediate_states"][:, :3]),
+        ValueError,
+        r"intermediate_states holds 3 token states a row; the call has 4",
+    ),
+    "buffer-shape": (
+        Verify(mode="buffer"),
+        _edit("intermediate_states", lambda kw: kw["intermediate_states"][..., :8]),
+        ValueError,
+        r"intermediate_states has shape",
+    ),
+    "buffer-idx-without-buffer": (
+        Verify(),
+        _edit("intermediate_state_indices", torch.zeros(3, dtype=torch.int32)),
+        ValueError,
+        r"intermediate_state_indices needs intermediate_states",
+    ),
+    "parents-without-buffer": (
+        Verify(),
+        _edit("parent_token_indices", torch.zeros(3, 4, dtype=torch.int32)),
+        ValueError,
+        r"parent_token_indices needs intermediate_states",
+    ),
+    "parents-shape": (
+        Verify(mode="buffer", parents=True),
+        _edit("parent_token_indices", lambda kw: kw["parent_token_indices"][:, :2]),
+        ValueError,
+        r"parent_token_indices has shape \(3, 2\); expected \[3, >=4\]",
+    ),
+    "accepted-with-1d-slots": (
+        Verify(),
+        _edit("num_accepted_tokens", torch.ones(3, dtype=torch.int32)),
+        ValueError,
+        r"num_accepted_tokens needs state_batch_indices of shape \[>=B, K\]",
+    ),
+    "accepted-dtype": (
+        Verify(mode="dst", accepted=True),
+        _edit("num_accepted_tokens", lambda kw: kw["num_accepted_tokens"].float()),
+        TypeError,
+        r"num_accepted_tokens has dtype torch.float32",
+    ),
+    "dst-columns": (
+        Verify(mode="dst"),
+        _edit("dst_state_batch_indices", lambda kw: kw["dst_state_batch_indices"][:, :2]),
+        ValueError,
+        r"dst_state_batch_indices has shape \(3, 2\); expected \[>=3, >=4\]",
+    ),
+    "cu-seqlens-dtype": (
+        Verify(lengths=(2, 1, 3)),
+        _edit("cu_seqlens", lambda kw: kw["cu_seqlens"].float()),
+        TypeError,
+        r"cu_seqlens has dtype torch.float32",
+    ),
+    "cu-seqlens-rank": (
+        Verify(lengths=(2, 1, 3)),
+        _edit("cu_seqlens", lambda kw: kw["cu_seqlens"][None]),
+        ValueError,
+        r"cu_seqlens has shape \(1, 4\); expected \[B \+ 1\]",
+    ),
+    "cu-seqlens-with-token-dim": (
+        Verify(),
+        _edit("cu_seqlens", torch.tensor([0, 4, 8, 12], dtype=torch.int32)),
+        ValueError,
+        r"with cu_seqlens, x packs the tokens",
+    ),
+    "pad-slot-tensor": (
+        Verify(),
+        _edit("pad_slot_id", torch.tensor(-1)),
+        TypeError,
+        r"pad_slot_id must be an int",
+    ),
     "pad-slot-float": (Verify(), _edit("pad_slot_id", -1.0), TypeError, r"pad_slot_id must be an int"),
-    "x-list": (Verify(), _edit("x", lambda kw: kw["x"].tolist()), TypeError, r"x must be a torch.Tensor, got list"),
-    "slots-numpy": (Verify(), _edit("state_batch_indices", lambda kw: kw["state_batch_indices"].numpy()),
-                    TypeError, r"state_batch_indices must be a torch.Tensor, got ndarray"),
-    "batch-order": (Verify(), _edit("batch_order", torch.arange(3)), ValueError,
-                    r"batch_order is taken by single-token calls only"),
+    "x-list": (
+        Verify(),
+        _edit("x", lambda kw: kw["x"].tolist()),
+        TypeError,
+        r"x must be a torch.Tensor, got list",
+    ),
+    "slots-numpy": (
+        Verify(),
+        _edit("state_batch_indices", lambda kw: kw["state_batch_indices"].numpy()),
+        TypeError,
+        r"state_batch_indices must be a torch.Tensor, got ndarray",
+    ),
+    "batch-order": (
+        Verify(),
+        _edit("batch_order", torch.arange(3)),
+        ValueError,
+        r"batch_order is taken by single-token calls only",
+    ),
 }
 
 # Value checks (validate_indices=True): they read the indices on the host.
 BAD_VALUES = {
-    "cu-seqlens-not-monotonic": (Verify(lengths=(2, 1, 3)), _edit("cu_seqlens", torch.tensor([0, 3, 2, 6], dtype=torch.int32)),
-                                 r"cu_seqlens is not monotonic: cu_seqlens\[2\] = 2 < cu_seqlens\[1\] = 3"),
-    "cu-seqlens-end": (Verify(lengths=(2, 1, 3)), _edit("cu_seqlens", torch.tensor([0, 2, 3, 5], dtype=torch.int32)),
-                       r"cu_seqlens ends at 5; expected the token count of x, 6"),
-    "cu-seqlens-start": (Verify(lengths=(2, 1, 3)), _edit("cu_seqlens", torch.tensor([1, 2, 3, 6], dtype=torch.int32)),
-                         r"cu_seqlens\[0\] = 1; expected 0"),
-    "request-too-long": (Verify(mode="dst", lengths=(2, 5, 1)), lambda kw: None,  # dst cut to 4 below
-                         r"request 1 has 5 tokens; the per-token state writes .* hold 4"),
-    "parent-after-token": (Verify(mode="buffer", parents=True), lambda kw: kw["parent_token_indices"].__setitem__((1, 2), 2),
-                           r"parent_token_indices\[1, 2\] = 2; expected -1 or a token before 2"),
-    "accepted-past-columns": (Verify(mode="dst", accepted=True), lambda kw: kw["num_accepted_tokens"].__setitem__(0, 5),
-                              r"num_accepted_tokens\[0\] = 5 is outside \[0, 4\]"),
-    "slot-outside-pool": (Verify(mode="dst", accepted=True), lambda kw: kw["dst_state_batch_indices"].__setitem__((1, 1), 999),
-                          r"dst_state_batch_indices\[1, 1\] = 999 is outside the state pool"),
-    "buffer-row-outside": (Verify(mode="buffer", buffer_idx=True), lambda kw: kw["intermediate_state_indices"].__setitem__(0, 99),
-                           r"intermediate_state_indices\[0\] = 99 is outside the 5 rows of intermediate_states"),
+    "cu-seqlens-not-monotonic": (
+        Verify(lengths=(2, 1, 3)),
+        _edit("cu_seqlens", torch.tensor([0, 3, 2, 6], dtype=torch.int32)),
+        r"cu_seqlens is not monotonic: cu_seqlens\[2\] = 2 < cu_seqlens\[1\] = 3",
+    ),
+    "cu-seqlens-end": (
+        Verify(lengths=(2, 1, 3)),
+        _edit("cu_seqlens", torch.tensor([0, 2, 3, 5], dtype=torch.int32)),
+        r"cu_seqlens ends at 5; expected the token count of x, 6",
+    ),
+    "cu-seqlens-start": (
+        Verify(lengths=(2, 1, 3)),
+        _edit("cu_seqlens", torch.tensor([1, 2, 3, 6], dtype=torch.int32)),
+        r"cu_seqlens\[0\] = 1; expected 0",
+    ),
+    "request-too-long": (
+        Verify(mode="dst", lengths=(2, 5, 1)),
+        lambda kw: None,  # dst cut to 4 below
+        r"request 1 has 5 tokens; the per-token state writes .* hold 4",
+    ),
+    "parent-after-token": (
+        Verify(mode="buffer", parents=True),
+        lambda kw: kw["parent_token_indices"].__setitem__((1, 2), 2),
+        r"parent_token_indices\[1, 2\] = 2; expected -1 or a token before 2",
+    ),
+    "accepted-past-columns": (
+        Verify(mode="dst", accepted=True),
+        lambda kw: kw["num_accepted_tokens"].__setitem__(0, 5),
+        r"num_accepted_tokens\[0\] = 5 is outside \[0, 4\]",
+    ),
+    "slot-outside-pool": (
+        Verify(mode="dst", accepted=True),
+        lambda kw: kw["dst_state_batch_indices"].__setitem__((1, 1), 999),
+        r"dst_state_batch_indices\[1, 1\] = 999 is outside the state pool",
+    ),
+    "buffer-row-outside": (
+        Verify(mode="buffer", buffer_idx=True),
+        lambda kw: kw["intermediate_state_indices"].__setitem__(0, 99),
+        r"intermediate_state_indices\[0\] = 99 is outside the 5 rows of intermediate_states",
+    ),
 }
 
 
 def _assert_nothing_written(kw: dict, call) -> None:
-    tensors = [v for k, v in kw.items() if k in ("state", "out", "intermediate_states")
-               and isinstance(v, torch.Tensor)]
+    tensors = [
+        v
+        for k, v in kw.items()
+        if k in ("state", "out", "intermediate_states") and isinstance(v, torch.Tensor)
+    ]
     before = [t.clone() for t in tensors]
     call()
     for t, b in zip(tensors, before, strict=True):
@@ -424,8 +554,9 @@ def test_gpu_tokens_in_one_call_are_single_token_calls(tokens: int, mode: str) -
     compiled for the GPU: one T-token call writes the out and final state of T single-token
     calls at upstream's config, bit for bit (float32 state, final-state mode), and every
     config writes the same bits as upstream's config in its mode."""
-    case = Verify(batch=24, tokens=tokens, nheads=16, headdim=64, dstate=128, mode=mode,
-                  has_z=True, pad_rows=(5,))
+    case = Verify(
+        batch=24, tokens=tokens, nheads=16, headdim=64, dstate=128, mode=mode, has_z=True, pad_rows=(5,)
+    )
     kw = make_verify(case)
     state0 = kw["state"].clone()
     upstream = upstream_config(128)
@@ -434,8 +565,7 @@ def test_gpu_tokens_in_one_call_are_single_token_calls(tokens: int, mode: str) -
         assert torch.equal(multi[0], multi[2]), "out: T tokens in one call vs T calls"
         assert torch.equal(multi[1], multi[3]), "state: T tokens in one call vs T calls"
     want = _bits_of(kw, state0, upstream)
-    for config in sorted(_configs_the_tables_can_pick(torch.float32, mode, tokens),
-                         key=lambda c: c.label):
+    for config in sorted(_configs_the_tables_can_pick(torch.float32, mode, tokens), key=lambda c: c.label):
         got = _bits_of(kw, state0, config)
         for what, w, g in zip(("out", "state", "buffer"), want, got, strict=True):
             assert torch.equal(w, g), f"{config.label}: {what} differs from upstream's config"
@@ -456,8 +586,16 @@ def _bits_of(kw: dict, state0: torch.Tensor, config: LaunchConfig) -> tuple[torc
 def test_gpu_cuda_graph_capture_of_a_verify_step() -> None:
     """Every index a device tensor, no host synchronization: a verify step captures in a CUDA
     graph and replays to the eager call's bits."""
-    case = Verify(batch=16, tokens=4, nheads=16, headdim=64, dstate=128, mode="dst",
-                  accepted=True, lengths=(4, 3, 4, 1) * 4)
+    case = Verify(
+        batch=16,
+        tokens=4,
+        nheads=16,
+        headdim=64,
+        dstate=128,
+        mode="dst",
+        accepted=True,
+        lengths=(4, 3, 4, 1) * 4,
+    )
     kw = make_verify(case)
     state0 = kw["state"].clone()
     eager = selective_state_update(**kw).clone()

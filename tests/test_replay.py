@@ -74,13 +74,16 @@ def make_drafts(case: Replay, seed: int) -> dict:
     g = torch.Generator().manual_seed(1000 + seed)
     b, t, H, P, N, G = case.batch, case.tokens, case.nheads, case.headdim, case.dstate, case.ngroups
     xbc = torch.randn(b, t, H * P + 2 * G * N, generator=g).to(torch.bfloat16)
-    return {k: _to(v) for k, v in dict(
-        x=xbc[..., : H * P].unflatten(-1, (H, P)),
-        B=xbc[..., H * P : H * P + G * N].unflatten(-1, (G, N)),
-        C=xbc[..., H * P + G * N :].unflatten(-1, (G, N)),
-        dt=torch.randn(b, t, H, generator=g).to(torch.bfloat16)[..., None].expand(b, t, H, P),
-        z=torch.randn(b, t, H, P, generator=g).to(torch.bfloat16) if case.has_z else None,
-    ).items()}
+    return {
+        k: _to(v)
+        for k, v in dict(
+            x=xbc[..., : H * P].unflatten(-1, (H, P)),
+            B=xbc[..., H * P : H * P + G * N].unflatten(-1, (G, N)),
+            C=xbc[..., H * P + G * N :].unflatten(-1, (G, N)),
+            dt=torch.randn(b, t, H, generator=g).to(torch.bfloat16)[..., None].expand(b, t, H, P),
+            z=torch.randn(b, t, H, P, generator=g).to(torch.bfloat16) if case.has_z else None,
+        ).items()
+    }
 
 
 def _to(v: object) -> object:
@@ -108,8 +111,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c.batch}-T{c.tokens}-W{c.window}-"
-                         f"P{c.headdim}-N{c.dstate}-{str(c.state)[6:]}-pad{len(c.pad_rows)}")
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=lambda c: (
+        f"B{c.batch}-T{c.tokens}-W{c.window}-P{c.headdim}-N{c.dstate}-{str(c.state)[6:]}-pad{len(c.pad_rows)}"
+    ),
+)
 def test_one_call_matches_reference(case: Replay) -> None:
     pool, drafts = make_pool(case), make_drafts(case, 0)
     kw = _replay_kwargs(pool, drafts)
@@ -140,8 +148,10 @@ def test_packed_drafts() -> None:
     case = Replay(tokens=2)
     pool, drafts = make_pool(case), make_drafts(case, 1)
     lengths = [2, 0, 1]
-    packed = {k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-              for k, v in drafts.items()}
+    packed = {
+        k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+        for k, v in drafts.items()
+    }
     packed["dt"] = packed["dt"][..., :1].expand(*packed["dt"].shape)
     cu = torch.tensor([0, 2, 2, 3], dtype=torch.int32, device=DEVICE)
     kw = _replay_kwargs(pool, packed)
@@ -170,37 +180,65 @@ def run_steps(case: Replay, config: LaunchConfig, steps: int, seed: int = 0) -> 
     slots = pool["state_batch_indices"]
     live = slots != PAD
     truth = pool["state"].clone()  # the intermediate-state path's pool
-    buffer = torch.zeros(truth.shape[0], case.tokens, *truth.shape[1:], dtype=truth.dtype,
-                         device=DEVICE)
+    buffer = torch.zeros(truth.shape[0], case.tokens, *truth.shape[1:], dtype=truth.dtype, device=DEVICE)
     g = torch.Generator().manual_seed(seed)
     for step in range(steps):
         drafts = make_drafts(case, step)
         out_replay = torch.full(drafts["x"].shape, float("nan"), device=DEVICE)
         selective_state_replay(**_replay_kwargs(pool, drafts), out=out_replay, config=config)
         out_multi = torch.full(drafts["x"].shape, float("nan"), device=DEVICE)
-        selective_state_update(truth, **{k: v for k, v in drafts.items()}, A=pool["A"],
-                               D=pool["D"], dt_bias=pool["dt_bias"], dt_softplus=True,
-                               state_batch_indices=slots, pad_slot_id=PAD, out=out_multi,
-                               disable_state_update=True, intermediate_states=buffer,
-                               config=config)
+        selective_state_update(
+            truth,
+            **{k: v for k, v in drafts.items()},
+            A=pool["A"],
+            D=pool["D"],
+            dt_bias=pool["dt_bias"],
+            dt_softplus=True,
+            state_batch_indices=slots,
+            pad_slot_id=PAD,
+            out=out_multi,
+            disable_state_update=True,
+            intermediate_states=buffer,
+            config=config,
+        )
         assert torch.equal(bits(out_replay[live]), bits(out_multi[live])), f"step {step}: out"
         accepted = torch.randint(1, case.tokens + 1, (case.batch,), generator=g).to(DEVICE)
         for r in live.nonzero().flatten().tolist():  # the engine's copy of the accepted state
             truth[slots[r]] = buffer[slots[r], int(accepted[r]) - 1]
-        replay_advance(pool["ring_start"], pool["num_cached"], accepted, case.tokens, case.ring,
-                       slots, PAD)
-    replay_flush(pool["state"], pool["x_cache"], pool["B_cache"], pool["dt_cache"],
-                 pool["ring_start"], pool["num_cached"], pool["A"], slots, PAD, config)
-    replay_advance(pool["ring_start"], pool["num_cached"], torch.zeros_like(slots), case.tokens,
-                   case.ring, slots, PAD, flushed=True)
+        replay_advance(pool["ring_start"], pool["num_cached"], accepted, case.tokens, case.ring, slots, PAD)
+    replay_flush(
+        pool["state"],
+        pool["x_cache"],
+        pool["B_cache"],
+        pool["dt_cache"],
+        pool["ring_start"],
+        pool["num_cached"],
+        pool["A"],
+        slots,
+        PAD,
+        config,
+    )
+    replay_advance(
+        pool["ring_start"],
+        pool["num_cached"],
+        torch.zeros_like(slots),
+        case.tokens,
+        case.ring,
+        slots,
+        PAD,
+        flushed=True,
+    )
     used = slots[live].long()
     assert torch.equal(bits(pool["state"][used]), bits(truth[used])), "state after the steps"
     assert (pool["num_cached"][used] == 0).all()
 
 
 def test_consecutive_steps_keep_the_multi_token_bits() -> None:
-    run_steps(Replay(tokens=2, window=3, pad_rows=(2,), has_z=False), LaunchConfig.parse(
-        "8,1,slot,evict,ordered"), steps=5)
+    run_steps(
+        Replay(tokens=2, window=3, pad_rows=(2,), has_z=False),
+        LaunchConfig.parse("8,1,slot,evict,ordered"),
+        steps=5,
+    )
 
 
 def test_advance_follows_the_flush_rule() -> None:
@@ -208,8 +246,9 @@ def test_advance_follows_the_flush_rule() -> None:
     the accepted count; one with 2 cached (2 + 4 = 6) keeps its start and grows."""
     start = torch.tensor([5, 1, 0], dtype=torch.int32)
     cached = torch.tensor([3, 2, 7], dtype=torch.int32)
-    replay_advance(start, cached, torch.tensor([2, 1]), tokens=2, ring=6,
-                   state_batch_indices=torch.tensor([0, 1]))
+    replay_advance(
+        start, cached, torch.tensor([2, 1]), tokens=2, ring=6, state_batch_indices=torch.tensor([0, 1])
+    )
     assert start.tolist() == [2, 1, 0] and cached.tolist() == [2, 3, 7]
 
 
@@ -219,16 +258,32 @@ def _bad(edit, error, message):
 
 BAD = {
     "untied-dt": _bad(lambda kw: kw.update(dt=kw["dt"].contiguous()), ValueError, "tied over the head dim"),
-    "ring-too-short": _bad(lambda kw: kw.update(x_cache=kw["x_cache"][:, :, :3], B_cache=kw["B_cache"][:, :, :3],
-                                                dt_cache=kw["dt_cache"][:, :, :3]), ValueError,
-                           r"x_cache holds a ring of 3 tokens; T = 2 drafts need at least 2 T = 4"),
-    "rings-disagree": _bad(lambda kw: kw.update(x_cache=kw["x_cache"][:, :, :5]), ValueError,
-                           r"B_cache has shape \(8, 2, 6, 16\); expected \(8, 2, 5, 16\)"),
+    "ring-too-short": _bad(
+        lambda kw: kw.update(
+            x_cache=kw["x_cache"][:, :, :3],
+            B_cache=kw["B_cache"][:, :, :3],
+            dt_cache=kw["dt_cache"][:, :, :3],
+        ),
+        ValueError,
+        r"x_cache holds a ring of 3 tokens; T = 2 drafts need at least 2 T = 4",
+    ),
+    "rings-disagree": _bad(
+        lambda kw: kw.update(x_cache=kw["x_cache"][:, :, :5]),
+        ValueError,
+        r"B_cache has shape \(8, 2, 6, 16\); expected \(8, 2, 5, 16\)",
+    ),
     "ring-dtype": _bad(lambda kw: kw.update(x_cache=kw["x_cache"].float()), TypeError, r"x_cache has dtype"),
-    "dt-cache-dtype": _bad(lambda kw: kw.update(dt_cache=kw["dt_cache"].half()), TypeError, r"dt_cache has dtype"),
-    "bookkeeping-dtype": _bad(lambda kw: kw.update(num_cached=kw["num_cached"].long()), TypeError,
-                              r"num_cached has dtype torch.int64"),
-    "max-seqlen-without-cu": _bad(lambda kw: kw.update(max_seqlen=2), ValueError, "max_seqlen goes with cu_seqlens"),
+    "dt-cache-dtype": _bad(
+        lambda kw: kw.update(dt_cache=kw["dt_cache"].half()), TypeError, r"dt_cache has dtype"
+    ),
+    "bookkeeping-dtype": _bad(
+        lambda kw: kw.update(num_cached=kw["num_cached"].long()),
+        TypeError,
+        r"num_cached has dtype torch.int64",
+    ),
+    "max-seqlen-without-cu": _bad(
+        lambda kw: kw.update(max_seqlen=2), ValueError, "max_seqlen goes with cu_seqlens"
+    ),
     "pad-slot-float": _bad(lambda kw: kw.update(pad_slot_id=-1.0), TypeError, "pad_slot_id must be an int"),
     "x-list": _bad(lambda kw: kw.update(x=kw["x"].tolist()), TypeError, "x must be a torch.Tensor"),
 }
@@ -255,8 +310,9 @@ def test_bookkeeping_values_are_checked_on_request() -> None:
     pool, drafts = make_pool(case), make_drafts(case, 0)
     pool["num_cached"][int(pool["state_batch_indices"][0])] = case.ring  # past the window
     with pytest.raises(ValueError, match=r"num_cached\[\d+\] = 6 is outside \[0, 4\]"):
-        selective_state_replay(**_replay_kwargs(pool, drafts), config=_cpu_config(case),
-                               validate_indices=True)
+        selective_state_replay(
+            **_replay_kwargs(pool, drafts), config=_cpu_config(case), validate_indices=True
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,8 +325,9 @@ def _replay_configs() -> list[LaunchConfig]:
     for tokens in (2, 4, 8):
         picks |= set(table.get(table_key(64, 128, torch.float32, "replay", tokens), {}).values())
         picks |= set(table.get(table_key(64, 128, torch.float32, "buffer", tokens), {}).values())
-    return sorted(picks | {upstream_config(128), LaunchConfig.parse("4,1,slot,evict,ordered")},
-                  key=lambda c: c.label)
+    return sorted(
+        picks | {upstream_config(128), LaunchConfig.parse("4,1,slot,evict,ordered")}, key=lambda c: c.label
+    )
 
 
 @pytest.mark.gpu
@@ -279,8 +336,9 @@ def test_gpu_consecutive_steps_keep_the_multi_token_bits(tokens: int) -> None:
     """At the headline shape, for every config a replay or buffer entry of the table may pick:
     every draft's out and the state after the steps, bit for bit against the intermediate-
     state path at the same config."""
-    case = Replay(batch=20, tokens=tokens, window=8, nheads=16, headdim=64, dstate=128,
-                  ngroups=1, pad_rows=(3,))
+    case = Replay(
+        batch=20, tokens=tokens, window=8, nheads=16, headdim=64, dstate=128, ngroups=1, pad_rows=(3,)
+    )
     for config in _replay_configs():
         run_steps(case, config, steps=6)
 
@@ -297,8 +355,15 @@ def test_gpu_cuda_graph_of_replay_steps() -> None:
 
     def step(out: torch.Tensor) -> None:
         selective_state_replay(**_replay_kwargs(pool, drafts), out=out)
-        replay_advance(pool["ring_start"], pool["num_cached"], accepted, case.tokens, case.ring,
-                       pool["state_batch_indices"], PAD)
+        replay_advance(
+            pool["ring_start"],
+            pool["num_cached"],
+            accepted,
+            case.tokens,
+            case.ring,
+            pool["state_batch_indices"],
+            PAD,
+        )
 
     eager = torch.empty(drafts["x"].shape, dtype=torch.bfloat16, device=DEVICE)
     step(eager)

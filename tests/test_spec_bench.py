@@ -18,8 +18,9 @@ CONFIG = LaunchConfig(8, 4)
 
 @pytest.mark.parametrize("mode", ["buffer", "dst"])
 def test_verify_calls_match_the_reference(mode: str) -> None:
-    s = spec.make_spec_inputs(SHAPE, batch=3, tokens=2, mode=mode, device=torch.device(DEVICE),
-                              seed=0, rotation=2)
+    s = spec.make_spec_inputs(
+        SHAPE, batch=3, tokens=2, mode=mode, device=torch.device(DEVICE), seed=0, rotation=2
+    )
     kw = s.kwargs(1)
     before = kw["state"].clone()
     ref_kw = {k: v for k, v in kw.items() if k not in ("out", "fast_exp")}
@@ -37,8 +38,9 @@ def test_verify_calls_match_the_reference(mode: str) -> None:
 
 
 def test_replay_steps_run_and_the_ceiling_streams_measure() -> None:
-    s = spec.make_spec_inputs(SHAPE, batch=3, tokens=2, mode="replay", device=torch.device(DEVICE),
-                              seed=0, rotation=2, window=2)
+    s = spec.make_spec_inputs(
+        SHAPE, batch=3, tokens=2, mode="replay", device=torch.device(DEVICE), seed=0, rotation=2, window=2
+    )
     cached = s.rings["num_cached"].clone()
     spec.call(s, 0, CONFIG)
     slots = s.src[0].long()
@@ -49,8 +51,9 @@ def test_replay_steps_run_and_the_ceiling_streams_measure() -> None:
 
 
 def test_fanout_places_are_the_calls_places() -> None:
-    s = spec.make_spec_inputs(SHAPE, batch=2, tokens=3, mode="dst", device=torch.device(DEVICE),
-                              seed=1, rotation=1)
+    s = spec.make_spec_inputs(
+        SHAPE, batch=2, tokens=3, mode="dst", device=torch.device(DEVICE), seed=1, rotation=1
+    )
     read, dst, places = s.fanout(0)
     col = s.accepted[0].long() - 1
     assert torch.equal(read, s.src[0][torch.arange(2), col])
@@ -60,8 +63,9 @@ def test_fanout_places_are_the_calls_places() -> None:
 
 @pytest.mark.parametrize("mode", ["buffer", "dst", "replay"])
 def test_reference_check_and_bit_compare(mode: str) -> None:
-    s = spec.make_spec_inputs(SHAPE, batch=2, tokens=2, mode=mode, device=torch.device(DEVICE),
-                              seed=3, rotation=1, window=2)
+    s = spec.make_spec_inputs(
+        SHAPE, batch=2, tokens=2, mode=mode, device=torch.device(DEVICE), seed=3, rotation=1, window=2
+    )
     ok, summary = spec.check_spec_against_reference(s, CONFIG)
     assert ok, summary
     # Under the interpreter a row sum is numpy's for every layout (tl.sum) or the spelled-out

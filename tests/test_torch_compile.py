@@ -55,10 +55,22 @@ def test_fullgraph_compiles_the_adapters_and_a_verify_step() -> None:
     def sglang_step(state: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         sglang.selective_state_update(
-            state, x, kw["dt"].view(2, 2, 2, 8), kw["A"], kw["B"].view(2, 2, 1, 16),
-            kw["C"].view(2, 2, 1, 16), kw["D"], None, kw["dt_bias"], True,
-            kw["state_batch_indices"][:2], out=out, disable_state_update=True,
-            intermediate_states_buffer=buffer, cache_steps=2)
+            state,
+            x,
+            kw["dt"].view(2, 2, 2, 8),
+            kw["A"],
+            kw["B"].view(2, 2, 1, 16),
+            kw["C"].view(2, 2, 1, 16),
+            kw["D"],
+            None,
+            kw["dt_bias"],
+            True,
+            kw["state_batch_indices"][:2],
+            out=out,
+            disable_state_update=True,
+            intermediate_states_buffer=buffer,
+            cache_steps=2,
+        )
         return out + buffer.view(-1, 2, 2, 8, 16)[kw["state_batch_indices"][:2].long()].sum()
 
     _compare(sglang_step, {"state": kw["state"], "x": x2}, "aot_eager")
@@ -70,10 +82,22 @@ def test_fullgraph_compiles_the_adapters_and_a_verify_step() -> None:
 
     def vllm_step(state: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
-        vllm.selective_state_update(state, x, kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"],
-                                    kw["dt_bias"], dt_softplus=True, state_batch_indices=src,
-                                    out=out, num_accepted_tokens=accepted, cu_seqlens=cu,
-                                    null_block_id=-1)
+        vllm.selective_state_update(
+            state,
+            x,
+            kw["dt"],
+            kw["A"],
+            kw["B"],
+            kw["C"],
+            kw["D"],
+            kw["dt_bias"],
+            dt_softplus=True,
+            state_batch_indices=src,
+            out=out,
+            num_accepted_tokens=accepted,
+            cu_seqlens=cu,
+            null_block_id=-1,
+        )
         return out.float() + slot_order(src[:, 0]).float().sum()
 
     _compare(vllm_step, {"state": kw["state"], "x": kw["x"]}, "aot_eager")
@@ -84,11 +108,37 @@ def test_custom_op_passes_opcheck() -> None:
     against the real one, and autograd registration."""
     kw = make_inputs(CASE)
     out = torch.empty_like(kw["x"])
-    args = (kw["state"], kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"],
-            kw["dt_bias"], True, kw["state_batch_indices"], None, -1, out, False, None, None,
-            None, None, None, None, False, False, None)
-    torch.library.opcheck(torch.ops.ssmdecode.selective_state_update.default, args,
-                          test_utils=("test_schema", "test_faketensor"))
+    args = (
+        kw["state"],
+        kw["x"],
+        kw["dt"],
+        kw["A"],
+        kw["B"],
+        kw["C"],
+        kw["D"],
+        kw["z"],
+        kw["dt_bias"],
+        True,
+        kw["state_batch_indices"],
+        None,
+        -1,
+        out,
+        False,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        False,
+        False,
+        None,
+    )
+    torch.library.opcheck(
+        torch.ops.ssmdecode.selective_state_update.default,
+        args,
+        test_utils=("test_schema", "test_faketensor"),
+    )
 
 
 @pytest.mark.gpu

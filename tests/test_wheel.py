@@ -61,16 +61,19 @@ print(json.dumps({
 def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (
-        f"{' '.join(cmd)} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
+        f"{' '.join(cmd)} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    )
     return done
 
 
 def _clean_env() -> dict[str, str]:
     """This process's environment without what would point Python or ssmdecode elsewhere, and
     with pip kept off the network."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "VIRTUAL_ENV",
-                        "SSMDECODE_CONFIG_DIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "VIRTUAL_ENV", "SSMDECODE_CONFIG_DIR")
+    }
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PIP_NO_INPUT"] = "1"
     return env
@@ -99,8 +102,10 @@ def _setuptools_version() -> tuple[int, ...] | None:
 def test_wheel_installs_and_runs_without_the_checkout(tmp_path: Path) -> None:
     have = _setuptools_version()
     if have is None or have < SETUPTOOLS_FLOOR:
-        pytest.skip(f"building without isolation needs setuptools >= {SETUPTOOLS_FLOOR[0]} in this "
-                    f"environment, which has {have or 'none'}")
+        pytest.skip(
+            f"building without isolation needs setuptools >= {SETUPTOOLS_FLOOR[0]} in this "
+            f"environment, which has {have or 'none'}"
+        )
     env = _clean_env()
     version = ssmdecode.__version__
 
@@ -109,13 +114,26 @@ def test_wheel_installs_and_runs_without_the_checkout(tmp_path: Path) -> None:
     for name in BUILD_INPUTS:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, tree / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(src, tree / name)
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "--no-build-isolation",
-          "--no-index", "-w", str(dist)], tmp_path, env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(tree),
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(dist),
+        ],
+        tmp_path,
+        env,
+    )
     wheels = list(dist.glob("ssmdecode-*.whl"))
     assert [w.name for w in wheels] == [f"ssmdecode-{version}-py3-none-any.whl"]
     wheel = wheels[0]
@@ -132,8 +150,9 @@ def test_wheel_installs_and_runs_without_the_checkout(tmp_path: Path) -> None:
     python, script = venv / "bin" / "python", venv / "bin" / "ssmdecode"
     # installed before the .pth below exists: pip must not see this environment's ssmdecode
     _run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], tmp_path, env)
-    purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                   tmp_path, env).stdout.strip()
+    purelib = _run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path, env
+    ).stdout.strip()
     (Path(purelib) / "outer_dependencies.pth").write_text("\n".join(_dependency_dirs()) + "\n")
 
     got = json.loads(_run([str(python), "-c", PROBE], tmp_path, env).stdout)

@@ -28,8 +28,7 @@ _WARPS = 4
 
 
 @triton.jit
-def _fanout_kernel(p_src, p_dst, p_src_word, p_dst_word, words, addend,
-                   T: tl.constexpr, BLOCK: tl.constexpr):
+def _fanout_kernel(p_src, p_dst, p_src_word, p_dst_word, words, addend, T: tl.constexpr, BLOCK: tl.constexpr):
     # Program (k, b): words k*BLOCK .. of request b's state, read once from word offset
     # src_word[b] of p_src and written (plus a runtime addend: 0 leaves the bits) to the T word
     # offsets dst_word[b, :] of p_dst. Slot-major, as the verify kernel's slot-major configs.
@@ -46,8 +45,10 @@ def _fanout_kernel(p_src, p_dst, p_src_word, p_dst_word, words, addend,
 def _words(t: torch.Tensor, what: str) -> torch.Tensor:
     """A contiguous tensor of float states as flat 32-bit words."""
     if not t.is_contiguous() or t.nbytes % 4:
-        raise ValueError(f"{what} must be contiguous and a multiple of 4 bytes; got shape "
-                         f"{tuple(t.shape)}, strides {t.stride()}, dtype {t.dtype}")
+        raise ValueError(
+            f"{what} must be contiguous and a multiple of 4 bytes; got shape "
+            f"{tuple(t.shape)}, strides {t.stride()}, dtype {t.dtype}"
+        )
     return t.view(-1).view(torch.int32)
 
 
@@ -66,8 +67,9 @@ def fanout_calls(
     if src_sets.dim() != 2:
         raise ValueError(f"src_sets has shape {tuple(src_sets.shape)}; expected [K, B]")
     if len(dst_offsets) != src_sets.shape[0]:
-        raise ValueError(f"dst_offsets has {len(dst_offsets)} entries; expected one per slot set "
-                         f"({src_sets.shape[0]})")
+        raise ValueError(
+            f"dst_offsets has {len(dst_offsets)} entries; expected one per slot set ({src_sets.shape[0]})"
+        )
     pool = _words(state, "state")
     words = state[0].nbytes // 4
     out = _words(dst, "dst")
@@ -75,14 +77,18 @@ def fanout_calls(
     calls = []
     for slots, offsets in zip(src_sets, dst_offsets, strict=True):
         if offsets.dim() != 2 or offsets.shape[0] != batch:
-            raise ValueError(f"each dst_offsets entry must be [B, T] with B = {batch}; got "
-                             f"{tuple(offsets.shape)}")
+            raise ValueError(
+                f"each dst_offsets entry must be [B, T] with B = {batch}; got {tuple(offsets.shape)}"
+            )
         tokens = offsets.shape[1]
         src_word = (slots.to(torch.int64) * words).contiguous()
         dst_word = (offsets.to(torch.int64) * words).contiguous()
         grid = (triton.cdiv(words, FANOUT_BLOCK), batch)
-        calls.append(lambda s=src_word, d=dst_word, t=tokens, g=grid: _fanout_kernel[g](
-            pool, out, s, d, words, addend, T=t, BLOCK=FANOUT_BLOCK, num_warps=_WARPS))
+        calls.append(
+            lambda s=src_word, d=dst_word, t=tokens, g=grid: _fanout_kernel[g](
+                pool, out, s, d, words, addend, T=t, BLOCK=FANOUT_BLOCK, num_warps=_WARPS
+            )
+        )
     return calls
 
 

@@ -79,22 +79,35 @@ class SpecInputs:
     def ring(self) -> int:
         return self.window + self.tokens
 
-    def kwargs(self, i: int, state: torch.Tensor | None = None,
-               out: torch.Tensor | None = None) -> dict[str, object]:
+    def kwargs(
+        self, i: int, state: torch.Tensor | None = None, out: torch.Tensor | None = None
+    ) -> dict[str, object]:
         """Keyword arguments of call i (set i mod K): of selective_state_update for buffer
         and dst, of selective_state_replay for replay."""
         i %= self.rotation
         b = self.base
-        kw: dict[str, object] = dict(state=b.state if state is None else state, A=b.A, D=b.D,
-                                     dt_bias=b.dt_bias, dt_softplus=b.dt_softplus, z=b.z)
+        kw: dict[str, object] = dict(
+            state=b.state if state is None else state,
+            A=b.A,
+            D=b.D,
+            dt_bias=b.dt_bias,
+            dt_softplus=b.dt_softplus,
+            z=b.z,
+        )
         if self.mode == "dst":
             batch = self.src.shape[1]
             flat = batch * self.tokens
-            kw.update(x=b.x.reshape(flat, *b.x.shape[2:]), dt=b.dt.flatten(0, 1),
-                      B=b.B.reshape(flat, *b.B.shape[2:]), C=b.C.reshape(flat, *b.C.shape[2:]),
-                      state_batch_indices=self.src[i], dst_state_batch_indices=self.src[i],
-                      num_accepted_tokens=self.accepted[i], cu_seqlens=self.cu_seqlens,
-                      fast_exp=True)
+            kw.update(
+                x=b.x.reshape(flat, *b.x.shape[2:]),
+                dt=b.dt.flatten(0, 1),
+                B=b.B.reshape(flat, *b.B.shape[2:]),
+                C=b.C.reshape(flat, *b.C.shape[2:]),
+                state_batch_indices=self.src[i],
+                dst_state_batch_indices=self.src[i],
+                num_accepted_tokens=self.accepted[i],
+                cu_seqlens=self.cu_seqlens,
+                fast_exp=True,
+            )
             if b.z is not None:
                 kw["z"] = b.z.reshape(flat, *b.z.shape[2:])
             o = b.out.reshape(flat, *b.out.shape[2:])
@@ -102,8 +115,11 @@ class SpecInputs:
             kw.update(x=b.x, dt=b.dt, B=b.B, C=b.C, state_batch_indices=self.src[i])
             o = b.out
         if self.mode == "buffer":
-            kw.update(intermediate_states=self.buffer, intermediate_state_indices=self.rows[i],
-                      disable_state_update=True)
+            kw.update(
+                intermediate_states=self.buffer,
+                intermediate_state_indices=self.rows[i],
+                disable_state_update=True,
+            )
         if self.mode == "replay":
             kw.update(self.rings)
         kw["out"] = o if out is None else out
@@ -121,22 +137,33 @@ class SpecInputs:
         raise ValueError("replay calls have no 1 -> T stream: see measure_spec_ceiling")
 
 
-def spec_bytes(shape: Shape, batch: int, tokens: int, mode: str, flush: float = 0.0,
-               window: int = DEFAULT_WINDOW) -> int:
+def spec_bytes(
+    shape: Shape, batch: int, tokens: int, mode: str, flush: float = 0.0, window: int = DEFAULT_WINDOW
+) -> int:
     """Bytes a verify call must move: its states (1 read + T writes a request, or for replay
     1 read + the flushing fraction of a write, plus the rings' reads and appends)."""
     state = shape.state_bytes(batch)
     if mode in ("buffer", "dst"):
         return state * (1 + tokens)
-    per_token = batch * (shape.nheads * shape.headdim * shape.dtype.itemsize
-                         + shape.ngroups * shape.dstate * shape.dtype.itemsize + shape.nheads * 4)
+    per_token = batch * (
+        shape.nheads * shape.headdim * shape.dtype.itemsize
+        + shape.ngroups * shape.dstate * shape.dtype.itemsize
+        + shape.nheads * 4
+    )
     cached = window / 2  # the mean cached count in steady state is about half the window
     return int(state * (1 + flush) + per_token * (cached + tokens))
 
 
-def make_spec_inputs(shape: Shape, batch: int, tokens: int, mode: str, device: torch.device,
-                     seed: int, rotation: int | None = None, window: int = DEFAULT_WINDOW
-                     ) -> SpecInputs:
+def make_spec_inputs(
+    shape: Shape,
+    batch: int,
+    tokens: int,
+    mode: str,
+    device: torch.device,
+    seed: int,
+    rotation: int | None = None,
+    window: int = DEFAULT_WINDOW,
+) -> SpecInputs:
     """K sets (by cold_rotation of the bytes a call touches, unless given) of disjoint slots,
     buffer rows and rings for verify calls of T draft tokens a request."""
     if mode not in SPEC_MODES:
@@ -147,22 +174,25 @@ def make_spec_inputs(shape: Shape, batch: int, tokens: int, mode: str, device: t
     touched = shape.state_bytes(batch) * (1 + tokens)
     rotation = rotation or cold_rotation(touched, device)
     pool = rotation * batch * per_request
-    base = make_shape_inputs(shape, batch, device, seed, tokens=tokens, pool=pool,
-                             rotation=rotation)
+    base = make_shape_inputs(shape, batch, device, seed, tokens=tokens, pool=pool, rotation=rotation)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     perm = torch.randperm(pool, generator=gen, device=device).to(torch.int32)
     src = perm.view(rotation, batch, per_request)
     spec = SpecInputs(mode, tokens, base, src[..., 0].contiguous() if per_request == 1 else src)
     if mode == "buffer":
-        spec.buffer = torch.zeros(rotation * batch, tokens, *base.state.shape[1:],
-                                  dtype=base.state.dtype, device=device)
-        spec.rows = torch.randperm(rotation * batch, generator=gen, device=device).to(
-            torch.int32).view(rotation, batch)
+        spec.buffer = torch.zeros(
+            rotation * batch, tokens, *base.state.shape[1:], dtype=base.state.dtype, device=device
+        )
+        spec.rows = (
+            torch.randperm(rotation * batch, generator=gen, device=device)
+            .to(torch.int32)
+            .view(rotation, batch)
+        )
     if mode == "dst":
-        spec.accepted = torch.randint(1, tokens + 1, (rotation, batch), generator=gen,
-                                      device=device, dtype=torch.int32)
-        spec.cu_seqlens = torch.arange(0, batch * tokens + 1, tokens, dtype=torch.int32,
-                                       device=device)
+        spec.accepted = torch.randint(
+            1, tokens + 1, (rotation, batch), generator=gen, device=device, dtype=torch.int32
+        )
+        spec.cu_seqlens = torch.arange(0, batch * tokens + 1, tokens, dtype=torch.int32, device=device)
     if mode == "replay":
         spec.window = window
         ring = window + tokens
@@ -171,31 +201,37 @@ def make_spec_inputs(shape: Shape, batch: int, tokens: int, mode: str, device: t
             x_cache=torch.randn(pool, H, ring, P, generator=gen, device=device).to(shape.dtype),
             B_cache=torch.randn(pool, G, ring, N, generator=gen, device=device).to(shape.dtype),
             dt_cache=torch.rand(pool, H, ring, generator=gen, device=device) * 0.05,
-            ring_start=torch.randint(0, ring, (pool,), generator=gen, device=device,
-                                     dtype=torch.int32),
-            num_cached=torch.randint(0, window + 1, (pool,), generator=gen, device=device,
-                                     dtype=torch.int32),
+            ring_start=torch.randint(0, ring, (pool,), generator=gen, device=device, dtype=torch.int32),
+            num_cached=torch.randint(0, window + 1, (pool,), generator=gen, device=device, dtype=torch.int32),
         )
-        spec.accepted = torch.randint(1, tokens + 1, (rotation, batch), generator=gen,
-                                      device=device, dtype=torch.int32)
+        spec.accepted = torch.randint(
+            1, tokens + 1, (rotation, batch), generator=gen, device=device, dtype=torch.int32
+        )
     return spec
 
 
-def call(spec: SpecInputs, i: int, config: LaunchConfig | None,
-         fn: Callable[..., object] | None = None) -> None:
+def call(
+    spec: SpecInputs, i: int, config: LaunchConfig | None, fn: Callable[..., object] | None = None
+) -> None:
     """Verify call i (replay: and its bookkeeping) with config."""
     if spec.mode == "replay":
         kw = spec.kwargs(i)
         selective_state_replay(**kw, config=config)
-        replay_advance(spec.rings["ring_start"], spec.rings["num_cached"],
-                       spec.accepted[i % spec.rotation], spec.tokens, spec.ring,
-                       spec.src[i % spec.rotation])
+        replay_advance(
+            spec.rings["ring_start"],
+            spec.rings["num_cached"],
+            spec.accepted[i % spec.rotation],
+            spec.tokens,
+            spec.ring,
+            spec.src[i % spec.rotation],
+        )
     else:
         (fn or selective_state_update)(**spec.kwargs(i), config=config)
 
 
-def time_spec_config(spec: SpecInputs, config: LaunchConfig, device: torch.device,
-                     fn: Callable[..., object] | None = None) -> Timing:
+def time_spec_config(
+    spec: SpecInputs, config: LaunchConfig, device: torch.device, fn: Callable[..., object] | None = None
+) -> Timing:
     """One verify call's time with config (replay: a step, its bookkeeping included), call i
     on set i mod K, by the cold-L2 CUDA-graph timer."""
     return time_cold(lambda i: call(spec, i, config, fn), device, rotation=spec.rotation)
@@ -229,8 +265,13 @@ def measure_spec_ceiling(spec: SpecInputs, device: torch.device) -> dict[str, Ti
     sink = torch.zeros(spec.src.shape[1], dtype=torch.int32, device=device)
     grid = (triton.cdiv(words, 1024), spec.src.shape[1])
     rows = [s.contiguous() for s in spec.src]
-    read = time_cold([lambda r=r: _read_kernel[grid](pool, r, sink, words, words, -1, BLOCK=1024,
-                                                     num_warps=4) for r in rows], device)
+    read = time_cold(
+        [
+            lambda r=r: _read_kernel[grid](pool, r, sink, words, words, -1, BLOCK=1024, num_warps=4)
+            for r in rows
+        ],
+        device,
+    )
     return {"read": read, "read_write": measure_gather_ceiling(state, spec.src)}
 
 
@@ -244,8 +285,14 @@ def flush_fraction(spec: SpecInputs, steps: int = 64) -> float:
         slots = spec.src[i % spec.rotation].long()
         flushed += int(((cached[slots] + 2 * spec.tokens) > spec.ring).sum())
         total += slots.numel()
-        replay_advance(start, cached, spec.accepted[i % spec.rotation], spec.tokens, spec.ring,
-                       spec.src[i % spec.rotation])
+        replay_advance(
+            start,
+            cached,
+            spec.accepted[i % spec.rotation],
+            spec.tokens,
+            spec.ring,
+            spec.src[i % spec.rotation],
+        )
     return flushed / total if total else 0.0
 
 
@@ -264,15 +311,17 @@ def _fresh_copies(spec: SpecInputs) -> dict[str, torch.Tensor]:
     return copies
 
 
-def run_spec_config(spec: SpecInputs, config: LaunchConfig, i: int = 0,
-                    out_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+def run_spec_config(
+    spec: SpecInputs, config: LaunchConfig, i: int = 0, out_dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """What call i with config writes, from fresh copies of the initial values (the spec stays
     reusable): {"out", "state", and "intermediate_states" or the rings}, out NaN-poisoned
     first and stored in out_dtype (default x's). The bookkeeping is not advanced."""
     copies = _fresh_copies(spec)
     kw = spec.kwargs(i)
-    out = torch.full(kw["out"].shape, float("nan"), dtype=out_dtype or kw["out"].dtype,
-                     device=kw["out"].device)
+    out = torch.full(
+        kw["out"].shape, float("nan"), dtype=out_dtype or kw["out"].dtype, device=kw["out"].device
+    )
     kw.update(copies, out=out)
     if spec.mode == "replay":
         selective_state_replay(**kw, config=config)
@@ -326,8 +375,9 @@ def check_spec_against_reference(spec: SpecInputs, config: LaunchConfig) -> tupl
     return ok, "; ".join(parts)
 
 
-def compare_spec_configs(spec: SpecInputs, reference: LaunchConfig,
-                         configs: list[LaunchConfig]) -> dict[LaunchConfig, bool]:
+def compare_spec_configs(
+    spec: SpecInputs, reference: LaunchConfig, configs: list[LaunchConfig]
+) -> dict[LaunchConfig, bool]:
     """Each config against reference, bit for bit (out stored as float32, the strict check,
     and everything the call writes), from the same inputs and initial values."""
     from ssmdecode.numerics import bits

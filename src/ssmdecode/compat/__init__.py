@@ -36,8 +36,9 @@ def require_tensors(engine: str, optional: tuple[str, ...], **tensors: object) -
         if value is None and name in optional:
             continue
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"ssmdecode.compat.{engine}: {name} must be a torch.Tensor, got "
-                            f"{type(value).__name__}")
+            raise TypeError(
+                f"ssmdecode.compat.{engine}: {name} must be a torch.Tensor, got {type(value).__name__}"
+            )
 
 
 def require_out(engine: str, out: torch.Tensor | None) -> torch.Tensor:

@@ -34,8 +34,15 @@ PAD_SLOT_ID = -1
 """sglang's sentinel in state_batch_indices for a row that reads and writes no state slot."""
 
 _ENGINE = "sglang"
-_OPTIONAL = ("D", "z", "dt_bias", "state_batch_indices", "intermediate_states_buffer",
-             "retrieve_parent_token", "intermediate_state_indices")
+_OPTIONAL = (
+    "D",
+    "z",
+    "dt_bias",
+    "state_batch_indices",
+    "intermediate_states_buffer",
+    "retrieve_parent_token",
+    "intermediate_state_indices",
+)
 
 
 def _buffer(buffer: torch.Tensor, cache_steps: int | None, state: torch.Tensor) -> torch.Tensor:
@@ -52,8 +59,7 @@ def _buffer(buffer: torch.Tensor, cache_steps: int | None, state: torch.Tensor) 
             )
         cache_steps = buffer.shape[1]
     if type(cache_steps) is not int or cache_steps < 1:
-        raise TypeError(f"ssmdecode.compat.sglang: cache_steps must be a positive int, got "
-                        f"{cache_steps!r}")
+        raise TypeError(f"ssmdecode.compat.sglang: cache_steps must be a positive int, got {cache_steps!r}")
     row = cache_steps * token_state[0] * token_state[1] * token_state[2]
     if not buffer.is_contiguous() or buffer.numel() % row:
         raise ValueError(
@@ -107,11 +113,23 @@ def selective_state_update(
     buffer; ssmdecode writes row b of it.
     """
     out = require_out(_ENGINE, out)
-    require_tensors(_ENGINE, _OPTIONAL, state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z,
-                    dt_bias=dt_bias, state_batch_indices=state_batch_indices,
-                    intermediate_states_buffer=intermediate_states_buffer,
-                    retrieve_parent_token=retrieve_parent_token,
-                    intermediate_state_indices=intermediate_state_indices)
+    require_tensors(
+        _ENGINE,
+        _OPTIONAL,
+        state=state,
+        x=x,
+        dt=dt,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        state_batch_indices=state_batch_indices,
+        intermediate_states_buffer=intermediate_states_buffer,
+        retrieve_parent_token=retrieve_parent_token,
+        intermediate_state_indices=intermediate_state_indices,
+    )
     # sglang's layout, as its wrapper makes it: every per-token tensor [B, T, H, P] or
     # [B, T, G, N] (a missing head or token dim becomes 1), the state [S, H, P, N]
     state = state.unsqueeze(1) if state.dim() == 3 else state
@@ -124,17 +142,31 @@ def selective_state_update(
         multi["intermediate_state_indices"] = intermediate_state_indices
         multi["parent_token_indices"] = retrieve_parent_token
     elif retrieve_parent_token is not None or intermediate_state_indices is not None:
-        name = "retrieve_parent_token" if retrieve_parent_token is not None else (
-            "intermediate_state_indices")
+        name = (
+            "retrieve_parent_token" if retrieve_parent_token is not None else ("intermediate_state_indices")
+        )
         raise ValueError(f"ssmdecode.compat.sglang: {name} needs intermediate_states_buffer")
     if not multi and x.shape[1] == 1:
         # one token a request: the single-token kernel and its table
         x, dt, B, C, out = x[:, 0], dt[:, 0], B[:, 0], C[:, 0], out[:, 0]
         z = None if z is None else z[:, 0]
     _selective_state_update(
-        state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-        state_batch_indices=state_batch_indices, pad_slot_id=pad_slot_id, out=out,
-        disable_state_update=disable_state_update, config=config, **multi,
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        state_batch_indices=state_batch_indices,
+        pad_slot_id=pad_slot_id,
+        out=out,
+        disable_state_update=disable_state_update,
+        config=config,
+        **multi,
     )
 
 

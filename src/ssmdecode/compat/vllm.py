@@ -45,8 +45,7 @@ NULL_BLOCK_ID = 0
 """vLLM's reserved null block: the state slot index that marks a padded row."""
 
 _ENGINE = "vllm"
-_OPTIONAL = ("z", "state_batch_indices", "dst_state_batch_indices", "num_accepted_tokens",
-             "cu_seqlens")
+_OPTIONAL = ("z", "state_batch_indices", "dst_state_batch_indices", "num_accepted_tokens", "cu_seqlens")
 
 
 def _rows(name: str, indices: torch.Tensor | None, batch: int) -> torch.Tensor | None:
@@ -57,11 +56,14 @@ def _rows(name: str, indices: torch.Tensor | None, batch: int) -> torch.Tensor |
     if indices.dim() == 1:
         indices = indices.unsqueeze(1)
     elif indices.dim() != 2:
-        raise ValueError(f"ssmdecode.compat.vllm: {name} has shape {tuple(indices.shape)}; "
-                         "expected [B] or [B, K]")
+        raise ValueError(
+            f"ssmdecode.compat.vllm: {name} has shape {tuple(indices.shape)}; expected [B] or [B, K]"
+        )
     if indices.shape[0] < batch:
-        raise ValueError(f"ssmdecode.compat.vllm: {name} has {indices.shape[0]} rows; expected "
-                         f"at least the {batch} requests")
+        raise ValueError(
+            f"ssmdecode.compat.vllm: {name} has {indices.shape[0]} rows; expected "
+            f"at least the {batch} requests"
+        )
     return indices[:batch]
 
 
@@ -105,16 +107,30 @@ def selective_state_update(
     """
     del is_blackwell  # a launch-config hint of vLLM's fallback table; see the module docstring
     out = require_out(_ENGINE, out)
-    require_tensors(_ENGINE, _OPTIONAL, state=state, x=x, dt=dt, A=A, B=B, C=C, D=D,
-                    dt_bias=dt_bias, z=z, state_batch_indices=state_batch_indices,
-                    dst_state_batch_indices=dst_state_batch_indices,
-                    num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens)
+    require_tensors(
+        _ENGINE,
+        _OPTIONAL,
+        state=state,
+        x=x,
+        dt=dt,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
+        dt_bias=dt_bias,
+        z=z,
+        state_batch_indices=state_batch_indices,
+        dst_state_batch_indices=dst_state_batch_indices,
+        num_accepted_tokens=num_accepted_tokens,
+        cu_seqlens=cu_seqlens,
+    )
     if type(null_block_id) is not int:
-        raise TypeError(f"ssmdecode.compat.vllm: null_block_id must be an int, got "
-                        f"{type(null_block_id).__name__} {null_block_id!r}")
+        raise TypeError(
+            f"ssmdecode.compat.vllm: null_block_id must be an int, got "
+            f"{type(null_block_id).__name__} {null_block_id!r}"
+        )
     if enable_stochastic_rounding:
-        raise unsupported(_ENGINE, "enable_stochastic_rounding", "stochastic rounding of an "
-                          "fp16 state")
+        raise unsupported(_ENGINE, "enable_stochastic_rounding", "stochastic rounding of an fp16 state")
     if cache_philox_rounds:
         raise unsupported(_ENGINE, "cache_philox_rounds", "Philox rounds of stochastic rounding")
     batch = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
@@ -122,15 +138,31 @@ def selective_state_update(
     dst = _rows("dst_state_batch_indices", dst_state_batch_indices, batch)
     if num_accepted_tokens is not None:
         if src is None:
-            raise ValueError("ssmdecode.compat.vllm: num_accepted_tokens needs "
-                             "state_batch_indices [B, K] (the slots of each request's tokens)")
+            raise ValueError(
+                "ssmdecode.compat.vllm: num_accepted_tokens needs "
+                "state_batch_indices [B, K] (the slots of each request's tokens)"
+            )
         dst = src if dst is None else dst  # token t's state to dst[b, t]
     else:  # column 0 is read, and the final state is written to dst column 0
         src = None if src is None else src[:, 0]
         dst = None if dst is None else dst[:, 0]
     _selective_state_update(
-        state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-        state_batch_indices=src, dst_state_batch_indices=dst, pad_slot_id=null_block_id,
-        out=out, config=config, cu_seqlens=cu_seqlens, num_accepted_tokens=num_accepted_tokens,
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        state_batch_indices=src,
+        dst_state_batch_indices=dst,
+        pad_slot_id=null_block_id,
+        out=out,
+        config=config,
+        cu_seqlens=cu_seqlens,
+        num_accepted_tokens=num_accepted_tokens,
         fast_exp=True,
     )

@@ -153,11 +153,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "--" + name.replace("_", "-"), type=int, help=f"{what} (default: {gpu} on a GPU, {cpu} on CPU)"
         )
     v = p.add_argument_group("speculative decoding (--spec T)")
-    v.add_argument("--spec", type=int, metavar="T",
-                   help="verify steps of T draft tokens a request: the intermediate-state path at "
-                   "upstream's and the table's configs against replay")
-    v.add_argument("--window", type=int, default=8,
-                   help="replay: cached tokens a ring holds besides the T drafts (default 8)")
+    v.add_argument(
+        "--spec",
+        type=int,
+        metavar="T",
+        help="verify steps of T draft tokens a request: the intermediate-state path at "
+        "upstream's and the table's configs against replay",
+    )
+    v.add_argument(
+        "--window",
+        type=int,
+        default=8,
+        help="replay: cached tokens a ring holds besides the T drafts (default 8)",
+    )
     add_common_arguments(
         p, "folder for e2e.json/.md/.png or e2e-greedy.json/.md (default benchmarks/results/<device_key>/)"
     )
@@ -426,34 +434,47 @@ def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device:
 
 
 # The three ways --spec compares: (name, path, config spec).
-SPEC_WAYS = (("a buffer, upstream", "buffer", "upstream"), ("b buffer, table", "buffer", "table"),
-             ("c replay, table", "replay", "table"))
+SPEC_WAYS = (
+    ("a buffer, upstream", "buffer", "upstream"),
+    ("b buffer, table", "buffer", "table"),
+    ("c replay, table", "replay", "table"),
+)
 
 
-def _spec_config(spec_text: str, dims: Mamba2Dims, batch: int, path: str, tokens: int,
-                 device: torch.device) -> tuple[LaunchConfig | None, LaunchConfig]:
+def _spec_config(
+    spec_text: str, dims: Mamba2Dims, batch: int, path: str, tokens: int, device: torch.device
+) -> tuple[LaunchConfig | None, LaunchConfig]:
     """(what the step is given, what the kernel runs) for a way of --spec."""
     mode = "buffer" if path == "buffer" else "replay"
     resolved = ConfigSpec(spec_text).resolve(dims.shape, batch, device, mode, tokens)
     return (None if spec_text == "table" else resolved), resolved
 
 
-def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
-                     device: torch.device) -> int:
+def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
     tokens = args.spec
     rows: list[dict[str, object]] = []
     for batch in batches_from_args(args, device):
         for name, path, spec_text in SPEC_WAYS:
-            bench = SpecStepBench.build(dims, layers, batch, tokens, path, device, args.seed,
-                                        args.window)
+            bench = SpecStepBench.build(dims, layers, batch, tokens, path, device, args.seed, args.window)
             config, resolved = _spec_config(spec_text, dims, batch, path, tokens, device)
             timing = bench.time(config)
             share = bench.profile(config)
             gained = bench.mean_accepted()
-            rows.append({"way": name, "path": path, "config": spec_text, "launch": resolved.label,
-                         "batch": batch, "tokens": tokens, "step_us": timing.us,
-                         "mean_accepted": gained, "tokens_per_s": batch * gained / (timing.us * 1e-6),
-                         **share, "timing": timing.to_dict()})
+            rows.append(
+                {
+                    "way": name,
+                    "path": path,
+                    "config": spec_text,
+                    "launch": resolved.label,
+                    "batch": batch,
+                    "tokens": tokens,
+                    "step_us": timing.us,
+                    "mean_accepted": gained,
+                    "tokens_per_s": batch * gained / (timing.us * 1e-6),
+                    **share,
+                    "timing": timing.to_dict(),
+                }
+            )
             log.info("%s batch %d: %.2f us a step", name, batch, timing.us)
             del bench
         first = next(r for r in rows if r["batch"] == batch and r["way"] == SPEC_WAYS[0][0])
@@ -462,34 +483,56 @@ def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
                 r["vs_a"] = r["tokens_per_s"] / first["tokens_per_s"]
     data = {
         "environment": environment(device, args.command_line),
-        "method": {**method(), "step": f"one verify step of {layers} Mamba2 layers, T = {tokens} "
-                   "tokens a request, and its acceptance (ssmdecode.models.mamba2_spec)",
-                   "accepted": "uniform in 1 .. T, a request and step", "window": args.window,
-                   "tokens_per_s": "batch x mean accepted / step time",
-                   "ssm_share": f"device time of kernels named *{SSM_KERNELS}* / all kernels'"},
-        "shape": dims.shape.to_dict(), "d_model": dims.d_model, "layers": layers, "rows": rows,
+        "method": {
+            **method(),
+            "step": f"one verify step of {layers} Mamba2 layers, T = {tokens} "
+            "tokens a request, and its acceptance (ssmdecode.models.mamba2_spec)",
+            "accepted": "uniform in 1 .. T, a request and step",
+            "window": args.window,
+            "tokens_per_s": "batch x mean accepted / step time",
+            "ssm_share": f"device time of kernels named *{SSM_KERNELS}* / all kernels'",
+        },
+        "shape": dims.shape.to_dict(),
+        "d_model": dims.d_model,
+        "layers": layers,
+        "rows": rows,
     }
-    markdown = (f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, T = {tokens}; "
-                f"accepted counts uniform in 1..{tokens}.\n\n" + markdown_table(
-                    ["way", "launch", "batch", "step us", "tokens/s", "x (a)", "SSM share %",
-                     "SSM us/step"],
-                    [[r["way"], r["launch"], r["batch"], r["step_us"], r["tokens_per_s"], r["vs_a"],
-                      None if r["ssm_share"] is None else 100 * r["ssm_share"], r["ssm_us_per_step"]]
-                     for r in rows]))
+    markdown = (
+        f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, T = {tokens}; "
+        f"accepted counts uniform in 1..{tokens}.\n\n"
+        + markdown_table(
+            ["way", "launch", "batch", "step us", "tokens/s", "x (a)", "SSM share %", "SSM us/step"],
+            [
+                [
+                    r["way"],
+                    r["launch"],
+                    r["batch"],
+                    r["step_us"],
+                    r["tokens_per_s"],
+                    r["vs_a"],
+                    None if r["ssm_share"] is None else 100 * r["ssm_share"],
+                    r["ssm_us_per_step"],
+                ]
+                for r in rows
+            ],
+        )
+    )
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "e2e", data, markdown)
     series: dict[str, dict[int, float]] = {}
     for r in rows:
         series.setdefault(r["way"], {})[r["batch"]] = r["tokens_per_s"]
-    paths.append(plot_vs_batch(out_dir / "e2e.png", f"verify steps, T = {tokens}, {dims.shape.label}",
-                               series, ylabel="tokens/s"))
+    paths.append(
+        plot_vs_batch(
+            out_dir / "e2e.png", f"verify steps, T = {tokens}, {dims.shape.label}", series, ylabel="tokens/s"
+        )
+    )
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 
 
-def _run_spec_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
-                     device: torch.device) -> int:
+def _run_spec_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
     tokens = args.spec
     count = option_or_default(args, "prompts", device)
     new_tokens = option_or_default(args, "new_tokens", device)
@@ -504,42 +547,79 @@ def _run_spec_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int,
     drafts[:, 2::3] = (drafts[:, 2::3] + 1) % vocab
     runs = {}
     for name, path, spec_text in SPEC_WAYS:
-        lm = Mamba2VerifyLM(dims, layers, vocab, slots=count + 1, tokens=tokens, path=path,
-                            device=device, seed=args.seed, window=args.window)
+        lm = Mamba2VerifyLM(
+            dims,
+            layers,
+            vocab,
+            slots=count + 1,
+            tokens=tokens,
+            path=path,
+            device=device,
+            seed=args.seed,
+            window=args.window,
+        )
         config, resolved = _spec_config(spec_text, dims, count, path, tokens, device)
         ids, logprobs, counts = speculative_greedy(lm, prompts.to(device), drafts, new_tokens, config)
-        runs[name] = {"launch": resolved.label, "ids": ids.cpu(), "logprobs": logprobs.cpu(),
-                      "accepted": counts.cpu()}
+        runs[name] = {
+            "launch": resolved.label,
+            "ids": ids.cpu(),
+            "logprobs": logprobs.cpu(),
+            "accepted": counts.cpu(),
+        }
     first = runs[SPEC_WAYS[0][0]]
     results = {}
     for name, run_ in runs.items():
         lp = bit_diff(first["logprobs"], run_["logprobs"])
         ids_differ = int((first["ids"] != run_["ids"]).sum())
-        results[name] = {"launch": run_["launch"], "identical": ids_differ == 0 and lp.identical,
-                         "token_id_mismatches": ids_differ, "logprob_mismatches": lp.mismatches,
-                         "first_difference": _first_difference(first["ids"], run_["ids"],
-                                                               first["logprobs"], run_["logprobs"]),
-                         "steps": int(run_["accepted"].shape[0]),
-                         "mean_accepted": float(run_["accepted"].float().mean())}
+        results[name] = {
+            "launch": run_["launch"],
+            "identical": ids_differ == 0 and lp.identical,
+            "token_id_mismatches": ids_differ,
+            "logprob_mismatches": lp.mismatches,
+            "first_difference": _first_difference(
+                first["ids"], run_["ids"], first["logprobs"], run_["logprobs"]
+            ),
+            "steps": int(run_["accepted"].shape[0]),
+            "mean_accepted": float(run_["accepted"].float().mean()),
+        }
     identical = all(r["identical"] for r in results.values())
     data = {
         "environment": environment(device, args.command_line),
-        "method": {"model": f"random-weight Mamba2 LM, {layers} layers, vocab {vocab}",
-                   "decoding": f"greedy speculative decoding, T = {tokens}, against fixed drafts "
-                   "(plain greedy decoding's tokens, every third wrong); prompts of "
-                   f"{length} tokens run as verify steps", "seed": args.seed,
-                   "compared": "every generated token id and its float32 log-prob, bit for bit, "
-                   "against (a)"},
-        "shape": dims.shape.to_dict(), "d_model": dims.d_model, "layers": layers,
-        "new_tokens": new_tokens, "prompts": count, "results": results, "identical": identical,
+        "method": {
+            "model": f"random-weight Mamba2 LM, {layers} layers, vocab {vocab}",
+            "decoding": f"greedy speculative decoding, T = {tokens}, against fixed drafts "
+            "(plain greedy decoding's tokens, every third wrong); prompts of "
+            f"{length} tokens run as verify steps",
+            "seed": args.seed,
+            "compared": "every generated token id and its float32 log-prob, bit for bit, against (a)",
+        },
+        "shape": dims.shape.to_dict(),
+        "d_model": dims.d_model,
+        "layers": layers,
+        "new_tokens": new_tokens,
+        "prompts": count,
+        "results": results,
+        "identical": identical,
     }
-    markdown = (f"Shape: {dims.shape.label}, {layers} layers, T = {tokens}: {count} prompts x "
-                f"{new_tokens} generated tokens, ids and log-probs against (a).\n\n"
-                + markdown_table(["way", "launch", "verdict", "id mismatches", "log-prob mismatches",
-                                  "steps", "mean accepted"],
-                                 [[n, r["launch"], "identical" if r["identical"] else "DIFFERENT",
-                                   r["token_id_mismatches"], r["logprob_mismatches"], r["steps"],
-                                   r["mean_accepted"]] for n, r in results.items()]))
+    markdown = (
+        f"Shape: {dims.shape.label}, {layers} layers, T = {tokens}: {count} prompts x "
+        f"{new_tokens} generated tokens, ids and log-probs against (a).\n\n"
+        + markdown_table(
+            ["way", "launch", "verdict", "id mismatches", "log-prob mismatches", "steps", "mean accepted"],
+            [
+                [
+                    n,
+                    r["launch"],
+                    "identical" if r["identical"] else "DIFFERENT",
+                    r["token_id_mismatches"],
+                    r["logprob_mismatches"],
+                    r["steps"],
+                    r["mean_accepted"],
+                ]
+                for n, r in results.items()
+            ],
+        )
+    )
     paths = write_outputs(results_dir(args.out, device), "e2e-greedy", data, markdown)
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))

@@ -231,12 +231,22 @@ def check_call(
             f"x has shape {tuple(x.shape)}: with cu_seqlens, x packs the tokens of every request "
             f"along its first dim ({'[total_tokens, P]' if mamba1 else '[total_tokens, H, P]'})"
         )
-    multi = token_dim or varlen or any(
-        t is not None
-        for t in (num_accepted_tokens, intermediate_states, intermediate_state_indices, parent_token_indices)
+    multi = (
+        token_dim
+        or varlen
+        or any(
+            t is not None
+            for t in (
+                num_accepted_tokens,
+                intermediate_states,
+                intermediate_state_indices,
+                parent_token_indices,
+            )
+        )
     )
-    multi = multi or any(isinstance(t, torch.Tensor) and t.dim() == 2
-                         for t in (state_batch_indices, dst_state_batch_indices))
+    multi = multi or any(
+        isinstance(t, torch.Tensor) and t.dim() == 2 for t in (state_batch_indices, dst_state_batch_indices)
+    )
     if varlen:
         _expect_rank("cu_seqlens", cu_seqlens, (1,), "[B + 1], the token offsets of the requests")
         batch = cu_seqlens.shape[0] - 1
@@ -250,12 +260,19 @@ def check_call(
         batch, steps = x.shape[0], 1
     if batch > MAX_BATCH:
         what = "requests" if varlen else "rows"
-        raise ValueError(f"x has {batch} {what}; one call takes at most {MAX_BATCH} (a grid "
-                         "dimension of the kernel): split the batch")
+        raise ValueError(
+            f"x has {batch} {what}; one call takes at most {MAX_BATCH} (a grid "
+            "dimension of the kernel): split the batch"
+        )
 
-    _expect_rank("B", B, (2 + token_dim,) if mamba1 else (3 + token_dim,),
-                 ("[B, T, N]" if token_dim else "[B, N]") if mamba1
-                 else ("[B, T, G, N]" if token_dim else "[B, G, N]") + f" for the {layout} layout")
+    _expect_rank(
+        "B",
+        B,
+        (2 + token_dim,) if mamba1 else (3 + token_dim,),
+        ("[B, T, N]" if token_dim else "[B, N]")
+        if mamba1
+        else ("[B, T, G, N]" if token_dim else "[B, G, N]") + f" for the {layout} layout",
+    )
     ngroups = 1 if mamba1 else B.shape[-2]
     if ngroups < 1 or nheads % ngroups:
         raise ValueError(f"B has {ngroups} groups, which does not divide the {nheads} heads of state")
@@ -267,15 +284,26 @@ def check_call(
     else:
         xs, bs = (*lead, nheads, headdim), (*lead, ngroups, dstate)
         a_shape, d_shape = (nheads, headdim, dstate), (nheads, headdim)
-    xs_what = "(tokens, heads, head dim of state)" if varlen else (
-        "(batch, tokens, heads, head dim of state)" if token_dim else "(batch, heads, head dim of state)")
+    xs_what = (
+        "(tokens, heads, head dim of state)"
+        if varlen
+        else (
+            "(batch, tokens, heads, head dim of state)" if token_dim else "(batch, heads, head dim of state)"
+        )
+    )
     expect("x", x, xs, FLOAT_DTYPES, device, xs_what)
     for name, t in (("dt", dt), ("z", z), ("out", out)):
         if t is not None or name == "dt":
             expect(name, t, xs, FLOAT_DTYPES, device, "(the shape of x)")
     expect("A", A, a_shape, FLOAT_DTYPES, device, "(heads, head dim, state dim)")
-    expect("B", B, bs, FLOAT_DTYPES, device, "(batch, groups, state dim)" if not multi else
-           "(the leading dims of x, groups, state dim)")
+    expect(
+        "B",
+        B,
+        bs,
+        FLOAT_DTYPES,
+        device,
+        "(batch, groups, state dim)" if not multi else "(the leading dims of x, groups, state dim)",
+    )
     expect("C", C, bs, FLOAT_DTYPES, device, "(the shape of B)")
     for name, t in (("D", D), ("dt_bias", dt_bias)):
         if t is not None:
@@ -297,8 +325,9 @@ def check_call(
     if batch_order is not None:
         if multi:
             raise ValueError("batch_order is taken by single-token calls only")
-        expect("batch_order", batch_order, (batch,), INDEX_DTYPES, device,
-               "(a permutation of the batch rows)")
+        expect(
+            "batch_order", batch_order, (batch,), INDEX_DTYPES, device, "(a permutation of the batch rows)"
+        )
     if device.type != "cuda" and pdl:
         pdl = False  # ignored for CPU tensors: the interpreter runs one kernel at a time
 
@@ -338,47 +367,92 @@ def check_call(
             _expect_rows("state_batch_indices", src, batch, 1, device, "(a row of slots per request)")
     if num_accepted_tokens is not None:
         if src is None or src.dim() != 2:
-            raise ValueError("num_accepted_tokens needs state_batch_indices of shape [>=B, K]: the "
-                             "initial state is read from state_batch_indices[b, num_accepted - 1]")
-        expect("num_accepted_tokens", num_accepted_tokens, (batch,), INDEX_DTYPES, device,
-               "(one count per request)")
+            raise ValueError(
+                "num_accepted_tokens needs state_batch_indices of shape [>=B, K]: the "
+                "initial state is read from state_batch_indices[b, num_accepted - 1]"
+            )
+        expect(
+            "num_accepted_tokens",
+            num_accepted_tokens,
+            (batch,),
+            INDEX_DTYPES,
+            device,
+            "(one count per request)",
+        )
     elif src is not None and src.dim() == 2:
         src = src[:, 0] if src.shape[0] == batch else src[:batch, 0]  # the initial state: column 0
 
     # the slots written: [B] (the final state) or [>=B, >=T] (each token's state)
     per_token = []  # how many tokens the per-token writes allow a request
     if dst is not None:
-        _expect_rank("dst_state_batch_indices", dst, (1, 2),
-                     "[B] (the slot of the final state) or [>=B, >=T] (a slot for each token's state)")
+        _expect_rank(
+            "dst_state_batch_indices",
+            dst,
+            (1, 2),
+            "[B] (the slot of the final state) or [>=B, >=T] (a slot for each token's state)",
+        )
         if dst.dim() == 1:
             expect("dst_state_batch_indices", dst, (batch,), INDEX_DTYPES, device, "(one slot per request)")
         else:
-            _expect_rows("dst_state_batch_indices", dst, batch, dense_tokens or 1, device,
-                         "(a slot for each token of each request)")
+            _expect_rows(
+                "dst_state_batch_indices",
+                dst,
+                batch,
+                dense_tokens or 1,
+                device,
+                "(a slot for each token of each request)",
+            )
             per_token.append(dst.shape[1])
     if intermediate_states is not None:
-        _expect_rank("intermediate_states", intermediate_states, (5,),
-                     f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c "
-                     "token states a request)")
+        _expect_rank(
+            "intermediate_states",
+            intermediate_states,
+            (5,),
+            f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c "
+            "token states a request)",
+        )
         r, steps_c = intermediate_states.shape[:2]
-        expect("intermediate_states", intermediate_states, (r, steps_c, nheads, headdim, dstate),
-               FLOAT_DTYPES, device, "(rows, steps, heads, head dim, state dim)")
+        expect(
+            "intermediate_states",
+            intermediate_states,
+            (r, steps_c, nheads, headdim, dstate),
+            FLOAT_DTYPES,
+            device,
+            "(rows, steps, heads, head dim, state dim)",
+        )
         if dense_tokens is not None and steps_c < dense_tokens:
-            raise ValueError(f"intermediate_states holds {steps_c} token states a row; the call "
-                             f"has {dense_tokens} tokens a request")
+            raise ValueError(
+                f"intermediate_states holds {steps_c} token states a row; the call "
+                f"has {dense_tokens} tokens a request"
+            )
         per_token.append(steps_c)
         if intermediate_state_indices is not None:
-            expect("intermediate_state_indices", intermediate_state_indices, (batch,), INDEX_DTYPES,
-                   device, "(a row of intermediate_states per request)")
+            expect(
+                "intermediate_state_indices",
+                intermediate_state_indices,
+                (batch,),
+                INDEX_DTYPES,
+                device,
+                "(a row of intermediate_states per request)",
+            )
     elif intermediate_state_indices is not None:
         raise ValueError("intermediate_state_indices needs intermediate_states")
     if parent_token_indices is not None:
         if intermediate_states is None:
-            raise ValueError("parent_token_indices needs intermediate_states: a token continues "
-                             "from its parent's state as the buffer holds it")
+            raise ValueError(
+                "parent_token_indices needs intermediate_states: a token continues "
+                "from its parent's state as the buffer holds it"
+            )
         _expect_rank("parent_token_indices", parent_token_indices, (2,), "[B, T]")
-        _expect_rows("parent_token_indices", parent_token_indices, batch, dense_tokens or 1, device,
-                     "(a parent token for each token of each request)", exact_rows=True)
+        _expect_rows(
+            "parent_token_indices",
+            parent_token_indices,
+            batch,
+            dense_tokens or 1,
+            device,
+            "(a parent token for each token of each request)",
+            exact_rows=True,
+        )
     if dense_tokens is not None:
         tokens, unrolled = dense_tokens, dense_tokens <= MAX_UNROLLED_TOKENS
     elif per_token:
@@ -390,18 +464,55 @@ def check_call(
         validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
     if validate_indices:
         _validate_multi_token(
-            slots, pad_slot_id, state_batch_indices, src, dst, num_accepted_tokens, cu_seqlens,
-            steps if varlen else None, per_token, intermediate_states, intermediate_state_indices,
-            parent_token_indices, batch, dense_tokens,
+            slots,
+            pad_slot_id,
+            state_batch_indices,
+            src,
+            dst,
+            num_accepted_tokens,
+            cu_seqlens,
+            steps if varlen else None,
+            per_token,
+            intermediate_states,
+            intermediate_state_indices,
+            parent_token_indices,
+            batch,
+            dense_tokens,
         )
-    return Call(state, x, dt, A, B, C, D, z, dt_bias, out, result, src, dst, batch, tokens,
-                cu_seqlens=cu_seqlens, num_accepted=num_accepted_tokens, buffer=intermediate_states,
-                buffer_idx=intermediate_state_indices, parents=parent_token_indices,
-                unrolled=unrolled)
+    return Call(
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        out,
+        result,
+        src,
+        dst,
+        batch,
+        tokens,
+        cu_seqlens=cu_seqlens,
+        num_accepted=num_accepted_tokens,
+        buffer=intermediate_states,
+        buffer_idx=intermediate_state_indices,
+        parents=parent_token_indices,
+        unrolled=unrolled,
+    )
 
 
-def _expect_rows(name: str, t: torch.Tensor, batch: int, columns: int, device: torch.device,
-                 what: str, exact_rows: bool = False) -> None:
+def _expect_rows(
+    name: str,
+    t: torch.Tensor,
+    batch: int,
+    columns: int,
+    device: torch.device,
+    what: str,
+    exact_rows: bool = False,
+) -> None:
     """A 2-D index tensor with at least (or exactly) batch rows and at least columns columns."""
     if t.dtype not in INDEX_DTYPES:
         expect(name, t, tuple(t.shape), INDEX_DTYPES, device, what)
@@ -437,15 +548,23 @@ def validate_permutation(order: torch.Tensor) -> None:
         in_range = (values >= 0) & (values < n)
         seen = torch.bincount(values.where(in_range, n), minlength=n + 1)
         missing = int((seen[:n] == 0).nonzero()[0, 0])
-        raise ValueError(f"batch_order is not a permutation of the {n} batch rows: "
-                         f"row {missing} is missing")
+        raise ValueError(f"batch_order is not a permutation of the {n} batch rows: row {missing} is missing")
 
 
 def _validate_multi_token(
-    slots: int, pad_slot_id: int, src_given: torch.Tensor | None, src: torch.Tensor | None,
-    dst: torch.Tensor | None, num_accepted: torch.Tensor | None, cu_seqlens: torch.Tensor | None,
-    total: int | None, per_token: list[int], buffer: torch.Tensor | None,
-    buffer_idx: torch.Tensor | None, parents: torch.Tensor | None, batch: int,
+    slots: int,
+    pad_slot_id: int,
+    src_given: torch.Tensor | None,
+    src: torch.Tensor | None,
+    dst: torch.Tensor | None,
+    num_accepted: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    total: int | None,
+    per_token: list[int],
+    buffer: torch.Tensor | None,
+    buffer_idx: torch.Tensor | None,
+    parents: torch.Tensor | None,
+    batch: int,
     dense_tokens: int | None,
 ) -> None:
     """The value checks of a multi-token call (synchronizes; only on request)."""
@@ -461,24 +580,30 @@ def _validate_multi_token(
         steps = cu[1:] - cu[:-1]
         if bool((steps < 0).any()):
             b = int((steps < 0).nonzero()[0, 0])
-            raise ValueError(f"cu_seqlens is not monotonic: cu_seqlens[{b + 1}] = {int(cu[b + 1])} "
-                             f"< cu_seqlens[{b}] = {int(cu[b])}")
+            raise ValueError(
+                f"cu_seqlens is not monotonic: cu_seqlens[{b + 1}] = {int(cu[b + 1])} "
+                f"< cu_seqlens[{b}] = {int(cu[b])}"
+            )
         if int(cu[-1]) != total:
             raise ValueError(f"cu_seqlens ends at {int(cu[-1])}; expected the token count of x, {total}")
         lengths = steps
         if per_token and batch and int(steps.max()) > min(per_token):
             b = int(steps.argmax())
-            raise ValueError(f"request {b} has {int(steps[b])} tokens; the per-token state writes "
-                             f"(dst_state_batch_indices columns, intermediate_states steps) hold "
-                             f"{min(per_token)}")
+            raise ValueError(
+                f"request {b} has {int(steps[b])} tokens; the per-token state writes "
+                f"(dst_state_batch_indices columns, intermediate_states steps) hold "
+                f"{min(per_token)}"
+            )
     if num_accepted is not None:
         columns = src_given.shape[1]
         na = num_accepted.cpu()
         bad = (na < 0) | (na > columns)
         if bool(bad.any()):
             b = int(bad.nonzero()[0, 0])
-            raise ValueError(f"num_accepted_tokens[{b}] = {int(na[b])} is outside [0, {columns}], the "
-                             "columns of state_batch_indices")
+            raise ValueError(
+                f"num_accepted_tokens[{b}] = {int(na[b])} is outside [0, {columns}], the "
+                "columns of state_batch_indices"
+            )
     if buffer is not None:
         rows = buffer.shape[0]
         where = buffer_idx if buffer_idx is not None else src
@@ -488,11 +613,15 @@ def _validate_multi_token(
             bad = ((values < 0) | (values >= rows)) & (values != pad_slot_id)
             if bool(bad.any()):
                 b = int(bad.nonzero()[0, 0])
-                raise ValueError(f"{name}[{b}] = {int(values[b])} is outside the {rows} rows of "
-                                 f"intermediate_states and is not pad_slot_id ({pad_slot_id})")
+                raise ValueError(
+                    f"{name}[{b}] = {int(values[b])} is outside the {rows} rows of "
+                    f"intermediate_states and is not pad_slot_id ({pad_slot_id})"
+                )
         elif batch > rows:
-            raise ValueError(f"intermediate_states has {rows} rows; without indices request b "
-                             f"uses row b, so it needs at least {batch}")
+            raise ValueError(
+                f"intermediate_states has {rows} rows; without indices request b "
+                f"uses row b, so it needs at least {batch}"
+            )
     if parents is not None:
         values = parents.cpu().long()
         width = values.shape[1]
@@ -503,5 +632,6 @@ def _validate_multi_token(
         bad = live & (t[None, :] > 0) & ~((values == -1) | ((values >= 0) & (values < t[None, :])))
         if bool(bad.any()):
             b, k = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"parent_token_indices[{b}, {k}] = {int(values[b, k])}; expected -1 or "
-                             f"a token before {k}")
+            raise ValueError(
+                f"parent_token_indices[{b}, {k}] = {int(values[b, k])}; expected -1 or a token before {k}"
+            )

@@ -84,6 +84,7 @@ _HEURISTICS = {
 }
 
 
+# fmt: off
 @triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_update_kernel(
@@ -252,11 +253,20 @@ def _selective_state_update_kernel(
     if HAS_SRC_IDX:
         b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_vm)
+# fmt: on
 
 
-def _prepare_single(call: Call, config: LaunchConfig, dt_softplus: bool, write_state: bool,
-                    pad_slot_id: int, fast_exp: bool, pdl: bool, order: torch.Tensor | None,
-                    variant: Variant) -> Launch:
+def _prepare_single(
+    call: Call,
+    config: LaunchConfig,
+    dt_softplus: bool,
+    write_state: bool,
+    pad_slot_id: int,
+    fast_exp: bool,
+    pdl: bool,
+    order: torch.Tensor | None,
+    variant: Variant,
+) -> Launch:
     """Grid and arguments of the single-token kernel (tensors in the Mamba2 layout)."""
     state, x = call.state, call.x
     batch, nheads, headdim = x.shape
@@ -264,13 +274,34 @@ def _prepare_single(call: Call, config: LaunchConfig, dt_softplus: bool, write_s
     block_n = triton.next_power_of_2(dstate)
     check_ordered_sum(config, block_n, dstate)
     args = (
-        state, x, call.dt, call.dt_bias, call.A, call.B, call.C, call.D, call.z, call.out,
-        call.src_idx, call.dst_idx, order,
-        headdim, dstate, pad_slot_id,
-        *state.stride(), *x.stride(), *call.dt.stride(), *strides(call.dt_bias, 2),
-        *call.A.stride(), *call.B.stride(), *call.C.stride(), *strides(call.D, 2),
-        *strides(call.z, 3), *call.out.stride(),
-        *strides(call.src_idx, 1), *strides(call.dst_idx, 1),
+        state,
+        x,
+        call.dt,
+        call.dt_bias,
+        call.A,
+        call.B,
+        call.C,
+        call.D,
+        call.z,
+        call.out,
+        call.src_idx,
+        call.dst_idx,
+        order,
+        headdim,
+        dstate,
+        pad_slot_id,
+        *state.stride(),
+        *x.stride(),
+        *call.dt.stride(),
+        *strides(call.dt_bias, 2),
+        *call.A.stride(),
+        *call.B.stride(),
+        *call.C.stride(),
+        *strides(call.D, 2),
+        *strides(call.z, 3),
+        *call.out.stride(),
+        *strides(call.src_idx, 1),
+        *strides(call.dst_idx, 1),
         1 if order is None else order.stride(0),  # 1: a constant, no kernel argument
     )
     flags = dict(
@@ -280,8 +311,7 @@ def _prepare_single(call: Call, config: LaunchConfig, dt_softplus: bool, write_s
         WRITE_STATE=write_state,
         EVEN_M=headdim % config.block_m == 0,
         EVEN_N=dstate == block_n,
-        PACKED_ROWS=(not variant.strided_rows and state.stride(-1) == 1
-                     and state.stride(-2) == block_n),
+        PACKED_ROWS=(not variant.strided_rows and state.stride(-1) == 1 and state.stride(-2) == block_n),
         EVEN_VECTORS=not variant.masked_vectors,
         FAST_EXP=fast_exp,
         BLOCK_M=config.block_m,
@@ -328,10 +358,29 @@ def prepare(
     batch_order = multi.pop("batch_order", None)
     validate_indices = multi.pop("validate_indices", None)
     fast_exp = multi.pop("fast_exp", False)
-    call = check_call(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
-                      dst_state_batch_indices, pad_slot_id, out, disable_state_update, config,
-                      fast_exp=fast_exp, validate_indices=validate_indices, batch_order=batch_order,
-                      pdl=pdl, **multi)
+    call = check_call(
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        state_batch_indices,
+        dst_state_batch_indices,
+        pad_slot_id,
+        out,
+        disable_state_update,
+        config,
+        fast_exp=fast_exp,
+        validate_indices=validate_indices,
+        batch_order=batch_order,
+        pdl=pdl,
+        **multi,
+    )
     if call.batch == 0:
         return call, None
     variant = _variant or Variant()
@@ -347,14 +396,23 @@ def prepare(
     headdim, dstate = call.state.shape[-2:]
     if call.multi_token:
         if config is None:
-            config = lookup_config(headdim, dstate, call.state.dtype, call.batch,
-                                   call.state.device, mode=call.mode, tokens=call.tokens)
-        return call, verify.prepare_multi_token(call, config, dt_softplus, not disable_state_update,
-                                                pad_slot_id, fast_exp, pdl, variant)
+            config = lookup_config(
+                headdim,
+                dstate,
+                call.state.dtype,
+                call.batch,
+                call.state.device,
+                mode=call.mode,
+                tokens=call.tokens,
+            )
+        return call, verify.prepare_multi_token(
+            call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, variant
+        )
     if config is None:
         config = lookup_config(headdim, dstate, call.state.dtype, call.batch, call.state.device)
-    return call, _prepare_single(call, config, dt_softplus, not disable_state_update, pad_slot_id,
-                                 fast_exp, pdl, batch_order, variant)
+    return call, _prepare_single(
+        call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, batch_order, variant
+    )
 
 
 def selective_state_update(
@@ -463,21 +521,57 @@ def selective_state_update(
     """
     if torch.compiler.is_compiling():  # one node of the graph: torch_op.py
         return torch_op.selective_state_update_op(
-            state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
-            dst_state_batch_indices, pad_slot_id, out, disable_state_update, config,
-            cu_seqlens=cu_seqlens, num_accepted_tokens=num_accepted_tokens,
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            dt_softplus,
+            state_batch_indices,
+            dst_state_batch_indices,
+            pad_slot_id,
+            out,
+            disable_state_update,
+            config,
+            cu_seqlens=cu_seqlens,
+            num_accepted_tokens=num_accepted_tokens,
             intermediate_states=intermediate_states,
             intermediate_state_indices=intermediate_state_indices,
-            parent_token_indices=parent_token_indices, fast_exp=fast_exp, pdl=pdl,
+            parent_token_indices=parent_token_indices,
+            fast_exp=fast_exp,
+            pdl=pdl,
             batch_order=batch_order,
         )
     call, launch = prepare(
-        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
-        dst_state_batch_indices, pad_slot_id, out, disable_state_update, config,
-        cu_seqlens=cu_seqlens, num_accepted_tokens=num_accepted_tokens,
-        intermediate_states=intermediate_states, intermediate_state_indices=intermediate_state_indices,
-        parent_token_indices=parent_token_indices, fast_exp=fast_exp,
-        validate_indices=validate_indices, pdl=pdl, batch_order=batch_order,
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        state_batch_indices,
+        dst_state_batch_indices,
+        pad_slot_id,
+        out,
+        disable_state_update,
+        config,
+        cu_seqlens=cu_seqlens,
+        num_accepted_tokens=num_accepted_tokens,
+        intermediate_states=intermediate_states,
+        intermediate_state_indices=intermediate_state_indices,
+        parent_token_indices=parent_token_indices,
+        fast_exp=fast_exp,
+        validate_indices=validate_indices,
+        pdl=pdl,
+        batch_order=batch_order,
     )
     run(call, launch)
     return call.result

@@ -78,8 +78,11 @@ def selective_state_update_reference(
         return None if t is None else t.detach().cpu().long()
 
     src, dst = cpu(state_batch_indices), cpu(dst_state_batch_indices)
-    accepted, buf_idx, parents = cpu(num_accepted_tokens), cpu(intermediate_state_indices), cpu(
-        parent_token_indices)
+    accepted, buf_idx, parents = (
+        cpu(num_accepted_tokens),
+        cpu(intermediate_state_indices),
+        cpu(parent_token_indices),
+    )
     per_token = dst is not None and dst.dim() == 2
 
     dt = dt.to(f)
@@ -197,8 +200,10 @@ def selective_state_replay_reference(
             pos = (start + k) % ring
             d = dt_cache[slot, :, pos].to(f)  # [H]
             Bk = B_cache[slot, :, pos].to(f).repeat_interleave(heads_per_group, 0)  # [H, N]
-            s = s * torch.exp(Af * d)[:, None, None] + (d[:, None] * Bk)[:, None, :] * x_cache[
-                slot, :, pos].to(f)[..., None]
+            s = (
+                s * torch.exp(Af * d)[:, None, None]
+                + (d[:, None] * Bk)[:, None, :] * x_cache[slot, :, pos].to(f)[..., None]
+            )
         if (cached + 2 * tokens > ring) if flush is None else flush:
             new_state[slot] = s
         for t in range(count):

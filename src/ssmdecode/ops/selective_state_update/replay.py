@@ -83,6 +83,7 @@ _HEURISTICS = {
 }
 
 
+# fmt: off
 @triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_replay_kernel(
@@ -294,18 +295,43 @@ def _selective_state_replay_kernel(
             if i_h % HEADS_PER_GROUP == 0:
                 m_appn = m_vn if m_app is None else (m_app if m_vn is None else m_vn & m_app)
                 tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_appn)
+# fmt: on
 
 
-def _check_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z,
-                  dt_bias, state_batch_indices, pad_slot_id, out, config, cu_seqlens, max_seqlen,
-                  dt_softplus, fast_exp, pdl):
+def _check_replay(
+    state,
+    x_cache,
+    B_cache,
+    dt_cache,
+    ring_start,
+    num_cached,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D,
+    z,
+    dt_bias,
+    state_batch_indices,
+    pad_slot_id,
+    out,
+    config,
+    cu_seqlens,
+    max_seqlen,
+    dt_softplus,
+    fast_exp,
+    pdl,
+):
     """Every argument of selective_state_replay checked; returns (tokens, batch, out)."""
     for name, value in (("dt_softplus", dt_softplus), ("fast_exp", fast_exp), ("pdl", pdl)):
         if type(value) is not bool:
             raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     if type(pad_slot_id) is not int:
-        raise TypeError(f"pad_slot_id must be an int (the slot index that marks a padded row), "
-                        f"got {type(pad_slot_id).__name__} {pad_slot_id!r}")
+        raise TypeError(
+            f"pad_slot_id must be an int (the slot index that marks a padded row), "
+            f"got {type(pad_slot_id).__name__} {pad_slot_id!r}"
+        )
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
     if not isinstance(state, torch.Tensor):
@@ -321,15 +347,20 @@ def _check_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, 
         raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
     ngroups = B.shape[-2] if B.dim() >= 2 else 0
     if ngroups < 1 or nheads % ngroups:
-        raise ValueError(f"B has shape {tuple(B.shape)}: its {ngroups} groups do not divide "
-                         f"the {nheads} heads of state")
+        raise ValueError(
+            f"B has shape {tuple(B.shape)}: its {ngroups} groups do not divide the {nheads} heads of state"
+        )
     if cu_seqlens is not None:
         if x.dim() != 3:
-            raise ValueError(f"x has shape {tuple(x.shape)}: with cu_seqlens, x packs the drafts "
-                             "of every request ([total_tokens, H, P])")
+            raise ValueError(
+                f"x has shape {tuple(x.shape)}: with cu_seqlens, x packs the drafts "
+                "of every request ([total_tokens, H, P])"
+            )
         if type(max_seqlen) is not int or max_seqlen < 1:
-            raise ValueError(f"cu_seqlens needs max_seqlen, the most drafts a request (an int "
-                             f">= 1; the ring is window + max_seqlen long), got {max_seqlen!r}")
+            raise ValueError(
+                f"cu_seqlens needs max_seqlen, the most drafts a request (an int "
+                f">= 1; the ring is window + max_seqlen long), got {max_seqlen!r}"
+            )
         if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
             raise ValueError("cu_seqlens must be a tensor [B + 1] of token offsets")
         batch, tokens = cu_seqlens.shape[0] - 1, max_seqlen
@@ -337,8 +368,10 @@ def _check_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, 
         lead = (x.shape[0],)
     else:
         if x.dim() != 4:
-            raise ValueError(f"x has shape {tuple(x.shape)}; expected [B, T, H, P] (T drafts a "
-                             "request), or [total_tokens, H, P] with cu_seqlens")
+            raise ValueError(
+                f"x has shape {tuple(x.shape)}; expected [B, T, H, P] (T drafts a "
+                "request), or [total_tokens, H, P] with cu_seqlens"
+            )
         if max_seqlen is not None:
             raise ValueError("max_seqlen goes with cu_seqlens only; the dense T is x.shape[1]")
         batch, tokens = x.shape[0], x.shape[1]
@@ -357,47 +390,112 @@ def _check_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, 
         if t is not None:
             expect(name, t, (nheads, headdim), FLOAT_DTYPES, device, "(heads, head dim)")
     if not ties_head_dim(dt, A, dt_bias):
-        raise ValueError("replay takes dt, A and dt_bias tied over the head dim (stride 0 over P, "
-                         "and N for A: one dt' a head, as Mamba2 models pass them): the ring holds "
-                         "one dt' a head")
+        raise ValueError(
+            "replay takes dt, A and dt_bias tied over the head dim (stride 0 over P, "
+            "and N for A: one dt' a head, as Mamba2 models pass them): the ring holds "
+            "one dt' a head"
+        )
     if not isinstance(x_cache, torch.Tensor) or x_cache.dim() != 4:
-        raise ValueError(f"x_cache must be a tensor [S, H, R, P]; got "
-                         f"{tuple(x_cache.shape) if isinstance(x_cache, torch.Tensor) else type(x_cache).__name__}")
+        raise ValueError(
+            f"x_cache must be a tensor [S, H, R, P]; got "
+            f"{tuple(x_cache.shape) if isinstance(x_cache, torch.Tensor) else type(x_cache).__name__}"
+        )
     ring = x_cache.shape[2]
-    expect("x_cache", x_cache, (slots, nheads, ring, headdim), (x.dtype,), device,
-           "(slots, heads, ring, head dim), in x's dtype")
-    expect("B_cache", B_cache, (slots, ngroups, ring, dstate), (B.dtype,), device,
-           "(slots, groups, ring, state dim), in B's dtype")
-    expect("dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device,
-           "(slots, heads, ring), float32")
+    expect(
+        "x_cache",
+        x_cache,
+        (slots, nheads, ring, headdim),
+        (x.dtype,),
+        device,
+        "(slots, heads, ring, head dim), in x's dtype",
+    )
+    expect(
+        "B_cache",
+        B_cache,
+        (slots, ngroups, ring, dstate),
+        (B.dtype,),
+        device,
+        "(slots, groups, ring, state dim), in B's dtype",
+    )
+    expect(
+        "dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device, "(slots, heads, ring), float32"
+    )
     for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
         expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
     if ring < 2 * tokens:
-        raise ValueError(f"x_cache holds a ring of {ring} tokens; T = {tokens} drafts need at least "
-                         f"2 T = {2 * tokens} (a window of at least T cached tokens, then the T drafts)")
+        raise ValueError(
+            f"x_cache holds a ring of {ring} tokens; T = {tokens} drafts need at least "
+            f"2 T = {2 * tokens} (a window of at least T cached tokens, then the T drafts)"
+        )
     if state_batch_indices is not None:
-        expect("state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, device,
-               "(one slot a request)")
+        expect(
+            "state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, device, "(one slot a request)"
+        )
     elif slots < batch:
-        raise ValueError(f"state has {slots} slots but {batch} requests; without "
-                         "state_batch_indices request b uses slot b")
+        raise ValueError(
+            f"state has {slots} slots but {batch} requests; without state_batch_indices request b uses slot b"
+        )
     if out is None:
         out = torch.empty(xs, dtype=x.dtype, device=device)
     return tokens, batch, ring, out
 
 
-def _prepare_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D,
-                    z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out, config,
-                    cu_seqlens, max_seqlen, fast_exp, validate_indices, pdl, flush) -> tuple:
+def _prepare_replay(
+    state,
+    x_cache,
+    B_cache,
+    dt_cache,
+    ring_start,
+    num_cached,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D,
+    z,
+    dt_bias,
+    dt_softplus,
+    state_batch_indices,
+    pad_slot_id,
+    out,
+    config,
+    cu_seqlens,
+    max_seqlen,
+    fast_exp,
+    validate_indices,
+    pdl,
+    flush,
+) -> tuple:
     tokens, batch, ring, out = _check_replay(
-        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias,
-        state_batch_indices, pad_slot_id, out, config, cu_seqlens, max_seqlen, dt_softplus,
-        fast_exp, pdl)
+        state,
+        x_cache,
+        B_cache,
+        dt_cache,
+        ring_start,
+        num_cached,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        state_batch_indices,
+        pad_slot_id,
+        out,
+        config,
+        cu_seqlens,
+        max_seqlen,
+        dt_softplus,
+        fast_exp,
+        pdl,
+    )
     if validate_indices is None:
         validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
     if validate_indices:
-        _validate(state, ring_start, num_cached, state_batch_indices, pad_slot_id, ring, tokens,
-                  batch)
+        _validate(state, ring_start, num_cached, state_batch_indices, pad_slot_id, ring, tokens, batch)
     result = out
     if cu_seqlens is not None:  # the packed drafts as one row of the dense layout
         x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
@@ -406,8 +504,9 @@ def _prepare_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x
         return result, None
     headdim, dstate = state.shape[-2:]
     if config is None:
-        config = lookup_config(headdim, dstate, state.dtype, batch, state.device, mode="replay",
-                               tokens=tokens)
+        config = lookup_config(
+            headdim, dstate, state.dtype, batch, state.device, mode="replay", tokens=tokens
+        )
     block_n = triton.next_power_of_2(dstate)
     check_ordered_sum(config, block_n, dstate)
     pdl = pdl and state.device.type == "cuda"
@@ -415,21 +514,58 @@ def _prepare_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x
         raise ValueError(f"pdl=True needs Triton >= 3.3; got Triton {triton.__version__}")
     nheads = state.shape[1]
     args = (
-        state, x_cache, B_cache, dt_cache, ring_start, num_cached,
-        x, dt, dt_bias, A, B, C, D, z, out, state_batch_indices, cu_seqlens,
-        headdim, dstate, pad_slot_id, x.shape[1], ring,
-        *state.stride(), *x_cache.stride(), *B_cache.stride(), *dt_cache.stride(),
-        *x.stride(), *dt.stride()[:3], 0 if dt_bias is None else dt_bias.stride(0), A.stride(0),
-        *B.stride(), *C.stride(), *strides(D, 2), *strides(z, 4), *out.stride(),
+        state,
+        x_cache,
+        B_cache,
+        dt_cache,
+        ring_start,
+        num_cached,
+        x,
+        dt,
+        dt_bias,
+        A,
+        B,
+        C,
+        D,
+        z,
+        out,
+        state_batch_indices,
+        cu_seqlens,
+        headdim,
+        dstate,
+        pad_slot_id,
+        x.shape[1],
+        ring,
+        *state.stride(),
+        *x_cache.stride(),
+        *B_cache.stride(),
+        *dt_cache.stride(),
+        *x.stride(),
+        *dt.stride()[:3],
+        0 if dt_bias is None else dt_bias.stride(0),
+        A.stride(0),
+        *B.stride(),
+        *C.stride(),
+        *strides(D, 2),
+        *strides(z, 4),
+        *out.stride(),
         0 if state_batch_indices is None else state_batch_indices.stride(0),
     )
     flags = dict(
-        T=tokens, WINDOW=ring - tokens, FLUSH=flush,
-        HEADS_PER_GROUP=nheads // B.shape[-2], DT_SOFTPLUS=dt_softplus,
-        EVEN_M=headdim % config.block_m == 0, EVEN_N=dstate == block_n,
+        T=tokens,
+        WINDOW=ring - tokens,
+        FLUSH=flush,
+        HEADS_PER_GROUP=nheads // B.shape[-2],
+        DT_SOFTPLUS=dt_softplus,
+        EVEN_M=headdim % config.block_m == 0,
+        EVEN_N=dstate == block_n,
         PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
-        FAST_EXP=fast_exp, BLOCK_M=config.block_m, SLOT_MAJOR=config.slot_major,
-        EVICT_FIRST=config.evict_first, ORDERED_SUM=config.ordered_sum, PDL=pdl,
+        FAST_EXP=fast_exp,
+        BLOCK_M=config.block_m,
+        SLOT_MAJOR=config.slot_major,
+        EVICT_FIRST=config.evict_first,
+        ORDERED_SUM=config.ordered_sum,
+        PDL=pdl,
         num_warps=config.num_warps,
     )
     if pdl:
@@ -441,9 +577,16 @@ def _prepare_replay(state, x_cache, B_cache, dt_cache, ring_start, num_cached, x
     return result, Launch(_selective_state_replay_kernel, grid, args, flags)
 
 
-def _validate(state: torch.Tensor, ring_start: torch.Tensor, num_cached: torch.Tensor,
-              slots_idx: torch.Tensor | None, pad_slot_id: int, ring: int, tokens: int,
-              batch: int) -> None:
+def _validate(
+    state: torch.Tensor,
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    slots_idx: torch.Tensor | None,
+    pad_slot_id: int,
+    ring: int,
+    tokens: int,
+    batch: int,
+) -> None:
     """Value checks (synchronize; only on request): slots inside the pool, each slot's
     bookkeeping inside its ring."""
     slots = state.shape[0]
@@ -451,16 +594,20 @@ def _validate(state: torch.Tensor, ring_start: torch.Tensor, num_cached: torch.T
     bad = ((used < 0) | (used >= slots)) & (used != pad_slot_id)
     if bool(bad.any()):
         b = int(bad.nonzero()[0, 0])
-        raise ValueError(f"state_batch_indices[{b}] = {int(used[b])} is outside the state pool "
-                         f"[0, {slots}) and is not pad_slot_id ({pad_slot_id})")
+        raise ValueError(
+            f"state_batch_indices[{b}] = {int(used[b])} is outside the state pool "
+            f"[0, {slots}) and is not pad_slot_id ({pad_slot_id})"
+        )
     live = used[used != pad_slot_id]
     start, cached = ring_start.cpu()[live], num_cached.cpu()[live]
     for name, values, high in (("ring_start", start, ring - 1), ("num_cached", cached, ring - tokens)):
         bad = (values < 0) | (values > high)
         if bool(bad.any()):
             i = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{name}[{int(live[i])}] = {int(values[i])} is outside [0, {high}] "
-                             f"(a ring of {ring} tokens, T = {tokens} drafts)")
+            raise ValueError(
+                f"{name}[{int(live[i])}] = {int(values[i])} is outside [0, {high}] "
+                f"(a ring of {ring} tokens, T = {tokens} drafts)"
+            )
 
 
 def _run(device: torch.device, launch: Launch | None) -> None:
@@ -536,13 +683,37 @@ def selective_state_replay(
         out.
     """
     result, launch = _prepare_replay(
-        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias,
-        dt_softplus, state_batch_indices, pad_slot_id, out, config, cu_seqlens, max_seqlen,
-        fast_exp, validate_indices, pdl, flush=False)
+        state,
+        x_cache,
+        B_cache,
+        dt_cache,
+        ring_start,
+        num_cached,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        state_batch_indices,
+        pad_slot_id,
+        out,
+        config,
+        cu_seqlens,
+        max_seqlen,
+        fast_exp,
+        validate_indices,
+        pdl,
+        flush=False,
+    )
     _run(state.device, launch)
     return result
 
 
+# fmt: off
 @triton.jit
 def _advance_kernel(p_start, p_cached, p_accepted, p_slots, n, tokens, ring, pad_slot_id,
                     HAS_SLOTS: tl.constexpr, FLUSHED: tl.constexpr, BLOCK: tl.constexpr):
@@ -564,6 +735,7 @@ def _advance_kernel(p_start, p_cached, p_accepted, p_slots, n, tokens, ring, pad
         flush = cached + 2 * tokens > ring
     tl.store(p_start + i_slot, tl.where(flush, (start + cached) % ring, start), mask=m_b)
     tl.store(p_cached + i_slot, tl.where(flush, 0, cached) + accepted, mask=m_b)
+# fmt: on
 
 
 _ADVANCE_BLOCK = 1024
@@ -592,21 +764,31 @@ def replay_advance(
         raise TypeError("num_accepted must be an int tensor [B]")
     n = num_accepted.shape[0]
     if state_batch_indices is not None and tuple(state_batch_indices.shape) != (n,):
-        raise ValueError(f"state_batch_indices has shape {tuple(state_batch_indices.shape)}; "
-                         f"expected ({n},), one slot a request of num_accepted")
+        raise ValueError(
+            f"state_batch_indices has shape {tuple(state_batch_indices.shape)}; "
+            f"expected ({n},), one slot a request of num_accepted"
+        )
     if n == 0:
         return
     device = ring_start.device
     if device.type != "cuda" and not interpreted():
-        raise ValueError(f"ring_start is on {device}: CPU tensors run only under Triton's "
-                         "interpreter")
+        raise ValueError(f"ring_start is on {device}: CPU tensors run only under Triton's interpreter")
     grid = (triton.cdiv(n, _ADVANCE_BLOCK),)
-    launch = Launch(_advance_kernel, grid, (
-        ring_start, num_cached, num_accepted.contiguous(),
-        None if state_batch_indices is None else state_batch_indices.contiguous(),
-        n, tokens, ring, pad_slot_id,
-    ), dict(HAS_SLOTS=state_batch_indices is not None, FLUSHED=flushed, BLOCK=_ADVANCE_BLOCK,
-            num_warps=4))
+    launch = Launch(
+        _advance_kernel,
+        grid,
+        (
+            ring_start,
+            num_cached,
+            num_accepted.contiguous(),
+            None if state_batch_indices is None else state_batch_indices.contiguous(),
+            n,
+            tokens,
+            ring,
+            pad_slot_id,
+        ),
+        dict(HAS_SLOTS=state_batch_indices is not None, FLUSHED=flushed, BLOCK=_ADVANCE_BLOCK, num_warps=4),
+    )
     _run(device, launch)
 
 
@@ -636,10 +818,34 @@ def replay_flush(
     # discarded, and its ring entry lands past the cached tokens, where later drafts go.
     x = torch.zeros(batch, 1, nheads, headdim, dtype=x_cache.dtype, device=device)
     dt = torch.zeros(batch, 1, nheads, 1, dtype=torch.float32, device=device).expand(
-        batch, 1, nheads, headdim)
+        batch, 1, nheads, headdim
+    )
     Bz = torch.zeros(batch, 1, ngroups, dstate, dtype=B_cache.dtype, device=device)
     _, launch = _prepare_replay(
-        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, Bz, Bz, None, None,
-        None, False, state_batch_indices, pad_slot_id, None, config, None, None, fast_exp, None,
-        False, flush=True)
+        state,
+        x_cache,
+        B_cache,
+        dt_cache,
+        ring_start,
+        num_cached,
+        x,
+        dt,
+        A,
+        Bz,
+        Bz,
+        None,
+        None,
+        None,
+        False,
+        state_batch_indices,
+        pad_slot_id,
+        None,
+        config,
+        None,
+        None,
+        fast_exp,
+        None,
+        False,
+        flush=True,
+    )
     _run(device, launch)

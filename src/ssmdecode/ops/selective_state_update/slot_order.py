@@ -48,8 +48,7 @@ def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
     if not isinstance(state_batch_indices, torch.Tensor) or state_batch_indices.dim() != 1:
         raise TypeError("state_batch_indices must be a 1-D torch.Tensor of slots")
     if state_batch_indices.dtype not in INDEX_DTYPES:
-        raise TypeError(f"state_batch_indices has dtype {state_batch_indices.dtype}; expected "
-                        "int32 or int64")
+        raise TypeError(f"state_batch_indices has dtype {state_batch_indices.dtype}; expected int32 or int64")
     n = state_batch_indices.shape[0]
     on_gpu = state_batch_indices.is_cuda  # CPU tensors: the interpreter; no CUDA API
     if n == 0 or n > _SLOT_ORDER_MAX_BLOCK or not (on_gpu or interpreted()):
@@ -57,6 +56,12 @@ def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
     order = torch.empty(n, dtype=torch.int32, device=state_batch_indices.device)
     block = max(16, triton.next_power_of_2(n))
     with torch.cuda.device(state_batch_indices.device) if on_gpu else contextlib.nullcontext():
-        _slot_order_kernel[(1,)](state_batch_indices, order, n, state_batch_indices.stride(0),
-                                 BLOCK=block, num_warps=4 if block <= 1024 else 8)
+        _slot_order_kernel[(1,)](
+            state_batch_indices,
+            order,
+            n,
+            state_batch_indices.stride(0),
+            BLOCK=block,
+            num_warps=4 if block <= 1024 else 8,
+        )
     return order

@@ -54,15 +54,34 @@ def _selective_state_update_op(
 ) -> None:
     from ssmdecode.ops.selective_state_update import decode
 
-    decode.run(*decode.prepare(
-        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
-        dst_state_batch_indices, pad_slot_id, out, disable_state_update,
-        None if config is None else LaunchConfig.parse(config),
-        cu_seqlens=cu_seqlens, num_accepted_tokens=num_accepted_tokens,
-        intermediate_states=intermediate_states, intermediate_state_indices=intermediate_state_indices,
-        parent_token_indices=parent_token_indices, fast_exp=fast_exp, pdl=pdl,
-        batch_order=batch_order,
-    ))
+    decode.run(
+        *decode.prepare(
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            dt_softplus,
+            state_batch_indices,
+            dst_state_batch_indices,
+            pad_slot_id,
+            out,
+            disable_state_update,
+            None if config is None else LaunchConfig.parse(config),
+            cu_seqlens=cu_seqlens,
+            num_accepted_tokens=num_accepted_tokens,
+            intermediate_states=intermediate_states,
+            intermediate_state_indices=intermediate_state_indices,
+            parent_token_indices=parent_token_indices,
+            fast_exp=fast_exp,
+            pdl=pdl,
+            batch_order=batch_order,
+        )
+    )
 
 
 @_selective_state_update_op.register_fake
@@ -72,23 +91,53 @@ def _(*args: object, **kwargs: object) -> None:
 
 
 def selective_state_update_op(
-    state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-    C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None, dt_softplus: bool, state_batch_indices: torch.Tensor | None,
-    dst_state_batch_indices: torch.Tensor | None, pad_slot_id: int, out: torch.Tensor | None,
-    disable_state_update: bool, config: LaunchConfig | None, **multi: object,
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_batch_indices: torch.Tensor | None,
+    dst_state_batch_indices: torch.Tensor | None,
+    pad_slot_id: int,
+    out: torch.Tensor | None,
+    disable_state_update: bool,
+    config: LaunchConfig | None,
+    **multi: object,
 ) -> torch.Tensor:
     """selective_state_update through the custom op (what the public function does while
     torch.compile traces it): out allocated first when None, like x."""
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     torch.ops.ssmdecode.selective_state_update(
-        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
-        dst_state_batch_indices, pad_slot_id, out, disable_state_update,
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        state_batch_indices,
+        dst_state_batch_indices,
+        pad_slot_id,
+        out,
+        disable_state_update,
         None if config is None else config.label,
-        multi.get("cu_seqlens"), multi.get("num_accepted_tokens"), multi.get("intermediate_states"),
-        multi.get("intermediate_state_indices"), multi.get("parent_token_indices"),
-        multi.get("fast_exp", False), multi.get("pdl", False), multi.get("batch_order"),
+        multi.get("cu_seqlens"),
+        multi.get("num_accepted_tokens"),
+        multi.get("intermediate_states"),
+        multi.get("intermediate_state_indices"),
+        multi.get("parent_token_indices"),
+        multi.get("fast_exp", False),
+        multi.get("pdl", False),
+        multi.get("batch_order"),
     )
     return out
 

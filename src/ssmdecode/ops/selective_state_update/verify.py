@@ -67,6 +67,7 @@ _HEURISTICS = {
 }
 
 
+# fmt: off
 @triton.jit
 def _token(
     b_state, t, n_tok, i_b, i_h, i_g, i_xb, t0, i_src, i_buf,
@@ -181,8 +182,10 @@ def _token(
     tl.store(p_out + i_xb * stride_out_b + tok * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
              b_out, mask=m_tv)
     return b_state
+# fmt: on
 
 
+# fmt: off
 @triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_update_multi_token_kernel(
@@ -405,10 +408,19 @@ def _selective_state_update_multi_token_kernel(
         p_final = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
         tl.store(p_final, b_state.to(p_state.dtype.element_ty), mask=m_final,
                  eviction_policy=STATE_EVICT)
+# fmt: on
 
 
-def prepare_multi_token(call: Call, config: LaunchConfig, dt_softplus: bool, write_final: bool,
-                        pad_slot_id: int, fast_exp: bool, pdl: bool, variant: Variant) -> Launch:
+def prepare_multi_token(
+    call: Call,
+    config: LaunchConfig,
+    dt_softplus: bool,
+    write_final: bool,
+    pad_slot_id: int,
+    fast_exp: bool,
+    pdl: bool,
+    variant: Variant,
+) -> Launch:
     """Grid and arguments of the multi-token kernel (a checked multi-token Call)."""
     state, x = call.state, call.x
     nheads, headdim = x.shape[-2:]
@@ -420,13 +432,42 @@ def prepare_multi_token(call: Call, config: LaunchConfig, dt_softplus: bool, wri
     src_strides = (0, 0) if src is None else (src.stride(0), src.stride(1) if src.dim() == 2 else 0)
     dst_strides = (0, 0) if dst is None else (dst.stride(0), dst.stride(1) if per_token else 0)
     args = (
-        state, x, call.dt, call.dt_bias, call.A, call.B, call.C, call.D, call.z, call.out,
-        src, dst, call.num_accepted, call.cu_seqlens, buf, call.buffer_idx, call.parents,
-        headdim, dstate, pad_slot_id, x.shape[1], src.shape[1] if src is not None and src.dim() == 2 else 1,
-        *state.stride(), *x.stride(), *call.dt.stride(), *strides(call.dt_bias, 2),
-        *call.A.stride(), *call.B.stride(), *call.C.stride(), *strides(call.D, 2),
-        *strides(call.z, 4), *call.out.stride(),
-        *src_strides, *dst_strides, *strides(buf, 5), *strides(call.buffer_idx, 1),
+        state,
+        x,
+        call.dt,
+        call.dt_bias,
+        call.A,
+        call.B,
+        call.C,
+        call.D,
+        call.z,
+        call.out,
+        src,
+        dst,
+        call.num_accepted,
+        call.cu_seqlens,
+        buf,
+        call.buffer_idx,
+        call.parents,
+        headdim,
+        dstate,
+        pad_slot_id,
+        x.shape[1],
+        src.shape[1] if src is not None and src.dim() == 2 else 1,
+        *state.stride(),
+        *x.stride(),
+        *call.dt.stride(),
+        *strides(call.dt_bias, 2),
+        *call.A.stride(),
+        *call.B.stride(),
+        *call.C.stride(),
+        *strides(call.D, 2),
+        *strides(call.z, 4),
+        *call.out.stride(),
+        *src_strides,
+        *dst_strides,
+        *strides(buf, 5),
+        *strides(call.buffer_idx, 1),
         *strides(call.parents, 2),
     )
     packed = not variant.strided_rows and state.stride(-1) == 1 and state.stride(-2) == block_n
@@ -441,8 +482,9 @@ def prepare_multi_token(call: Call, config: LaunchConfig, dt_softplus: bool, wri
         EVEN_M=headdim % config.block_m == 0,
         EVEN_N=dstate == block_n,
         PACKED_ROWS=packed,
-        BUFFER_PACKED=(buf is not None and not variant.strided_rows and buf.stride(-1) == 1
-                       and buf.stride(-2) == block_n),
+        BUFFER_PACKED=(
+            buf is not None and not variant.strided_rows and buf.stride(-1) == 1 and buf.stride(-2) == block_n
+        ),
         EVEN_VECTORS=not variant.masked_vectors,
         FAST_EXP=fast_exp,
         BLOCK_M=config.block_m,
