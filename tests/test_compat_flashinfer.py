@@ -203,19 +203,64 @@ def test_packed_requests() -> None:
         assert torch.equal(bits(packed[name]), bits(dense[name])), name
 
 
-def test_packed_short_requests_are_refused() -> None:
-    """Requests of 2, 0 and 1 drafts: flashinfer flushes each by its own length, ssmdecode's
-    replay by max_seqlen; refused until replay.py takes the per-request rule."""
+def test_packed_short_requests_flush_by_their_own_length() -> None:
+    """Requests of 2, 0 and 1 drafts (max_seqlen 2), each slot with 2 cached tokens (R = 5):
+    the 2-draft request flushes (2 + 2 > 3), the 1-draft one does not (2 + 1 = 3), as flashinfer
+    decides (prev + n > max_window); the empty request is left alone; replay_advance with
+    cu_seqlens follows the same rule. Against the reference."""
     pool, d = make_pool(2, pad_row=None), make_drafts(4)
+    pool["prev_num_accepted_tokens"].fill_(2)
     lengths = [2, 0, 1]
     flat = {k: torch.cat([v[b, :n] for b, n in enumerate(lengths)]).unsqueeze(0) for k, v in d.items()}
-    before = snapshot(*pool.values())
-    out = poisoned(flat["x"])
+    flat["dt"] = flat["dt"][..., :1].expand(*flat["dt"].shape)
     cu = torch.tensor([0, 2, 2, 3], dtype=torch.int32, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="cu_seqlens"):
-        call(pool, flat, out, cu_seqlens=cu, max_seqlen=T)
-    assert all(torch.equal(bits(v), b) for v, b in zip(pool.values(), before, strict=True))
-    assert out.isnan().all()
+    before = {k: v.clone() for k, v in pool.items()}
+    out = poisoned(flat["x"])
+    call(pool, flat, out, cu_seqlens=cu, max_seqlen=T)
+    want = selective_state_replay_reference(
+        before["state"],
+        before["x_cache"],
+        before["B_cache"],
+        before["dt_cache"],
+        before["ring_start"],
+        before["prev_num_accepted_tokens"],
+        flat["x"][0],
+        flat["dt"][0],
+        pool["A"],
+        flat["B"][0],
+        flat["C"][0],
+        D=pool["D"],
+        z=flat["z"][0],
+        dt_bias=pool["dt_bias"],
+        dt_softplus=True,
+        state_batch_indices=pool["state_batch_indices"],
+        cu_seqlens=cu,
+        max_seqlen=T,
+    )
+    torch.testing.assert_close(out[0].double(), want[0], **TOL_OUT)
+    torch.testing.assert_close(pool["state"].double(), want[1], **TOL_STATE)
+    slots = pool["state_batch_indices"].tolist()
+    changed = [not torch.equal(bits(pool["state"][s]), bits(before["state"][s])) for s in slots]
+    assert changed == [True, False, False], "flushed: the 2-draft request only"
+    for name in ("x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name][slots[1]]), bits(before[name][slots[1]])), name
+    start, cached = pool["ring_start"], pool["prev_num_accepted_tokens"]
+    replay_advance(
+        start,
+        cached,
+        torch.tensor([1, 0, 1], device=DEVICE),
+        T,
+        RING,
+        pool["state_batch_indices"],
+        PAD,
+        cu_seqlens=cu,
+    )
+    assert cached[slots].tolist() == [1, 2, 3]
+    assert start[slots].tolist() == [
+        (int(before["ring_start"][slots[0]]) + 2) % RING,
+        int(before["ring_start"][slots[1]]),
+        int(before["ring_start"][slots[2]]),
+    ]
 
 
 def test_ignored_arguments_are_accepted() -> None:

@@ -24,13 +24,9 @@ read, and notes that the release branches v0.6.16 to v0.6.18 revert it to an old
 - out is required, written in place and returned;
 - cu_seqlens [B + 1] int32 (int64 too here): x, dt, B, C, z and out are (1, total_tokens,
   ...), viewed without a copy as ssmdecode's (total_tokens, ...); max_seqlen is the T of the
-  ring. flashinfer decides a packed request's flush with its own length n
-  (prev + n > max_window); ssmdecode's replay decides with max_seqlen for every request. The
-  two agree when every request has max_seqlen tokens, which the shapes show without reading a
-  value back from the device: total_tokens == B * max_seqlen, as flashinfer's callers promise
-  that no request exceeds max_seqlen and that the offsets end at total_tokens. A packed call
-  with shorter requests raises NotImplementedError naming cu_seqlens until replay.py takes the
-  per-request rule;
+  ring. A packed request's flush is decided by its own draft count n (prev + n > max_window),
+  as flashinfer decides it, and a request of no drafts is left alone; the host's bookkeeping
+  then takes cu_seqlens too (replay_advance(..., cu_seqlens=cu_seqlens));
 - a request whose slot is pad_slot_id reads and writes no slot and no ring; flashinfer leaves
   its out rows as they were, ssmdecode writes zeros there (engines discard both);
 - stochastic rounding (rand_seed, with philox_rounds) and block-scaled int8 / fp8 states
@@ -151,14 +147,6 @@ def _unpack(
     if total > batch * max_seqlen:
         raise ValueError(
             _error(f"x packs {total} tokens, more than {batch} requests of at most max_seqlen = {max_seqlen}")
-        )
-    if total < batch * max_seqlen:
-        raise unsupported(
-            _ENGINE,
-            "cu_seqlens",
-            f"packed requests shorter than max_seqlen: {total} tokens for {batch} requests of up to "
-            f"{max_seqlen}; flashinfer flushes such a request by its own length, ssmdecode's replay "
-            "by max_seqlen",
         )
     return views
 

@@ -165,7 +165,8 @@ def selective_state_replay_reference(
     """The reference of selective_state_replay (replay.py's docstring): returns (out, state,
     x_cache, B_cache, dt_cache) after the call, out and state in compute_dtype, the rings in
     their own dtypes. flush=True forces the flush (replay_flush), None applies the rule
-    num_cached + 2 T > R. Pure: modifies nothing."""
+    num_cached + drafts + T > R (num_cached + 2 T > R with T drafts a request). Pure:
+    modifies nothing."""
     f = compute_dtype
     ring = x_cache.shape[2]
     heads_per_group = state.shape[1] // B.shape[-2]
@@ -204,7 +205,9 @@ def selective_state_replay_reference(
                 s * torch.exp(Af * d)[:, None, None]
                 + (d[:, None] * Bk)[:, None, :] * x_cache[slot, :, pos].to(f)[..., None]
             )
-        if (cached + 2 * tokens > ring) if flush is None else flush:
+        if cu_seqlens is not None and count == 0:
+            continue  # a packed request of no drafts is left alone
+        if (cached + count + tokens > ring) if flush is None else flush:
             new_state[slot] = s
         for t in range(count):
             k = start_tok + t

@@ -9,7 +9,8 @@ a request against the state's 256 KiB (headline shape). One call, per request:
 1. read the checkpoint state[slot];
 2. replay the num_cached[slot] accepted tokens of the ring (state only), in order, exactly as
    they first ran: the same dt', the same x and B, so the same float32 operations and bits;
-3. if the ring would overflow (num_cached + 2 T > R, R the ring's length), write the state
+3. if the ring would overflow (num_cached + 2 T > R, R the ring's length; packed, each
+   request's own draft count in place of one T), write the state
    after the replay back: the new checkpoint (the engine then advances ring_start by
    num_cached: replay_advance);
 4. run the T draft tokens from there (out for each, in registers; no state written) and append
@@ -151,6 +152,8 @@ def _selective_state_replay_kernel(
         bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
         eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
         n_tok = tl.minimum(eos - bos, T)
+        if n_tok == 0:  # a request of no drafts is left alone: no replay, no flush (flashinfer's)
+            return
         i_xb = 0
         t0 = bos
     else:
@@ -174,10 +177,12 @@ def _selective_state_replay_kernel(
         start = tl.load(p_ring_start + i_ring).to(tl.int32)
         n_old = tl.load(p_cached + i_ring).to(tl.int32)
     n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    # The flush rule: the cached tokens and this call's drafts overflow the window R - T (with
+    # T drafts a request: num_cached + 2 T > R; packed, each request's own count).
     if FLUSH:
         m_flush = n_old >= 0
     else:
-        m_flush = n_old + 2 * T > ring
+        m_flush = n_old + n_tok + T > ring
 
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
     o_n = col_offsets(BLOCK_N, ORDERED_SUM)
@@ -715,10 +720,12 @@ def selective_state_replay(
 
 # fmt: off
 @triton.jit
-def _advance_kernel(p_start, p_cached, p_accepted, p_slots, n, tokens, ring, pad_slot_id,
-                    HAS_SLOTS: tl.constexpr, FLUSHED: tl.constexpr, BLOCK: tl.constexpr):
-    # Request b's slot: flushed when cached + 2 T > R (the kernel's rule) or FLUSHED; then the
-    # ring starts past the cached tokens and holds the accepted drafts; else it holds more.
+def _advance_kernel(p_start, p_cached, p_accepted, p_slots, p_cu_seqlens, n, tokens, ring, pad_slot_id,
+                    HAS_SLOTS: tl.constexpr, VARLEN: tl.constexpr, FLUSHED: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    # Request b's slot: flushed when cached + its drafts + T > R (the kernel's rule) or
+    # FLUSHED; then the ring starts past the cached tokens and holds the accepted drafts; else
+    # it holds more. A packed request of no drafts was left alone.
     o_b = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m_b = o_b < n
     if HAS_SLOTS:
@@ -729,10 +736,17 @@ def _advance_kernel(p_start, p_cached, p_accepted, p_slots, n, tokens, ring, pad
     start = tl.load(p_start + i_slot, mask=m_b, other=0)
     cached = tl.load(p_cached + i_slot, mask=m_b, other=0)
     accepted = tl.load(p_accepted + o_b, mask=m_b, other=0).to(tl.int32)
+    if VARLEN:
+        drafts = (tl.load(p_cu_seqlens + o_b + 1, mask=m_b, other=0)
+                  - tl.load(p_cu_seqlens + o_b, mask=m_b, other=0)).to(tl.int32)
+        drafts = tl.minimum(tl.maximum(drafts, 0), tokens)
+        m_b = m_b & ((drafts > 0) | FLUSHED)
+    else:
+        drafts = tokens
     if FLUSHED:
         flush = cached >= 0
     else:
-        flush = cached + 2 * tokens > ring
+        flush = cached + drafts + tokens > ring
     tl.store(p_start + i_slot, tl.where(flush, (start + cached) % ring, start), mask=m_b)
     tl.store(p_cached + i_slot, tl.where(flush, 0, cached) + accepted, mask=m_b)
 # fmt: on
@@ -750,13 +764,16 @@ def replay_advance(
     state_batch_indices: torch.Tensor | None = None,
     pad_slot_id: int = -1,
     flushed: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> None:
     """The bookkeeping after a verify step, once for all layers (they share it): a request's
-    slot flushed when num_cached + 2 T > R, as the kernel decided; then ring_start advances
-    by num_cached (mod R) and num_cached becomes num_accepted; otherwise num_cached grows by
-    num_accepted. flushed=True: every slot flushed (after replay_flush). One small kernel on
-    the device tensors, in place, no synchronization (CUDA-graph safe). num_accepted: int [B],
-    the drafts each request accepted (0 to T); state_batch_indices [B], pad_slot_id skipped."""
+    slot flushed when num_cached + its drafts + T > R (num_cached + 2 T > R with T drafts a
+    request), as the kernel decided; then ring_start advances by num_cached (mod R) and
+    num_cached becomes num_accepted; otherwise num_cached grows by num_accepted. flushed=True:
+    every slot flushed (after replay_flush). One small kernel on the device tensors, in place,
+    no synchronization (CUDA-graph safe). num_accepted: int [B], the drafts each request
+    accepted (0 to T); state_batch_indices [B], pad_slot_id skipped; cu_seqlens [B + 1] for
+    packed calls (tokens then is their max_seqlen; a request of no drafts is left alone)."""
     for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
             raise TypeError(f"{name} must be an int32 tensor [S]")
@@ -782,12 +799,19 @@ def replay_advance(
             num_cached,
             num_accepted.contiguous(),
             None if state_batch_indices is None else state_batch_indices.contiguous(),
+            cu_seqlens,
             n,
             tokens,
             ring,
             pad_slot_id,
         ),
-        dict(HAS_SLOTS=state_batch_indices is not None, FLUSHED=flushed, BLOCK=_ADVANCE_BLOCK, num_warps=4),
+        dict(
+            HAS_SLOTS=state_batch_indices is not None,
+            VARLEN=cu_seqlens is not None,
+            FLUSHED=flushed,
+            BLOCK=_ADVANCE_BLOCK,
+            num_warps=4,
+        ),
     )
     _run(device, launch)
 
