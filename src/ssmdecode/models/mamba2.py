@@ -54,6 +54,7 @@ __all__ = [
     "conv_state_update",
     "gated_rms_norm",
     "greedy_generate",
+    "lm_weights",
     "rms_norm",
 ]
 
@@ -260,6 +261,19 @@ class Mamba2DecodeStack:
         return hidden
 
 
+def lm_weights(
+    dims: Mamba2Dims, vocab_size: int, device: torch.device, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The random embedding [V, d], final RMSNorm weight [d] and LM head [V, d] of a small LM
+    around a layer stack of the same seed (Mamba2LM's, and the verify-step LM's)."""
+    dtype, d = dims.shape.dtype, dims.d_model
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    embedding = torch.randn(vocab_size, d, generator=gen, device=device).to(dtype)
+    final_norm = torch.ones(d, dtype=dtype, device=device)
+    lm_head = (torch.randn(vocab_size, d, generator=gen, device=device) / math.sqrt(d)).to(dtype)
+    return embedding, final_norm, lm_head
+
+
 class Mamba2LM:
     """A small language model around a Mamba2DecodeStack: embedding [V, d], the layers, a final
     RMSNorm and an LM head [V, d], all random. Real rows use slots 1..slots-1."""
@@ -274,11 +288,7 @@ class Mamba2LM:
         seed: int = 0,
     ) -> None:
         self.stack = Mamba2DecodeStack(dims, n_layers, slots, device, seed)
-        device, dtype, d = self.stack.device, dims.shape.dtype, dims.d_model
-        gen = torch.Generator(device=device).manual_seed(seed + 1)
-        self.embedding = torch.randn(vocab_size, d, generator=gen, device=device).to(dtype)
-        self.final_norm = torch.ones(d, dtype=dtype, device=device)
-        self.lm_head = (torch.randn(vocab_size, d, generator=gen, device=device) / math.sqrt(d)).to(dtype)
+        self.embedding, self.final_norm, self.lm_head = lm_weights(dims, vocab_size, self.stack.device, seed)
 
     def step(
         self, tokens: torch.Tensor, slots: torch.Tensor, config: LaunchConfig | None = None

@@ -31,13 +31,11 @@ Mamba2LM). Slot 0 is the null slot (padding), as there.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from ssmdecode.config import LaunchConfig
-from ssmdecode.models.mamba2 import NULL_SLOT, Mamba2Dims, _random_layer, gated_rms_norm, rms_norm
+from ssmdecode.models.mamba2 import NULL_SLOT, Mamba2Dims, _random_layer, gated_rms_norm, lm_weights, rms_norm
 from ssmdecode.ops.selective_state_update import (
     replay_advance,
     selective_state_replay,
@@ -239,11 +237,7 @@ class Mamba2VerifyLM:
         window: int = 8,
     ) -> None:
         self.stack = Mamba2VerifyStack(dims, n_layers, slots, tokens, path, device, seed, window)
-        device, dtype, d = self.stack.device, dims.shape.dtype, dims.d_model
-        gen = torch.Generator(device=device).manual_seed(seed + 1)
-        self.embedding = torch.randn(vocab_size, d, generator=gen, device=device).to(dtype)
-        self.final_norm = torch.ones(d, dtype=dtype, device=device)
-        self.lm_head = (torch.randn(vocab_size, d, generator=gen, device=device) / math.sqrt(d)).to(dtype)
+        self.embedding, self.final_norm, self.lm_head = lm_weights(dims, vocab_size, self.stack.device, seed)
 
     def logits(
         self, tokens: torch.Tensor, slots: torch.Tensor, config: LaunchConfig | None = None
