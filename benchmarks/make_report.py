@@ -2,23 +2,34 @@
 
     python benchmarks/make_report.py [benchmarks/results/NVIDIA_H200]
 
-Writes <folder>/REPORT.md and replaces the part of README.md between the markers
-`<!-- results:begin -->` and `<!-- results:end -->` with the same tables. No figure is typed by
-hand: every number below comes from a bench, sweep, verify or e2e JSON in the folder, and every
-table names the command, commit and date of the run that measured it, with the ceiling and the
-upstream configs of that same run. The one exception is marked as such: the kernel sweeps are
-also held against benchmarks/reference/measuring_h200.json, the upstream-kernel table of the
-measuring notes (docs/measuring.md) copied as printed there (a target, not a result of ours).
+Writes three things, all from the JSON in the folder:
+
+- <folder>/REPORT.md: every measured table (benches, verify, sweeps, model steps), the summary
+  first;
+- <folder>/summary.png: one figure of what ssmdecode gains over the baseline of each run, with
+  what the ceiling of that run would gain beside it (the decode call, the verify calls of
+  speculative decoding at T = 4, and the model steps of both);
+- the part of README.md between the markers `<!-- results:begin -->` and
+  `<!-- results:end -->`: the summary table, that figure and where each figure came from.
+
+No figure is typed by hand: every number comes from a bench, sweep, verify or e2e JSON in the
+folder, and every table names the command, commit and date of the run that measured it, with
+the ceiling and the upstream configs of that same run. The one exception is marked as such: the
+kernel sweeps are also held against benchmarks/reference/measuring_h200.json, the
+upstream-kernel table of docs/measuring.md copied as printed there (a target, not a result of
+ours).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from ssmdecode.config import LaunchConfig
+from ssmdecode.config import LaunchConfig, TableError, load_table, nearest_bucket, table_key
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -59,9 +70,10 @@ GATHER_NOTE = (
 )
 
 
-def bench_section(data: dict, title: str, bar: float | None) -> str:
+def bench_section(data: dict, title: str, bar: float | None, note: str = "") -> str:
     """Per batch: the same-bytes ceiling, the best upstream-grid config measured in the same
-    run, the table's config, and the ratios."""
+    run, the table's config, and the ratios; note (what the table rows ran) before the
+    provenance line."""
     by_batch: dict[int, list[dict]] = {}
     for row in data["rows"]:
         by_batch.setdefault(row["batch"], []).append(row)
@@ -130,6 +142,8 @@ def bench_section(data: dict, title: str, bar: float | None) -> str:
         )
     if gather_headers:
         text.append(GATHER_NOTE)
+    if note:
+        text.append(note)
     text.append(provenance(data))
     return "\n".join(text)
 
@@ -169,6 +183,8 @@ def e2e_section(folder: Path) -> str:
     parts = []
     for path in sorted(folder.glob("e2e-*/e2e.json")):
         data = load(path)
+        if is_spec(data):  # verify steps: spec_e2e_section
+            continue
         # The SSU share is its profiled kernel time per step over the graphed step time. (Runs
         # before the fix in e2e.kernel_times also counted the profiler's step annotations as
         # kernel time, so their own ssu_share column is not used.)
@@ -214,6 +230,8 @@ def e2e_section(folder: Path) -> str:
                 ],
                 rows,
             ),
+            "",
+            table_rows_note(folder, data),
             "",
             provenance(data),
             "",
@@ -382,23 +400,24 @@ def measuring_section(folder: Path) -> str:
         ]
     )
     bs = " / ".join(map(str, batches))
+    source = ref["source"]
     whole = [k for k, (n, total) in within.items() if n == total]
     verdict = (
-        f"Every cell within {100 * WITHIN:.0f}% of MEASURING.md: {', '.join(whole)}."
+        f"Every cell within {100 * WITHIN:.0f}% of {source}: {', '.join(whole)}."
         if whole
-        else f"No kernel has every cell within {100 * WITHIN:.0f}% of MEASURING.md."
+        else f"No kernel has every cell within {100 * WITHIN:.0f}% of {source}."
     )
     return "\n".join(
         [
-            "#### The sweeps above against MEASURING.md's upstream-kernel table",
+            f"#### The sweeps above against {source}'s upstream-kernel table",
             "",
             f'`{REFERENCE.relative_to(ROOT)}` holds the table "{ref["section"]}" of '
-            f"`{ref['source']}` (torch {ref['torch']}, Triton {ref['triton']}) as printed there: a "
+            f"`{source}` (torch {ref['torch']}, Triton {ref['triton']}) as printed there: a "
             "target measured outside this repository, not a result of ours. Each kernel's cells are "
             f"its microseconds over the reference's at batch {bs}; ✗ where they differ by more than "
             f"{100 * WITHIN:.0f}%.",
             "",
-            table(["config", f"MEASURING.md us, batch {bs}", *[f"{k} / MEASURING.md" for k in sweeps]], rows),
+            table(["config", f"{source} us, batch {bs}", *[f"{k} / {source}" for k in sweeps]], rows),
             "",
             verdict,
         ]
@@ -428,26 +447,491 @@ def slot_order_note(data: dict) -> str:
     )
 
 
+def is_spec(data: dict) -> bool:
+    """A run of speculative decoding's verify calls (bench --tokens) or steps (e2e --spec)."""
+    return any("tokens" in r for r in data["rows"])
+
+
+def row_mode(row: dict) -> tuple[str, int]:
+    """The table key's mode and token count a row's call looked up: bench rows name a mode,
+    e2e --spec rows a path (buffer or replay); single-token rows neither."""
+    mode = row.get("mode") or row.get("path") or "single"
+    return mode, row["tokens"] if mode != "single" else 0
+
+
+def shipped_config(folder: Path, shape: dict, batch: int, mode: str, tokens: int) -> str | None:
+    """The label of the config the shipped table of the folder's device picks today for a
+    call, None where the table holds no entry for it."""
+    try:
+        table = load_table(folder.name)
+    except TableError:
+        return None
+    key = table_key(shape["headdim"], shape["dstate"], shape["state_dtype"], mode, tokens)
+    buckets = (table or {}).get(key)
+    return buckets[nearest_bucket(list(buckets), batch)].label if buckets else None
+
+
+def table_rows_note(folder: Path, data: dict) -> str:
+    """Whether a run's "table" rows ran the configs the shipped table picks today: a run made
+    before entries were re-tuned measured other configs under the same name."""
+    ran = sorted(
+        {(r["batch"], *row_mode(r), r["launch"]) for r in data["rows"] if r.get("config") == "table"}
+    )
+    differ = []
+    for batch, mode, tokens, launch in ran:
+        now = shipped_config(folder, data["shape"], batch, mode, tokens)
+        if now is not None and now != launch:
+            where = f"batch {batch}" + ("" if mode == "single" else f", {mode} T = {tokens}")
+            differ.append(f"{where}: {launch} then, {now} now")
+    if not ran:
+        return ""
+    if not differ:
+        return "Its table rows ran the configs the shipped table picks today."
+    return (
+        "Its table rows ran the table of the day of the run, not the shipped one, at "
+        + "; ".join(differ)
+        + "."
+    )
+
+
+# Known limits of one run, shown beside its figures while the folder holds that run (keyed by
+# folder and commit); a later run of the same folder drops the note.
+RUN_NOTES = {
+    ("e2e-spec", "7646a04"): (
+        "In this run the intermediate-state path's copy of the accepted state took two more "
+        "passes over the states than it needs (a torch.where over the gathered states); "
+        "5a9b5a8 makes it one gather and one scatter a layer, not measured yet "
+        "(docs/performance.md)."
+    ),
+}
+
+
+def run_note(path: Path, data: dict) -> str:
+    return RUN_NOTES.get((path.parent.name, data["environment"]["git_commit"][:7]), "")
+
+
+SPEC_MODES = {
+    "buffer": "sglang's way: every draft's state into the intermediate-state buffer, with "
+    "disable_state_update; ceiling: the 1 → T stream over the call's slots and buffer rows",
+    "dst": "vLLM's way: every draft's state to its own slot, the initial state read at the slot "
+    "of the last accepted token (num_accepted_tokens, cu_seqlens); ceiling: the 1 → T stream "
+    "over the call's slots",
+    "replay": "selective_state_replay in steady state (accepted counts uniform in 1..T, "
+    "replay_advance a step); ceiling: replay's floor, the read-only stream plus the flushing "
+    "fraction of the read-write stream's write part plus the rings' bytes",
+}
+
+
+def spec_bench_section(folder: Path, data: dict) -> str:
+    """Verify calls (bench --tokens --mode): per mode, T and batch, the call's ceiling, the
+    upstream config, the fastest upstream-grid config and the table's, all of one run."""
+    shape = data["shape"]
+    window = data["method"].get("window")
+    parts = []
+    for mode in [m for m in SPEC_MODES if any(r["mode"] == m for r in data["rows"])]:
+        cells: dict[tuple[int, int], dict[str, dict]] = {}
+        for r in data["rows"]:
+            if r["mode"] == mode:
+                cells.setdefault((r["tokens"], r["batch"]), {})[r["config"]] = r
+        rows = []
+        for (tokens, batch), by_config in sorted(cells.items()):
+            up, tab = by_config["upstream"], by_config["table"]
+            best = min((r for r in by_config.values() if r["upstream_grid"]), key=lambda r: r["us"])
+            flush = tab.get("flush_fraction")
+            rows.append(
+                [
+                    tokens,
+                    batch,
+                    tab["ceiling_us"],
+                    up["us"],
+                    f"{best['launch']} {best['us']:.2f}",
+                    f"{tab['launch']} {tab['us']:.2f}",
+                    f"{100 * tab['fraction_of_ceiling']:.1f}%",
+                    f"{up['us'] / tab['us']:.2f}x",
+                    f"{best['us'] / tab['us']:.2f}x",
+                    "-" if flush is None else f"{100 * flush:.0f}%",
+                ]
+            )
+        what = SPEC_MODES[mode] + (f"; window {window}" if mode == "replay" and window else "")
+        parts += [
+            f"#### Verify calls, mode {mode}: H{shape['nheads']} P{shape['headdim']} "
+            f"N{shape['dstate']} G{shape['ngroups']}, {shape['state_dtype']} state, "
+            f"{shape['dtype']} inputs",
+            "",
+            f"T draft tokens a request; {what}.",
+            "",
+            table(
+                [
+                    "T",
+                    "batch",
+                    "ceiling us",
+                    "upstream (4,4) us",
+                    "best upstream-grid config, us",
+                    "table config, us",
+                    "table % of ceiling",
+                    "vs upstream",
+                    "vs best upstream-grid",
+                    "flushing",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    parts += [table_rows_note(folder, data), "", provenance(data)]
+    return "\n".join(parts)
+
+
+def spec_e2e_section(folder: Path) -> str:
+    """Verify steps of the layer stack (e2e --spec): each way's step time, tokens/s and the SSM
+    kernels' share, against way (a) of the same run."""
+    parts = []
+    for path in sorted(folder.glob("e2e-*/e2e.json")):
+        data = load(path)
+        if not is_spec(data):
+            continue
+        tokens = data["rows"][0]["tokens"]
+        rows = [
+            [
+                r["batch"],
+                r["way"],
+                r["launch"],
+                r["step_us"],
+                f"{r['mean_accepted']:.2f}",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['vs_a']:.2f}x",
+                r["ssm_us_per_step"],
+                f"{100 * r['ssm_us_per_step'] / r['step_us']:.0f}%",
+            ]
+            for r in data["rows"]
+        ]
+        shape = data["shape"]
+        parts += [
+            f"#### Verify steps, T = {tokens}: {shape['name']}, {data['layers']} Mamba2 layers, "
+            f"d_model {data['d_model']} (`{path.parent.name}/`)",
+            "",
+            f"One verify step of {tokens} tokens a request and its acceptance, timed as a CUDA "
+            f"graph; accepted counts uniform in 1..{tokens}; tokens/s = batch x mean accepted / "
+            "step time. (a) the intermediate-state path at upstream's (4,4): every draft's state "
+            "into a buffer, then the engine's copy of the accepted state into the pool; (b) the "
+            "same at the table's configs; (c) replay at the table's configs. Each way draws its "
+            "own accepted counts, so tokens/s vs (a) carries that draw too (the summary compares "
+            "step times).",
+            "",
+            table(
+                [
+                    "batch",
+                    "way",
+                    "config",
+                    "step us",
+                    "mean accepted",
+                    "tokens/s",
+                    "tokens/s vs (a)",
+                    "SSM kernels us per step (profiled)",
+                    "SSM share of the step",
+                ],
+                rows,
+            ),
+            "",
+            table_rows_note(folder, data),
+            "",
+            run_note(path, data),
+            "",
+            provenance(data),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+# The summary: what ssmdecode gains over the baseline of each run, beside what the ceiling of
+# that run would gain, at a few batches (the figure has every batch measured).
+SUMMARY_BATCHES = (8, 64, 512)
+SUMMARY_TOKENS = 4
+SUMMARY_RUNS = {
+    "bench": "bench/bench.json",
+    "bench_spec": "bench-spec/bench.json",
+    "e2e": "e2e-nemotron3-super-tp8/e2e.json",
+    "e2e_spec": "e2e-spec/e2e.json",
+}
+
+
+@dataclass
+class Gain:
+    """One line of the summary: ssmdecode against a baseline of the same run, with a ceiling.
+    points: batch -> (baseline us, ssmdecode us, ceiling us, gather ceiling us or None)."""
+
+    what: str  # the table's label
+    legend: str  # the figure's
+    ceiling_legend: str
+    panel: int  # 0 decode call, 1 verify call, 2 model step
+    points: dict[int, tuple[float, float, float, float | None]]
+
+    def over_baseline(self, column: int) -> list[float]:
+        """The baseline's time over a column's (1 ssmdecode, 2 ceiling, 3 gather ceiling), by
+        ascending batch."""
+        return [p[0] / p[column] for _, p in sorted(self.points.items())]
+
+
+def summary_runs(folder: Path) -> dict[str, tuple[Path, dict]]:
+    paths = {k: folder / v for k, v in SUMMARY_RUNS.items()}
+    return {k: (p, load(p)) for k, p in paths.items() if p.exists()}
+
+
+def by_batch(rows: list[dict], **match: object) -> dict[int, dict]:
+    return {r["batch"]: r for r in rows if all(r.get(k) == v for k, v in match.items())}
+
+
+def summary_gains(runs: dict[str, tuple[Path, dict]]) -> list[Gain]:
+    gains = []
+    if "bench" in runs:
+        rows = runs["bench"][1]["rows"]
+        up, tab = by_batch(rows, config="upstream"), by_batch(rows, config="table")
+        gains.append(
+            Gain(
+                "**Decode call**, T = 1: upstream's default config (4,4) → the table; ceiling: "
+                "the same-bytes stream (the gather stream)",
+                "table over (4,4)",
+                "same-bytes ceiling over (4,4)",
+                0,
+                {
+                    b: (up[b]["us"], t["us"], t["ceiling_us"], t.get("gather_ceiling_us"))
+                    for b, t in tab.items()
+                    if b in up
+                },
+            )
+        )
+    if "bench_spec" in runs:
+        rows = [r for r in runs["bench_spec"][1]["rows"] if r["tokens"] == SUMMARY_TOKENS]
+        up = by_batch(rows, mode="buffer", config="upstream")
+        tab = by_batch(rows, mode="buffer", config="table")
+        replay = by_batch(rows, mode="replay", config="table")
+        gains += [
+            Gain(
+                f"**Verify call**, T = {SUMMARY_TOKENS}, sglang's intermediate-state buffer: "
+                "(4,4) → the table; ceiling: the 1 → T stream",
+                "buffer call: table over (4,4)",
+                "1 → T stream over (4,4)",
+                1,
+                {b: (up[b]["us"], t["us"], t["ceiling_us"], None) for b, t in tab.items() if b in up},
+            ),
+            Gain(
+                f"**Verify call**, T = {SUMMARY_TOKENS}: the buffer call at (4,4) → replay "
+                "(selective_state_replay) at the table; ceiling: replay's floor",
+                "replay over the buffer call at (4,4)",
+                "replay's floor over the buffer call at (4,4)",
+                1,
+                {b: (up[b]["us"], r["us"], r["ceiling_us"], None) for b, r in replay.items() if b in up},
+            ),
+        ]
+
+    def steps(base: dict[int, dict], ours: dict[int, dict], ssm: str) -> dict:
+        # The ceiling of a step: the same step with its SSM kernels taking no time (their
+        # profiled time per step taken off the graphed step).
+        return {
+            b: (base[b]["step_us"], o["step_us"], o["step_us"] - o[ssm], None)
+            for b, o in ours.items()
+            if b in base
+        }
+
+    if "e2e" in runs:
+        rows = [r for r in runs["e2e"][1]["rows"] if not r.get("variant")]
+        gains.append(
+            Gain(
+                "**Model step**, decode (T = 1): (4,4) → the table; ceiling: the step with its "
+                "SSU kernels taking no time",
+                "decode: table over (4,4)",
+                "decode with no SSU time",
+                2,
+                steps(by_batch(rows, config="upstream"), by_batch(rows, config="table"), "ssu_us_per_step"),
+            )
+        )
+    if "e2e_spec" in runs:
+        rows = runs["e2e_spec"][1]["rows"]
+        tokens = rows[0]["tokens"]
+        base = by_batch(rows, path="buffer", config="upstream")
+        gains += [
+            Gain(
+                f"**Model step**, verify (T = {tokens}), the intermediate-state path: (4,4) → "
+                "the table; ceiling: the step with its SSM kernels taking no time",
+                "verify, buffer: table over (4,4)",
+                "verify, buffer, with no SSM time",
+                2,
+                steps(base, by_batch(rows, path="buffer", config="table"), "ssm_us_per_step"),
+            ),
+            Gain(
+                f"**Model step**, verify (T = {tokens}): the intermediate-state path at (4,4) → "
+                "replay at the table; ceiling: as above, replay's step",
+                "verify: replay over the buffer at (4,4)",
+                "verify, replay, with no SSM time",
+                2,
+                steps(base, by_batch(rows, path="replay", config="table"), "ssm_us_per_step"),
+            ),
+        ]
+    return gains
+
+
+def link(path: Path, links_from: Path) -> str:
+    """A Markdown link target to path from a file in the folder links_from."""
+    return os.path.relpath(path, links_from)
+
+
+def percent_range(values: list[float]) -> str:
+    return f"{100 * min(values):.0f}-{100 * max(values):.0f}%"
+
+
+def summary_text(folder: Path, links_from: Path) -> str:
+    """The summary table, the sentences computed from the same runs, the figure and the
+    provenance of every run it quotes."""
+    runs = summary_runs(folder)
+    gains = summary_gains(runs)
+    if not gains:
+        return ""
+    where = "below" if links_from == folder else f"in [REPORT.md]({link(folder / 'REPORT.md', links_from)})"
+    performance = link(ROOT / "docs" / "performance.md", links_from)
+    rows = []
+    for g in gains:
+        for i, b in enumerate(b for b in SUMMARY_BATCHES if b in g.points):
+            base, ours, ceiling, gather = g.points[b]
+            rows.append(
+                [
+                    g.what if i == 0 else "",
+                    b,
+                    base,
+                    ours,
+                    f"{ceiling:.2f}" + ("" if gather is None else f" ({gather:.2f})"),
+                    f"{base / ours:.2f}x",
+                    f"{base / ceiling:.2f}x" + ("" if gather is None else f" ({base / gather:.2f}x)"),
+                ]
+            )
+    text = [
+        table(
+            ["", "batch", "baseline, us", "ssmdecode, us", "ceiling, us", "gain", "gain at the ceiling"],
+            rows,
+        ),
+        "",
+        "Gain: the baseline's time over ssmdecode's, both from the same run; gain at the "
+        "ceiling: the baseline's time over the ceiling's, what a call at the ceiling would gain "
+        "(for a model step, what it would gain if its SSM kernels took no time). "
+        "(4,4) is the upstream kernels' default launch config, run by ssmdecode's kernel with "
+        "the same bits; the upstream kernels themselves through the same harness, and every "
+        f"batch, config and shape measured, are {where}.",
+    ]
+    if "bench" in runs:
+        data = runs["bench"][1]
+        up = [r for r in data["rows"] if r["config"] == "upstream"]
+        tab = [r for r in data["rows"] if r["config"] == "table"]
+        batches = sorted(r["batch"] for r in tab)
+        shape = data["shape"]
+        text += [
+            "",
+            f"At this shape ({shape['name']}: H{shape['nheads']} P{shape['headdim']} "
+            f"N{shape['dstate']} G{shape['ngroups']}, {shape['state_dtype']} state, "
+            f"{shape['dtype']} inputs) over batch {batches[0]}-{batches[-1]}, upstream's default "
+            f"config runs decode calls at {percent_range([r['fraction_of_ceiling'] for r in up])} "
+            "of the same-bytes ceiling and the table's configs at "
+            f"{percent_range([r['fraction_of_ceiling'] for r in tab])} "
+            f"({percent_range([r['fraction_of_gather_ceiling'] for r in tab])} of the gather "
+            "ceiling: the same stream over the call's own slots, what their places in the pool "
+            "allow).",
+        ]
+    if "bench_spec" in runs:
+        rows = [
+            r
+            for r in runs["bench_spec"][1]["rows"]
+            if r["tokens"] == SUMMARY_TOKENS and r["config"] == "table"
+        ]
+        buffer = [r["fraction_of_ceiling"] for r in rows if r["mode"] == "buffer"]
+        replay = [r["fraction_of_ceiling"] for r in rows if r["mode"] == "replay"]
+        text += [
+            "",
+            f"At T = {SUMMARY_TOKENS} the table's buffer calls run at {percent_range(buffer)} of "
+            "the 1 → T stream"
+            + (
+                " (past 100% where the kernel moves those bytes faster than the stream does: "
+                "the stream is not tight at these sizes)"
+                if max(buffer) > 1
+                else ""
+            )
+            + f", replay at {percent_range(replay)} of its floor; "
+            f"[docs/performance.md]({performance}) says where the rest goes.",
+        ]
+    notes = [n for path, data in runs.values() if (n := run_note(path, data))]
+    text += ["", *notes] if notes else []
+    plot = folder / "summary.png"
+    if plot.exists():
+        text += ["", f"![summary]({plot.relative_to(links_from)})"]
+    for _, data in runs.values():
+        text += ["", provenance(data)]
+    return "\n".join(text)
+
+
+def summary_plot(folder: Path) -> Path | None:
+    """summary.png: per panel (decode call, verify call, model step) each gain of the summary
+    against batch, and what its ceiling would gain, dashed in the same colour."""
+    gains = summary_gains(summary_runs(folder))
+    if not gains:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    titles = ("Decode call, T = 1", f"Verify call, T = {SUMMARY_TOKENS}", "Model step, 4 Mamba2 layers")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), sharey=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, g in enumerate(gains):
+        ax, colour = axes[g.panel], colours[i % len(colours)]
+        batches = sorted(g.points)
+        ax.plot(batches, g.over_baseline(1), "o-", color=colour, label=g.legend)
+        ax.plot(batches, g.over_baseline(2), "--", color=colour, label=g.ceiling_legend)
+        if all(g.points[b][3] is not None for b in batches):
+            ax.plot(batches, g.over_baseline(3), ":", color=colour, label="gather ceiling over (4,4)")
+    # legends where the lines leave room: the decode call's gains sit above 1.05
+    for ax, title, corner in zip(axes, titles, ("lower left", "upper left", "upper left"), strict=True):
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("batch")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc=corner)
+    axes[0].set_ylabel("baseline's time / time (the same run's)")
+    fig.suptitle(f"ssmdecode on {folder.name}: gain over the baseline, and the gain at the ceiling (dashed)")
+    path = folder / "summary.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def build(folder: Path, links_from: Path) -> str:
     """The report of a results folder; image links relative to the folder links_from."""
     parts = [f"### Measured on {folder.name}", ""]
+    summary = summary_text(folder, links_from)
+    if summary:
+        parts += ["#### Summary", "", summary, ""]
     headline = folder / "bench" / "bench.json"
     if headline.exists():
-        parts += [bench_section(load(headline), "Headline (Nemotron-3-Super, TP8 rank)", 0.97), ""]
+        data = load(headline)
+        note = table_rows_note(folder, data)
+        parts += [bench_section(data, "Headline (Nemotron-3-Super, TP8 rank)", 0.97, note), ""]
     for path in sorted(folder.glob("bench-?*/bench.json")):
         data = load(path)
+        note = table_rows_note(folder, data)
+        if is_spec(data):  # verify calls, bench --tokens --mode
+            parts += [spec_bench_section(folder, data), ""]
+            continue
         if data["method"].get("pdl"):  # the headline, every config called with pdl=True
-            parts += [bench_section(data, "Headline, calls with pdl=True", None), PDL_NOTE, ""]
+            parts += [bench_section(data, "Headline, calls with pdl=True", None, note), PDL_NOTE, ""]
             continue
         if data["method"].get("slot_order"):  # the headline, rows taken in slot order
             parts += [
-                bench_section(data, "Headline, calls with batch_order=slot_order(slots)", 0.97),
+                bench_section(data, "Headline, calls with batch_order=slot_order(slots)", 0.97, note),
                 slot_order_note(data),
                 "",
             ]
             continue
         flags = data["environment"]["command"].split(" --tp 8 ")[-1].split(" --batch")[0]
-        parts += [bench_section(data, f"Headline with {flags}", 0.90), ""]
+        parts += [bench_section(data, f"Headline with {flags}", 0.90, note), ""]
     parts += [
         verify_section(folder),
         "",
@@ -458,6 +942,8 @@ def build(folder: Path, links_from: Path) -> str:
         measuring_section(folder),
         "",
         e2e_section(folder),
+        "",
+        spec_e2e_section(folder),
     ]
     plots = [p.relative_to(links_from) for p in sorted(folder.glob("*/*.png"))]
     if plots:
@@ -477,13 +963,17 @@ def main() -> int:
         help="a device's results folder (default: %(default)s)",
     )
     folder = parser.parse_args().folder.resolve()
+    plot = summary_plot(folder)
     (folder / "REPORT.md").write_text(build(folder, folder))
+    wrote = [folder / "REPORT.md", *([plot] if plot else [])]
     readme = ROOT / "README.md"
     text = readme.read_text()
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        readme.write_text(head + BEGIN + "\n" + build(folder, ROOT) + END + rest.split(END, 1)[1])
-    print(f"wrote {folder / 'REPORT.md'} and the results section of README.md")
+        summary = summary_text(folder, ROOT)
+        readme.write_text(head + BEGIN + "\n" + summary + "\n" + END + rest.split(END, 1)[1])
+        wrote.append(readme)
+    print("wrote " + ", ".join(str(p.relative_to(ROOT)) for p in wrote))
     return 0
 
 

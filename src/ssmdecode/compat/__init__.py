@@ -1,16 +1,21 @@
-"""Drop-in adapters that take a serving engine's calling convention for the Triton decode kernel
-of Mamba (selective_state_update) and run ssmdecode's kernel instead.
+"""Drop-in adapters that take a serving engine's calling convention and run ssmdecode's kernels
+instead: for the Triton decode kernel of Mamba (selective_state_update, single-token and verify
+steps), and for flashinfer's verify step by replay (checkpointing_ssu).
 
     ssmdecode.compat.sglang.selective_state_update   # sglang's mamba_ssm.selective_state_update
     ssmdecode.compat.vllm.selective_state_update     # vLLM's mamba_ssm.selective_state_update
+    ssmdecode.compat.flashinfer.checkpointing_ssu    # flashinfer's mamba checkpointing_ssu
 
 Each adapter keeps its engine's argument names, order and defaults, its pad / null-slot
-sentinel, and its in-place `out` (required, written in place, nothing returned), and its
-engine's bits (vLLM's kernel computes dA with exp2, sglang's with exp). Arguments of features
-ssmdecode does not implement yet (stochastic rounding) raise NotImplementedError naming the
-argument: an adapter never drops an argument that would change what the engine computes. Every
-tensor argument is checked to be a tensor (or None where optional) before anything is touched.
-docs/compat.md maps every argument and names the engine file and version it was read from.
+sentinel, and its in-place `out` (required and written in place; returned only by
+checkpointing_ssu, as flashinfer returns it). The sglang and vLLM adapters keep their engines'
+bits (vLLM's kernel computes dA with exp2, sglang's with exp); the flashinfer adapter writes the
+per-token recurrence's bits, which flashinfer's matmul form does not. Arguments of features
+ssmdecode does not implement yet (stochastic rounding, int8 / fp8 states) raise
+NotImplementedError naming the argument: an adapter never drops an argument that would change
+what the engine computes. Every tensor argument is checked to be a tensor (or None where
+optional) before anything is touched. docs/compat.md maps every argument and names the engine
+file and version it was read from.
 """
 
 from __future__ import annotations
