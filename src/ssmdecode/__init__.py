@@ -13,16 +13,30 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ssmdecode.config import LaunchConfig
     from ssmdecode.ops.selective_state_update import (
+        replay_advance,
+        replay_flush,
+        selective_state_replay,
         selective_state_update,
         selective_state_update_reference,
         slot_order,
     )
 
-__all__ = ["LaunchConfig", "selective_state_update", "selective_state_update_reference", "slot_order"]
+__all__ = [
+    "LaunchConfig",
+    "replay_advance",
+    "replay_flush",
+    "selective_state_replay",
+    "selective_state_update",
+    "selective_state_update_reference",
+    "slot_order",
+]
 __version__ = "0.1.0"
 
 _HOMES = {
     "LaunchConfig": "ssmdecode.config",
+    "replay_advance": "ssmdecode.ops.selective_state_update",
+    "replay_flush": "ssmdecode.ops.selective_state_update",
+    "selective_state_replay": "ssmdecode.ops.selective_state_update",
     "selective_state_update": "ssmdecode.ops.selective_state_update",
     "selective_state_update_reference": "ssmdecode.ops.selective_state_update",
     "slot_order": "ssmdecode.ops.selective_state_update",
