@@ -14,8 +14,10 @@ Identical PTX instructions mean identical bits and speed, so a refactor that pas
 GPU run to keep the measured tables valid. (The refactors that made, and later inlined, the
 per-tile function _ssu_tile passed on 160 combinations.) The matrix: fp32 and bf16 states;
 dstate 64, 128, 256 and an odd shape with masked tiles; tied and untied dt/A; z with separate
-write slots; no state write; upstream, default, layout-sum and ordered configs. PTX depends on
-the Triton version: a digest file only holds for the version it names.
+write slots; no state write; upstream, default, layout-sum and ordered configs; and verify
+calls of 4 drafts in each mode (buffer, dst, replay) at three configs, with a bf16 state also
+stochastically rounded (187 files). PTX depends on the Triton version: a digest file only
+holds for the version it names.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from triton.backends.compiler import GPUTarget
 
 from ssmdecode.bench.compile import compile_config
 from ssmdecode.bench.inputs import make_inputs
+from ssmdecode.bench.spec import SPEC_MODES, make_spec_inputs
 from ssmdecode.config import LaunchConfig
+from ssmdecode.shapes import Shape
 
 TARGET = GPUTarget("cuda", 90, 32)
 CONFIGS = (
@@ -79,6 +83,25 @@ def _inputs() -> Iterator[tuple[str, dict]]:
                     yield f"{name}-nowrite", {**kw, "disable_state_update": True}
 
 
+# The verify modes: each with round-to-nearest and (16-bit states) stochastic rounding.
+SPEC_CONFIGS = ("4,1", "4,4", "16,1,slot,evict,ordered")
+
+
+def _spec_inputs() -> Iterator[tuple[str, dict, bool]]:
+    """(name, keyword arguments, whether they are selective_state_replay's) of verify calls
+    of T = 4 drafts at one small shape: buffer, dst and replay, fp32 and bf16 states."""
+    for sdt in (torch.float32, torch.bfloat16):
+        shape = Shape(8, 64, 128, 1, sdt, torch.bfloat16)
+        for mode in SPEC_MODES:
+            spec = make_spec_inputs(shape, 4, 4, mode, torch.device("cpu"), 0, rotation=1)
+            kw = spec.kwargs(0)
+            name = f"spec-{mode}-{str(sdt).removeprefix('torch.')}"
+            yield name, kw, mode == "replay"
+            if sdt != torch.float32:
+                seed = torch.tensor([1234], dtype=torch.int64)
+                yield f"{name}-sr", {**kw, "rand_seed": seed}, mode == "replay"
+
+
 def instructions(ptx: str) -> list[str]:
     """The PTX's instructions: up to the debug sections, without debug labels and comments."""
     lines = []
@@ -101,6 +124,12 @@ def write(folder: Path) -> int:
                 compiled = compile_config(kwargs, config, TARGET)
             except ValueError:
                 continue
+            (folder / f"{name}_{config.label}.ptx").write_text("\n".join(instructions(compiled.asm["ptx"])))
+            count += 1
+    for name, kwargs, replay in _spec_inputs():
+        for text in SPEC_CONFIGS:
+            config = LaunchConfig.parse(text)
+            compiled = compile_config(kwargs, config, TARGET, replay=replay)
             (folder / f"{name}_{config.label}.ptx").write_text("\n".join(instructions(compiled.asm["ptx"])))
             count += 1
     print(f"wrote {count} PTX files to {folder}")

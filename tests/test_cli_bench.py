@@ -57,6 +57,22 @@ def test_bench_writes_json_markdown_and_plot(tmp_path: Path, capsys) -> None:
     assert (tmp_path / "bench.png").stat().st_size > 0
 
 
+def test_bench_times_both_roundings_in_one_run(tmp_path: Path, capsys) -> None:
+    args = ["bench", *TINY, "--state-dtype", "bfloat16", "--batch", "1", "--config", "default"]
+    code = cli.main([*args, "--rounding", "nearest", "stochastic", "--out", str(tmp_path)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "ok   default (" in printed and ") stochastic: vs float64 reference" in printed
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert [(r["config"], r["rounding"]) for r in data["rows"]] == [
+        ("default", "nearest"),
+        ("default sr", "stochastic"),
+    ]
+    assert data["method"]["rounding"] == ["nearest", "stochastic"]
+    assert cli.main(["bench", *TINY, "--rounding", "stochastic"]) == 2
+    assert "needs a 16-bit state" in capsys.readouterr().out
+
+
 def test_bench_preset_with_tp_and_overrides(tmp_path: Path) -> None:
     code = cli.main(
         [

@@ -119,8 +119,9 @@ def against_reference(
     want: tuple[torch.Tensor, torch.Tensor],
     *,
     last: bool = False,
+    fn: Callable[..., torch.Tensor] | None = None,
 ) -> dict[str, ToleranceCheck]:
-    """out and the written state of one call with config against want, the float64
-    reference_result of the same inputs: {"out": ..., "state": ...}."""
-    got = run_config(inputs, config, last=last)
+    """out and the written state of one call with config (fn: the kernel, default ssmdecode's)
+    against want, the float64 reference_result of the same inputs: {"out": ..., "state": ...}."""
+    got = run_config(inputs, config, last=last, fn=fn)
     return {"out": tolerance_check(got[0], want[0]), "state": tolerance_check(got[1], want[1])}

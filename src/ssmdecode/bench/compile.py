@@ -20,8 +20,10 @@ from triton.compiler import ASTSource
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update.decode import Variant, prepare
+from ssmdecode.ops.selective_state_update.launch import Launch
+from ssmdecode.ops.selective_state_update.replay import prepare as replay_prepare
 
-__all__ = ["compile_config"]
+__all__ = ["compile_config", "compile_launch"]
 
 _TRITON_TYPES = {
     torch.float32: "fp32",
@@ -33,12 +35,26 @@ _TRITON_TYPES = {
 
 
 def compile_config(
-    kwargs: dict[str, Any], config: LaunchConfig, target: GPUTarget, variant: Variant | None = None
+    kwargs: dict[str, Any],
+    config: LaunchConfig,
+    target: GPUTarget,
+    variant: Variant | None = None,
+    replay: bool = False,
 ) -> Any:
     """The compiled kernel (Triton's CompiledKernel: .asm["ptx"], .asm["cubin"], .metadata) of
-    a call with these selective_state_update keyword arguments and config, for target.
-    variant: a kernel variant of the same bits (decode.Variant)."""
-    _, launch = prepare(**kwargs, config=config, _variant=variant or Variant())
+    a call with these selective_state_update keyword arguments (selective_state_replay's with
+    replay=True) and config, for target. variant: a kernel variant of the same bits
+    (decode.Variant)."""
+    if replay:
+        _, launch = replay_prepare(**kwargs, config=config)
+    else:
+        _, launch = prepare(**kwargs, config=config, _variant=variant or Variant())
+    return compile_launch(launch, target)
+
+
+def compile_launch(launch: Launch, target: GPUTarget) -> Any:
+    """The compiled kernel of a prepared launch (any kernel of the family: decode.prepare's,
+    replay's), for target."""
     heuristics = launch.kernel
     jit = heuristics.fn
     if not isinstance(jit, triton.runtime.JITFunction):

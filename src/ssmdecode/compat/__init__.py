@@ -10,8 +10,11 @@ Each adapter keeps its engine's argument names, order and defaults, its pad / nu
 sentinel, and its in-place `out` (required and written in place; returned only by
 checkpointing_ssu, as flashinfer returns it). The sglang and vLLM adapters keep their engines'
 bits (vLLM's kernel computes dA with exp2, sglang's with exp); the flashinfer adapter writes the
-per-token recurrence's bits, which flashinfer's matmul form does not. Arguments of features
-ssmdecode does not implement yet (stochastic rounding, int8 / fp8 states) raise
+per-token recurrence's bits, which flashinfer's matmul form does not. Stochastic rounding
+(sglang's and vLLM's enable_stochastic_rounding, cache_philox_rounds) follows each engine's
+rules: fp16 states, the state slots' stores, a fresh seed a call (`stochastic_rounding`); its
+random bits are ssmdecode's own, not the engines' (docs/numerics.md). Arguments of features
+ssmdecode does not implement yet (flashinfer's stochastic rounding, int8 / fp8 states) raise
 NotImplementedError naming the argument: an adapter never drops an argument that would change
 what the engine computes. Every tensor argument is checked to be a tensor (or None where
 optional) before anything is touched. docs/compat.md maps every argument and names the engine
@@ -23,6 +26,33 @@ from __future__ import annotations
 import torch
 
 __all__: list[str] = []  # the adapters live in the submodules; below, helpers they share
+
+
+def stochastic_rounding(
+    engine: str, state: torch.Tensor, enable: object, rounds: object
+) -> tuple[torch.Tensor | None, int]:
+    """(rand_seed, philox_rounds) for ssmdecode's kernels from an engine's
+    enable_stochastic_rounding and cache_philox_rounds, with sglang's and vLLM's rules: a bool;
+    rounds >= 0, 0 meaning Triton's default of 10; fp16 states only; a fresh seed drawn for
+    every call from torch's generator on the state's device (as both engines draw it), so that
+    torch.manual_seed makes a run repeatable."""
+    where = f"ssmdecode.compat.{engine}"
+    if type(enable) is not bool:
+        raise TypeError(f"{where}: enable_stochastic_rounding must be a bool, got {type(enable).__name__}")
+    if type(rounds) is not int:
+        raise TypeError(f"{where}: cache_philox_rounds must be an int, got {type(rounds).__name__}")
+    if rounds < 0:
+        raise ValueError(f"{where}: cache_philox_rounds must be non-negative, got {rounds}")
+    if not enable:
+        return None, 10
+    if state.dtype != torch.float16:
+        raise ValueError(
+            f"{where}: stochastic rounding of the SSM state requires state dtype "
+            f"torch.float16 (as {engine}'s kernel), got {state.dtype}; ssmdecode.selective_state_update "
+            "takes rand_seed for bfloat16 states too"
+        )
+    seed = torch.randint(0, 2**32, (1,), device=state.device, dtype=torch.int64)
+    return seed, rounds or 10
 
 
 def unsupported(engine: str, argument: str, feature: str) -> NotImplementedError:

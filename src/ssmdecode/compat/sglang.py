@@ -11,7 +11,12 @@ mamba_ssm.py (read at commit 05f4e1676f82; docs/compat.md maps each argument):
 - intermediate_states_buffer with cache_steps: every token's state is written to the buffer,
   row intermediate_state_indices[b] (default: the request's slot), step t;
 - retrieve_parent_token [B, T] (EAGLE trees): token t continues from its parent token's state
-  as the buffer holds it.
+  as the buffer holds it;
+- enable_stochastic_rounding, cache_philox_rounds (sglang's later signature; fp16 states
+  only, ValueError otherwise, rounds >= 0 with 0 meaning 10): the state slots' stores round
+  stochastically, with a seed drawn for the call; the intermediate-state buffer's stay
+  round-to-nearest, as vLLM's per-token stores do (sglang's Triton path could not be read
+  here). The random bits are ssmdecode's (software Philox), not sglang's.
 
 Bits: sglang's kernel computes dA with exp, as ssmdecode's default path does: the same bits
 (tests/test_compat_upstream.py holds the adapter against sglang's kernel on the GPU).
@@ -24,8 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_out, require_tensors
+from ssmdecode.compat import require_out, require_tensors, stochastic_rounding
 from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update import decode
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
 
 __all__ = ["PAD_SLOT_ID", "selective_state_update"]
@@ -89,6 +95,8 @@ def selective_state_update(
     cache_steps: int | None = None,
     retrieve_parent_token: torch.Tensor | None = None,
     intermediate_state_indices: torch.Tensor | None = None,
+    enable_stochastic_rounding: bool = False,
+    cache_philox_rounds: int = 0,
     *,
     config: LaunchConfig | None = None,
 ) -> None:
@@ -130,6 +138,9 @@ def selective_state_update(
         retrieve_parent_token=retrieve_parent_token,
         intermediate_state_indices=intermediate_state_indices,
     )
+    rand_seed, philox_rounds = stochastic_rounding(
+        _ENGINE, state, enable_stochastic_rounding, cache_philox_rounds
+    )
     # sglang's layout, as its wrapper makes it: every per-token tensor [B, T, H, P] or
     # [B, T, G, N] (a missing head or token dim becomes 1), the state [S, H, P, N]
     state = state.unsqueeze(1) if state.dim() == 3 else state
@@ -150,13 +161,7 @@ def selective_state_update(
         # one token a request: the single-token kernel and its table
         x, dt, B, C, out = x[:, 0], dt[:, 0], B[:, 0], C[:, 0], out[:, 0]
         z = None if z is None else z[:, 0]
-    _selective_state_update(
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
+    kwargs = dict(
         D=D,
         z=z,
         dt_bias=dt_bias,
@@ -168,6 +173,14 @@ def selective_state_update(
         config=config,
         **multi,
     )
+    if rand_seed is None:
+        _selective_state_update(state, x, dt, A, B, C, **kwargs)
+    else:  # the slots' stores only: the buffer's stay round-to-nearest
+        call, launch = decode.prepare(
+            state, x, dt, A, B, C, **kwargs, rand_seed=rand_seed, philox_rounds=philox_rounds,
+            _round_buffer=False,
+        )  # fmt: skip
+        decode.run(call, launch)
 
 
 def _four_dims(t: torch.Tensor) -> torch.Tensor:

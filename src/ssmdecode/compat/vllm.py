@@ -17,8 +17,11 @@ records the versions read):
 - cu_seqlens [B + 1]: x, dt, z, B, C, out pack the tokens of every request ([total, H, P]),
   request b's being cu_seqlens[b] .. cu_seqlens[b + 1] - 1; a request of none is left alone;
 - out is required and written in place; the function returns None;
-- enable_stochastic_rounding and cache_philox_rounds (randomly rounded fp16 state) are not
-  supported yet;
+- enable_stochastic_rounding (fp16 states only, ValueError otherwise): the final state is
+  stored with stochastic rounding, keyed by a seed drawn for the call, cache_philox_rounds
+  Philox rounds (0: 10); with num_accepted_tokens (speculative decoding) vLLM's kernel rounds
+  no store stochastically, and neither does the adapter. The random bits are ssmdecode's
+  (software Philox; vLLM's fp16 path uses sm_100's cvt.rs), so they differ from vLLM's;
 - is_blackwell only picks vLLM's fallback launch config; ssmdecode picks its own from
   `config` or the device's table, which is keyed by the device's name, so it is accepted and
   has no effect.
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_out, require_tensors, unsupported
+from ssmdecode.compat import require_out, require_tensors, stochastic_rounding
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
 
@@ -129,10 +132,11 @@ def selective_state_update(
             f"ssmdecode.compat.vllm: null_block_id must be an int, got "
             f"{type(null_block_id).__name__} {null_block_id!r}"
         )
-    if enable_stochastic_rounding:
-        raise unsupported(_ENGINE, "enable_stochastic_rounding", "stochastic rounding of an fp16 state")
-    if cache_philox_rounds:
-        raise unsupported(_ENGINE, "cache_philox_rounds", "Philox rounds of stochastic rounding")
+    rand_seed, philox_rounds = stochastic_rounding(
+        _ENGINE, state, enable_stochastic_rounding, cache_philox_rounds
+    )
+    if num_accepted_tokens is not None:
+        rand_seed = None  # vLLM's speculative path rounds every store to nearest
     batch = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     src = _rows("state_batch_indices", state_batch_indices, batch)
     dst = _rows("dst_state_batch_indices", dst_state_batch_indices, batch)
@@ -165,4 +169,6 @@ def selective_state_update(
         cu_seqlens=cu_seqlens,
         num_accepted_tokens=num_accepted_tokens,
         fast_exp=True,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
     )

@@ -7,6 +7,10 @@ size. Each batch is held to the ceiling measured in the same run (ssmdecode.benc
 the large-transfer peak is reported beside it, and the gather ceiling: the same stream over the
 call's own slots, what their places in the pool allow.
 
+With --rounding nearest stochastic (a 16-bit state), every config is timed both ways in the
+same run: round-to-nearest stores, and stochastic rounding (rand_seed; the seed is fixed, which
+costs what a fresh one does).
+
 With --tokens T (speculative decoding's verify step, T draft tokens a request) and --mode
 (buffer: sglang's intermediate-state buffer; dst: vLLM's per-token slots with accepted counts;
 replay: selective_state_replay in steady state), each call is held to the streams of its own
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import logging
 
 import torch
@@ -67,21 +72,30 @@ GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CPU_BATCHES = (1, 3)
 
 
+ROUNDINGS = ("nearest", "stochastic")
+
+
 def check_against_reference(
-    shape: Shape, batch: int, specs: list[ConfigSpec], device: torch.device, seed: int
+    shape: Shape,
+    batch: int,
+    specs: list[ConfigSpec],
+    device: torch.device,
+    seed: int,
+    kernels: dict[str, functools.partial] | None = None,
 ) -> list[tuple[str, bool, str]]:
     """Correctness before speed: each config's out and written state against the float64
-    reference at one batch, within verify's tolerances. (label, within, summary) per config."""
+    reference at one batch, within verify's tolerances, with each kernel of kernels (by
+    rounding; default ssmdecode's). (label, within, summary) per config and kernel."""
     inputs = fresh_inputs(shape, batch, device, seed)
     want = reference_result(inputs)
     results = []
-    for spec in specs:
+    for spec, (rounding, fn) in itertools.product(specs, (kernels or {"": None}).items()):
         config = spec.resolve(shape, batch, device)
-        checks = against_reference(inputs, config, want)
+        checks = against_reference(inputs, config, want, fn=fn)
         out, state = checks["out"], checks["state"]
         results.append(
             (
-                f"{spec.text} {config.label}",
+                f"{spec.text} {config.label}{' ' + rounding if rounding else ''}",
                 out.within and state.within,
                 f"vs float64 reference at batch {batch}: out max abs diff "
                 f"{out.max_abs:.2e} ({out.worst_excess:.2f}x tolerance), state "
@@ -115,6 +129,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "timed launched that way (the pdl ceiling), and every rotation holds at "
         "least 2 slot sets, so that no call reads what the call before it writes",
     )
+    p.add_argument(
+        "--rounding",
+        choices=ROUNDINGS,
+        nargs="+",
+        default=["nearest"],
+        help="how the state is stored: nearest (round to nearest), stochastic (rand_seed; "
+        "a 16-bit --state-dtype); both: every config timed both ways in the same run",
+    )
     s = p.add_argument_group("speculative decoding (verify calls of T draft tokens a request)")
     s.add_argument(
         "--tokens",
@@ -146,6 +168,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tokens and args.rounding != ["nearest"]:
+        print("ssmdecode bench: --rounding is taken by single-token calls only (not with --tokens)")
+        return 2
     if args.tokens:
         return run_spec(args)
     device = device_from_args(args)
@@ -154,14 +179,25 @@ def run(args: argparse.Namespace) -> int:
     if device.type != "cuda":
         print(MEANINGLESS)
 
-    checks = check_against_reference(shape, min(batches), args.config, device, args.seed)
+    if "stochastic" in args.rounding and shape.state_dtype == torch.float32:
+        print(
+            "ssmdecode bench: --rounding stochastic needs a 16-bit state (--state-dtype bfloat16 or float16)"
+        )
+        return 2
+    seed = torch.tensor([12345], dtype=torch.int64, device=device)
+    kernels = {
+        rounding: functools.partial(
+            selective_state_update, pdl=args.pdl, **({"rand_seed": seed} if rounding == "stochastic" else {})
+        )
+        for rounding in args.rounding
+    }
+    checks = check_against_reference(shape, min(batches), args.config, device, args.seed, kernels)
     for label, ok, line in checks:
         print(f"{'ok  ' if ok else 'FAIL'} {label}: {line}")
     if not all(ok for _, ok, _ in checks):
         print("the kernel disagrees with the float64 reference: not timing it")
         return 1
 
-    kernel = functools.partial(selective_state_update, pdl=args.pdl)
     peak = measure_peak(device)
     rows: list[dict[str, object]] = []
     ceilings: dict[int, Ceiling] = {}
@@ -172,12 +208,13 @@ def run(args: argparse.Namespace) -> int:
         gathers[batch] = measure_gather_ceiling(
             inputs.state, inputs.slot_sets, call_orders(inputs, args.slot_order)
         )
-        for spec in args.config:
+        for spec, rounding in itertools.product(args.config, args.rounding):
             config = spec.resolve(shape, batch, device)
-            timing = time_config(inputs, config, device, kernel, args.slot_order)
+            timing = time_config(inputs, config, device, kernels[rounding], args.slot_order)
             rows.append(
                 {
-                    "config": spec.text,
+                    "config": spec.text + ("" if rounding == "nearest" else " sr"),
+                    "rounding": rounding,
                     "launch": config.label,
                     "launch_config": config.to_dict(),
                     **bench_row(shape, batch, timing, ceilings[batch], gathers[batch]),
@@ -201,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "pdl": args.pdl,
             "slot_order": args.slot_order,
+            "rounding": args.rounding,
         },
         "shape": shape.to_dict(),
         "peak": peak.to_dict(),

@@ -30,6 +30,7 @@ __all__ = [
     "VALIDATE_INDICES_ENV",
     "Call",
     "check_call",
+    "check_rounding",
     "expect",
     "interpreted",
     "ties_head_dim",
@@ -137,6 +138,9 @@ class Call:
     buffer_idx: torch.Tensor | None = None
     parents: torch.Tensor | None = None
     unrolled: bool = True
+    rand_seed: torch.Tensor | None = None  # stochastic rounding of 16-bit state stores
+    philox_rounds: int = 10
+    round_buffer: bool = True  # the intermediate-state buffer's stores too (else the pool's)
 
     @property
     def multi_token(self) -> bool:
@@ -185,6 +189,9 @@ def check_call(
     validate_indices: object = None,
     batch_order: object = None,
     pdl: object = False,
+    rand_seed: object = None,
+    philox_rounds: object = 10,
+    round_buffer: bool = True,
 ) -> Call:
     """The arguments of selective_state_update, checked; see its docstring for their meaning.
     Allocates out when it is None (nothing else is written)."""
@@ -214,6 +221,9 @@ def check_call(
         _expect_type(name, value, bool if what == "a bool" else int, what)
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
+    check_rounding(
+        rand_seed, philox_rounds, device, (state, intermediate_states) if round_buffer else (state,)
+    )
 
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -348,7 +358,25 @@ def check_call(
                     _validate_slots(name, idx, slots, pad_slot_id)
             if batch_order is not None:
                 validate_permutation(batch_order)
-        return Call(state, x, dt, A, B, C, D, z, dt_bias, out, result, src, dst, batch, tokens=0)
+        return Call(
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            out,
+            result,
+            src,
+            dst,
+            batch,
+            tokens=0,
+            rand_seed=rand_seed,
+            philox_rounds=philox_rounds,
+        )
 
     if varlen:  # the packed tokens as one row of the dense layout: [1, total, H, P]
         x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
@@ -501,7 +529,46 @@ def check_call(
         buffer_idx=intermediate_state_indices,
         parents=parent_token_indices,
         unrolled=unrolled,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
+        round_buffer=round_buffer,
     )
+
+
+# The Philox rounds a caller may ask for: 10 is Triton's default (and Random123's); engines
+# expose fewer (cache_philox_rounds) to save time.
+PHILOX_ROUNDS_RANGE = (1, 64)
+
+
+def check_rounding(
+    rand_seed: object, philox_rounds: object, device: torch.device, targets: tuple[object, ...]
+) -> None:
+    """rand_seed: None, or an integer tensor of one element on the state's device, with at
+    least one 16-bit tensor among the targets (the state, the intermediate-state buffer) for
+    it to round; philox_rounds an int in PHILOX_ROUNDS_RANGE."""
+    _expect_type("philox_rounds", philox_rounds, int, "an int (Philox rounds of the random bits)")
+    lo, hi = PHILOX_ROUNDS_RANGE
+    if not lo <= philox_rounds <= hi:
+        raise ValueError(f"philox_rounds is {philox_rounds}; expected {lo} to {hi} (10: Triton's default)")
+    if rand_seed is None:
+        return
+    if not isinstance(rand_seed, torch.Tensor):
+        raise TypeError(
+            f"rand_seed must be a torch.Tensor (int64, one element) or None, got {type(rand_seed).__name__}"
+        )
+    if rand_seed.dtype not in INDEX_DTYPES:
+        raise TypeError(f"rand_seed has dtype {rand_seed.dtype}; expected int64 or int32")
+    if rand_seed.numel() != 1:
+        raise ValueError(f"rand_seed has shape {tuple(rand_seed.shape)}; expected one element ([1] or [])")
+    if rand_seed.device != device:
+        raise ValueError(f"rand_seed is on {rand_seed.device}; expected {device}, the device of state")
+    dtypes = [t.dtype for t in targets if isinstance(t, torch.Tensor)]
+    if all(d == torch.float32 for d in dtypes):
+        raise ValueError(
+            "rand_seed is given but every state store is float32 (state"
+            + (", intermediate_states" if len(dtypes) > 1 else "")
+            + "): stochastic rounding applies to float16 and bfloat16 stores only"
+        )
 
 
 def _expect_rows(

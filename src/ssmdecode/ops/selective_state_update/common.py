@@ -26,6 +26,32 @@ out too (`state_step`). Checked on the H200 against tl.sum in the upstream layou
 (tests/test_ordered_sum.py), the golden digests (tests/test_golden.py) and the 920-point verify
 (benchmarks/results/NVIDIA_H200/verify*/).
 
+Stochastic rounding
+-------------------
+With a seed (`rand_seed`), a store of a state into a float16 or bfloat16 tensor rounds each
+element up or down at random, up with probability equal to the distance from the value below
+in units of the gap between the two, so that the rounded state is the exact one on average
+(its error unbiased, where round-to-nearest's repeats the same way step after step). The bits:
+Philox4x32 (Triton's tl.philox, `PHILOX_ROUNDS` rounds, 10 by default) keyed by the seed, one
+call per 8 columns of a state row: counter (row offset low word, high word, column group n // 8,
+stream), where the row offset is the offset of the row's first element in the tensor written
+(from its strides) and the stream tells the tensors of one call apart (STREAM_STATE,
+STREAM_BUFFER). Its 4 words make 8 halves (word 0's low half first), and column n takes half
+n % 8 as its 16 random bits: the Philox work is an eighth of an element's, the bits are the same
+whatever the launch config, and the same for every layout of the same strides.
+Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
+
+- bfloat16: v's bits plus the element's 16 random bits, then the low 16 bits cut (bf16 is
+  fp32's upper half, subnormals included);
+- float16: |v|'s bits plus the top 13 of the 16 random bits, the low 13 bits cut (fp32 keeps 23
+  fraction bits, fp16 10), then converted (exact; past 65504 the conversion overflows to inf as
+  round-to-nearest does); below 2^-14, where fp16's step is a fixed 2^-24, the same on |v| +
+  2^-14 (fp32's sum, rounded to nearest), and 2^-14 subtracted again (exact); v's sign;
+- inf and NaN as round-to-nearest converts them; float32 targets unchanged.
+
+Software only: the sm_100 instruction cvt.rs (what sglang's and vLLM's fp16 paths use) draws
+its random bits otherwise and cannot be checked on the GPUs measured here.
+
 Tiles
 -----
 The state tile is [BLOCK_M, BLOCK_N], or with the ordered row sum grouped [BLOCK_N / 4,
@@ -45,6 +71,8 @@ import triton.language as tl
 __all__ = [
     "ORDERED_MAX_N",
     "ORDERED_MIN_N",
+    "STREAM_BUFFER",
+    "STREAM_STATE",
     "col_offsets",
     "cols",
     "exp_dA",
@@ -53,11 +81,17 @@ __all__ = [
     "rowsum_upstream_order",
     "softplus",
     "state_step",
+    "stored",
 ]
 
 # The state dims (powers of two) the ordered row sum is defined for.
 ORDERED_MIN_N = 16
 ORDERED_MAX_N = 256
+
+# The Philox streams of stochastic rounding: one for the state pool (final states, per-token
+# slots, replay's flushes), one for the intermediate-state buffer.
+STREAM_STATE = tl.constexpr(0)
+STREAM_BUFFER = tl.constexpr(1)
 
 # vLLM's fast_exp: exp(x) as exp2(log2(e) * x), one ex2.approx instruction (another rounding).
 _LOG2E = tl.constexpr(1.4426950408889634)
@@ -184,3 +218,76 @@ def state_step(b_state, b_dA, b_dB, b_x, ORDERED_SUM: tl.constexpr):
         return tl.fma(b_state, b_dA, b_dB * b_x)
     else:
         return b_state * b_dA + b_dB * b_x
+
+
+@triton.jit
+def _random_halves(seed, o_row, BLOCK_N: tl.constexpr, STREAM: tl.constexpr, ROUNDS: tl.constexpr):
+    """16 random bits (in a uint32) for each element of a [BLOCK_M, BLOCK_N] tile whose rows
+    start at the offsets o_row [BLOCK_M]: one Philox4x32 call per 8 columns of a row (see the
+    module docstring), its 4 words cut into 8 halves, column 8g + k taking half k."""
+    G: tl.constexpr = (BLOCK_N + 7) // 8
+    o = o_row.to(tl.int64)[:, None]
+    g = tl.arange(0, G)[None, :]
+    shape: tl.constexpr = (o_row.shape[0], G)
+    lo = tl.broadcast_to((o & 0xFFFFFFFF).to(tl.uint32), shape)
+    hi = tl.broadcast_to(((o >> 32) & 0xFFFFFFFF).to(tl.uint32), shape)
+    c2 = tl.broadcast_to(g.to(tl.uint32), shape)
+    c3 = tl.full(shape, STREAM, tl.uint32)
+    w0, w1, w2, w3 = tl.philox(seed, lo, hi, c2, c3, ROUNDS)
+    if BLOCK_N >= 8:  # column 8g + k: bit 0 of k in the outer interleave, bit 2 the inner
+        even = tl.interleave(tl.interleave(w0 & 0xFFFF, w2 & 0xFFFF), tl.interleave(w1 & 0xFFFF, w3 & 0xFFFF))
+        odd = tl.interleave(tl.interleave(w0 >> 16, w2 >> 16), tl.interleave(w1 >> 16, w3 >> 16))
+        return tl.interleave(even, odd)
+    elif BLOCK_N == 4:
+        return tl.interleave(tl.interleave(w0 & 0xFFFF, w1 & 0xFFFF), tl.interleave(w0 >> 16, w1 >> 16))
+    elif BLOCK_N == 2:
+        return tl.interleave(w0 & 0xFFFF, w0 >> 16)
+    else:
+        return w0 & 0xFFFF
+
+
+@triton.jit
+def _stochastic_round(v, r, dtype: tl.constexpr):
+    """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with 16 random
+    bits r (in uint32s) an element: see the module docstring."""
+    u = v.to(tl.uint32, bitcast=True)
+    finite = (u & 0x7F800000) != 0x7F800000
+    if dtype == tl.bfloat16:
+        q = ((u + r) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    else:
+        # fp16 keeps 10 of fp32's 23 fraction bits in its normal range: 13 random bits added,
+        # 13 bits cut. Below 2^-14 its step is a fixed 2^-24: |v| + 2^-14 lies in the binade
+        # [2^-14, 2^-13), whose fp16 step is that 2^-24, so the same cut rounds it there and
+        # 2^-14 comes off again (exactly).
+        a = u & 0x7FFFFFFF
+        tiny = a < 0x38800000  # 2^-14 as fp32 bits
+        t = tl.where(tiny, a.to(tl.float32, bitcast=True) + 6.103515625e-05, a.to(tl.float32, bitcast=True))
+        m = ((t.to(tl.uint32, bitcast=True) + (r >> 3)) & 0xFFFFE000).to(tl.float32, bitcast=True)
+        mag = tl.where(tiny, m - 6.103515625e-05, m)
+        q = (mag.to(tl.uint32, bitcast=True) | (u & 0x80000000)).to(tl.float32, bitcast=True)
+    return tl.where(finite, q, v).to(dtype)
+
+
+@triton.jit
+def stored(
+    v,
+    dtype: tl.constexpr,
+    seed,
+    o_row,
+    STREAM: tl.constexpr,
+    STOCHASTIC: tl.constexpr,
+    ROUNDS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUPED: tl.constexpr,
+):
+    """The fp32 tile v as a store into a dtype tensor writes it: rounded to nearest, or with
+    STOCHASTIC (a 16-bit dtype) rounded stochastically with the random bits of seed, the
+    offsets o_row [BLOCK_M] of the tile's rows in the tensor and STREAM (see the module
+    docstring). GROUPED: v is the ordered sum's grouped tile [BLOCK_N / 4, BLOCK_M, 4]."""
+    if STOCHASTIC and dtype != tl.float32:
+        r = _random_halves(seed, o_row, BLOCK_N, STREAM, ROUNDS)
+        if GROUPED:
+            r = tl.permute(tl.reshape(r, (r.shape[0], BLOCK_N // 4, 4)), (1, 0, 2))
+        return _stochastic_round(v, r, dtype)
+    else:
+        return v.to(dtype)

@@ -58,6 +58,7 @@ from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update import torch_op, verify
 from ssmdecode.ops.selective_state_update.checks import Call, check_call, interpreted, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
+    STREAM_STATE,
     col_offsets,
     cols,
     exp_dA,
@@ -66,6 +67,7 @@ from ssmdecode.ops.selective_state_update.common import (
     rowsum_upstream_order,
     softplus,
     state_step,
+    stored,
 )
 from ssmdecode.ops.selective_state_update.launch import Launch, Variant, check_ordered_sum, strides
 
@@ -80,6 +82,7 @@ _HEURISTICS = {
     "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
     "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
     "HAS_ORDER": lambda args: args["p_order"] is not None,
+    "STOCHASTIC": lambda args: args["p_seed"] is not None,
     "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
 }
 
@@ -90,7 +93,7 @@ _HEURISTICS = {
 def _selective_state_update_kernel(
     # pointers
     p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
-    p_src_idx, p_dst_idx, p_order,
+    p_src_idx, p_dst_idx, p_order, p_seed,
     # sizes
     headdim, dstate, pad_slot_id,
     # strides, stride_<tensor>_<dim>
@@ -121,6 +124,8 @@ def _selective_state_update_kernel(
     PACKED_ROWS: tl.constexpr,  # state rows of BLOCK_N contiguous words: compile-time offsets
     EVEN_VECTORS: tl.constexpr,  # x, dt, D, z, out, B, C unmasked where the tile divides
     FAST_EXP: tl.constexpr,  # dA by exp2 (vLLM's bits), else exp (mamba_ssm's and sglang's)
+    STOCHASTIC: tl.constexpr,  # a 16-bit state stored with stochastic rounding (common.py)
+    PHILOX_ROUNDS: tl.constexpr,
     # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -240,8 +245,14 @@ def _selective_state_update_kernel(
         b_dB = cols(b_B, ORDERED_SUM) * rows(b_dt, ORDERED_SUM)
     b_state = state_step(b_state, b_dA, b_dB, rows(b_x, ORDERED_SUM), ORDERED_SUM)
     if WRITE_STATE:
-        tl.store(p_dst, b_state.to(p_state.dtype.element_ty), mask=m_write,
-                 eviction_policy=STATE_EVICT)
+        if STOCHASTIC:
+            # the rows' offsets in the pool key the random bits (common.py)
+            o_row = i_dst * stride_state_s + i_h * stride_state_h + o_m * stride_state_p
+            b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed), o_row,
+                             STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+        else:
+            b_store = b_state.to(p_state.dtype.element_ty)
+        tl.store(p_dst, b_store, mask=m_write, eviction_policy=STATE_EVICT)
     if ORDERED_SUM:
         b_out = rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
     else:
@@ -287,6 +298,7 @@ def _prepare_single(
         call.src_idx,
         call.dst_idx,
         order,
+        call.rand_seed,
         headdim,
         dstate,
         pad_slot_id,
@@ -314,6 +326,7 @@ def _prepare_single(
         PACKED_ROWS=(not variant.strided_rows and state.stride(-1) == 1 and state.stride(-2) == block_n),
         EVEN_VECTORS=not variant.masked_vectors,
         FAST_EXP=fast_exp,
+        PHILOX_ROUNDS=call.philox_rounds if call.rand_seed is not None else 0,
         BLOCK_M=config.block_m,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
@@ -353,11 +366,16 @@ def prepare(
     """selective_state_update's arguments checked and its launch prepared, not run (None for
     an empty batch): what the public function launches, and what benchmarks/compile_info.py
     compiles for a GPU target without one. Takes the public function's keyword arguments;
-    _variant (tests, explorations) picks a kernel variant of the same bits."""
+    _variant (tests, explorations) picks a kernel variant of the same bits; _round_buffer=False
+    (the sglang adapter) keeps the intermediate-state buffer's stores round-to-nearest under
+    stochastic rounding."""
     pdl = multi.pop("pdl", False)
     batch_order = multi.pop("batch_order", None)
     validate_indices = multi.pop("validate_indices", None)
     fast_exp = multi.pop("fast_exp", False)
+    rand_seed = multi.pop("rand_seed", None)
+    philox_rounds = multi.pop("philox_rounds", 10)
+    round_buffer = multi.pop("_round_buffer", True)  # the engine adapters' convention
     call = check_call(
         state,
         x,
@@ -379,6 +397,9 @@ def prepare(
         validate_indices=validate_indices,
         batch_order=batch_order,
         pdl=pdl,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
+        round_buffer=round_buffer,
         **multi,
     )
     if call.batch == 0:
@@ -442,6 +463,8 @@ def selective_state_update(
     validate_indices: bool | None = None,
     pdl: bool = False,
     batch_order: torch.Tensor | None = None,
+    rand_seed: torch.Tensor | None = None,
+    philox_rounds: int = 10,
 ) -> torch.Tensor:
     """One decode step of a Mamba1 or Mamba2 SSM layer, one token or T tokens a request;
     updates ``state`` in place.
@@ -508,6 +531,16 @@ def selective_state_update(
             (docs/performance.md). Checked to be a permutation only with validate_indices: any
             other order leaves rows of out unwritten, updates a repeated row twice, and reads
             out of bounds for entries outside [0, B).
+        rand_seed: int64 (or int32) [1] on the state's device, or None (round to nearest):
+            every store of a state into a float16 or bfloat16 tensor (the state slots, the
+            per-token slots, intermediate_states) rounds stochastically, up or down with the
+            probabilities that make it exact on average, with random bits from Philox keyed
+            by this seed and each element's offset in the tensor written (common.py has the
+            bits). Deterministic for a given seed, so refresh it every step (and give each
+            layer its own): with the same seed the same element gets the same bits every
+            step. The kernel reads it on the device, so a CUDA graph that refreshes it (e.g.
+            torch.randint(2**62, (1,), out=seed) inside the graph) replays with fresh bits.
+        philox_rounds: Philox rounds of those bits, 1 to 64 (default 10, Triton's).
 
     Returns:
         out.
@@ -545,6 +578,8 @@ def selective_state_update(
             fast_exp=fast_exp,
             pdl=pdl,
             batch_order=batch_order,
+            rand_seed=rand_seed,
+            philox_rounds=philox_rounds,
         )
     call, launch = prepare(
         state,
@@ -572,6 +607,8 @@ def selective_state_update(
         validate_indices=validate_indices,
         pdl=pdl,
         batch_order=batch_order,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
     )
     run(call, launch)
     return call.result

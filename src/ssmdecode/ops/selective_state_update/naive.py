@@ -10,10 +10,18 @@ not speed.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["selective_state_replay_reference", "selective_state_update_reference"]
+__all__ = [
+    "philox4x32",
+    "random_halves",
+    "row_offsets",
+    "selective_state_replay_reference",
+    "selective_state_update_reference",
+    "stochastic_round",
+]
 
 
 def _slot(idx: torch.Tensor | None, b: int, column: int = 0) -> int:
@@ -230,3 +238,70 @@ def selective_state_replay_reference(
     if cu_seqlens is not None:
         out = out.squeeze(0)
     return out, new_state, xc, Bc, dtc
+
+
+# Stochastic rounding, bit for bit as the kernels do it (common.py, "Stochastic rounding").
+
+_M32 = 0xFFFFFFFF
+
+
+def philox4x32(
+    seed: int, c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, rounds: int = 10
+) -> tuple[np.ndarray, ...]:
+    """Philox4x32 with `rounds` rounds, key (low, high word of the 64-bit seed), counters
+    c0..c3 (uint32 arrays of one shape): Triton's tl.philox (Salmon et al., 2011)."""
+    c = [np.asarray(v, dtype=np.uint64) & _M32 for v in np.broadcast_arrays(c0, c1, c2, c3)]
+    seed &= 0xFFFFFFFFFFFFFFFF
+    k0, k1 = seed & _M32, seed >> 32
+    for _ in range(rounds):
+        p0 = np.uint64(0xCD9E8D57) * c[2]  # products of two 32-bit words: exact in uint64
+        p1 = np.uint64(0xD2511F53) * c[0]
+        c = [(p0 >> 32) ^ c[1] ^ np.uint64(k0), p0 & _M32, (p1 >> 32) ^ c[3] ^ np.uint64(k1), p1 & _M32]
+        k0, k1 = (k0 + 0x9E3779B9) & _M32, (k1 + 0xBB67AE85) & _M32
+    return tuple(v.astype(np.uint32) for v in c)
+
+
+def random_halves(seed: int, rows: np.ndarray, columns: int, stream: int, rounds: int = 10) -> np.ndarray:
+    """The 16 random bits (uint32) of each element of rows x columns: one Philox call per row
+    (its offset, int64 array) and group of 8 columns, column n taking half n % 8."""
+    o = np.asarray(rows, dtype=np.int64).astype(np.uint64)[..., None]
+    g = np.arange((columns + 7) // 8, dtype=np.uint64)
+    words = philox4x32(seed, o & _M32, o >> 32, g, np.uint64(stream), rounds)
+    halves = np.stack([h for w in words for h in (w & 0xFFFF, w >> 16)], axis=-1)  # [..., G, 8]
+    return halves.reshape(*halves.shape[:-2], -1)[..., :columns]
+
+
+def stochastic_round(v: torch.Tensor, r: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The float32 tensor v rounded to dtype (float16 or bfloat16) with 16 random bits r an
+    element; float32 returns v."""
+    if dtype == torch.float32:
+        return v.clone()
+    x = v.detach().cpu().to(torch.float32).numpy()
+    u = x.view(np.uint32).astype(np.uint64)
+    r = np.asarray(r, dtype=np.uint64)
+    finite = (u & 0x7F800000) != 0x7F800000
+    if dtype == torch.bfloat16:
+        q = ((u + r) & 0xFFFF0000).astype(np.uint32)
+    elif dtype == torch.float16:
+        a = u & 0x7FFFFFFF
+        tiny = a < 0x38800000
+        af = a.astype(np.uint32).view(np.float32)
+        t = np.where(tiny, af + np.float32(2.0**-14), af).astype(np.float32)
+        m = ((t.view(np.uint32).astype(np.uint64) + (r >> 3)) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+        mag = np.where(tiny, m - np.float32(2.0**-14), m).astype(np.float32)
+        q = mag.view(np.uint32) | (u & 0x80000000).astype(np.uint32)
+    else:
+        raise ValueError(f"stochastic rounding is defined for float16 and bfloat16, not {dtype}")
+    out = np.where(finite, q.view(np.float32), x)
+    return torch.from_numpy(np.ascontiguousarray(out)).to(dtype).to(v.device)
+
+
+def row_offsets(t: torch.Tensor, lead: torch.Tensor | tuple[torch.Tensor, ...]) -> np.ndarray:
+    """The offsets of the rows t[i, ..., p, :] (the last dim the columns) for the leading
+    indices `lead` (one index tensor per dim before the last two, broadcast together), over
+    every row p: the keys of an element's random bits."""
+    lead = (lead,) if isinstance(lead, torch.Tensor) else lead
+    idx = [np.asarray(i.cpu(), dtype=np.int64) for i in lead]
+    off = sum(i * t.stride(d) for d, i in enumerate(np.broadcast_arrays(*idx)))
+    p = np.arange(t.shape[-2], dtype=np.int64) * t.stride(-2)
+    return np.asarray(off)[..., None] + p

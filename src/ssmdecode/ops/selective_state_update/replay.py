@@ -56,11 +56,13 @@ from ssmdecode.ops.selective_state_update.checks import (
     INDEX_DTYPES,
     MAX_BATCH,
     VALIDATE_INDICES_ENV,
+    check_rounding,
     expect,
     interpreted,
     ties_head_dim,
 )
 from ssmdecode.ops.selective_state_update.common import (
+    STREAM_STATE,
     col_offsets,
     cols,
     exp_dA,
@@ -69,16 +71,18 @@ from ssmdecode.ops.selective_state_update.common import (
     rowsum_upstream_order,
     softplus,
     state_step,
+    stored,
 )
 from ssmdecode.ops.selective_state_update.launch import Launch, check_ordered_sum, strides
 
-__all__ = ["replay_advance", "replay_flush", "selective_state_replay"]
+__all__ = ["prepare", "replay_advance", "replay_flush", "selective_state_replay"]
 
 _HEURISTICS = {
     "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
     "HAS_D": lambda args: args["p_D"] is not None,
     "HAS_Z": lambda args: args["p_z"] is not None,
     "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
+    "STOCHASTIC": lambda args: args["p_seed"] is not None,
     "VARLEN": lambda args: args["p_cu_seqlens"] is not None,
     "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
 }
@@ -90,7 +94,7 @@ _HEURISTICS = {
 def _selective_state_replay_kernel(
     # pointers
     p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached,
-    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens,
+    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed,
     # sizes
     headdim, dstate, pad_slot_id, total_tokens, ring,
     # strides, stride_<tensor>_<dim>
@@ -122,6 +126,8 @@ def _selective_state_replay_kernel(
     EVEN_N: tl.constexpr,
     PACKED_ROWS: tl.constexpr,
     FAST_EXP: tl.constexpr,
+    STOCHASTIC: tl.constexpr,  # a 16-bit checkpoint stored with stochastic rounding (common.py)
+    PHILOX_ROUNDS: tl.constexpr,
     # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -241,7 +247,13 @@ def _selective_state_replay_kernel(
 
     # 3. the new checkpoint, where the ring would overflow
     m_write = m_flush if m_read is None else m_read & m_flush
-    tl.store(p_tile, b_state.to(p_state.dtype.element_ty), mask=m_write, eviction_policy=STATE_EVICT)
+    if STOCHASTIC:
+        b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed),
+                         i_slot * stride_state_s + i_h * stride_state_h + o_m * stride_state_p,
+                         STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+    else:
+        b_store = b_state.to(p_state.dtype.element_ty)
+    tl.store(p_tile, b_store, mask=m_write, eviction_policy=STATE_EVICT)
 
     # 4. the drafts: out for each, their inputs appended to the ring
     b_dt_bias = 0.0
@@ -471,6 +483,8 @@ def _prepare_replay(
     validate_indices,
     pdl,
     flush,
+    rand_seed=None,
+    philox_rounds=10,
 ) -> tuple:
     tokens, batch, ring, out = _check_replay(
         state,
@@ -497,6 +511,7 @@ def _prepare_replay(
         fast_exp,
         pdl,
     )
+    check_rounding(rand_seed, philox_rounds, state.device, (state,))
     if validate_indices is None:
         validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
     if validate_indices:
@@ -536,6 +551,7 @@ def _prepare_replay(
         out,
         state_batch_indices,
         cu_seqlens,
+        rand_seed,
         headdim,
         dstate,
         pad_slot_id,
@@ -566,6 +582,7 @@ def _prepare_replay(
         EVEN_N=dstate == block_n,
         PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
         FAST_EXP=fast_exp,
+        PHILOX_ROUNDS=philox_rounds if rand_seed is not None else 0,
         BLOCK_M=config.block_m,
         SLOT_MAJOR=config.slot_major,
         EVICT_FIRST=config.evict_first,
@@ -630,6 +647,68 @@ def _run(device: torch.device, launch: Launch | None) -> None:
         launch.run()
 
 
+def prepare(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    out: torch.Tensor | None = None,
+    config: LaunchConfig | None = None,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
+    fast_exp: bool = False,
+    validate_indices: bool | None = None,
+    pdl: bool = False,
+    rand_seed: torch.Tensor | None = None,
+    philox_rounds: int = 10,
+) -> tuple[torch.Tensor, Launch | None]:
+    """selective_state_replay's arguments checked and its launch prepared, not run: (out,
+    the launch, or None for an empty batch). What benchmarks/ptx_snapshot.py compiles."""
+    return _prepare_replay(
+        state,
+        x_cache,
+        B_cache,
+        dt_cache,
+        ring_start,
+        num_cached,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        state_batch_indices,
+        pad_slot_id,
+        out,
+        config,
+        cu_seqlens,
+        max_seqlen,
+        fast_exp,
+        validate_indices,
+        pdl,
+        flush=False,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
+    )
+
+
 def selective_state_replay(
     state: torch.Tensor,
     x_cache: torch.Tensor,
@@ -656,6 +735,8 @@ def selective_state_replay(
     fast_exp: bool = False,
     validate_indices: bool | None = None,
     pdl: bool = False,
+    rand_seed: torch.Tensor | None = None,
+    philox_rounds: int = 10,
 ) -> torch.Tensor:
     """A verify step of T draft tokens a request by replay (see the module docstring): the
     checkpoint state[slot] and its num_cached[slot] ring tokens replayed, the state written back
@@ -683,11 +764,13 @@ def selective_state_replay(
         validate_indices: check slots and each slot's bookkeeping (synchronizes; also the
             environment variable SSMDECODE_VALIDATE_INDICES=1).
         pdl: programmatic dependent launch, as selective_state_update's.
+        rand_seed, philox_rounds: a 16-bit checkpoint written with stochastic rounding, as
+            selective_state_update's (refresh the seed every step).
 
     Returns:
         out.
     """
-    result, launch = _prepare_replay(
+    result, launch = prepare(
         state,
         x_cache,
         B_cache,
@@ -707,12 +790,13 @@ def selective_state_replay(
         pad_slot_id,
         out,
         config,
-        cu_seqlens,
-        max_seqlen,
-        fast_exp,
-        validate_indices,
-        pdl,
-        flush=False,
+        cu_seqlens=cu_seqlens,
+        max_seqlen=max_seqlen,
+        fast_exp=fast_exp,
+        validate_indices=validate_indices,
+        pdl=pdl,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
     )
     _run(state.device, launch)
     return result
@@ -829,11 +913,14 @@ def replay_flush(
     config: LaunchConfig | None = None,
     *,
     fast_exp: bool = False,
+    rand_seed: torch.Tensor | None = None,
+    philox_rounds: int = 10,
 ) -> None:
     """Materialize the slots' states of one layer (before preemption, swap-out or slot reuse):
     each checkpoint plus its cached tokens replayed and written to state[slot]. Call it for
     every layer, then replay_advance(..., num_accepted=zeros, flushed=True) once, which moves
-    each ring past the tokens now in the state. The bookkeeping is only read here."""
+    each ring past the tokens now in the state. The bookkeeping is only read here. rand_seed,
+    philox_rounds: a 16-bit state written with stochastic rounding (selective_state_update's)."""
     nheads, headdim, dstate = state.shape[1:]
     batch = state_batch_indices.shape[0]
     ngroups = B_cache.shape[1]
@@ -871,5 +958,7 @@ def replay_flush(
         None,
         False,
         flush=True,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
     )
     _run(device, launch)

@@ -51,6 +51,8 @@ def _selective_state_update_op(
     fast_exp: bool,
     pdl: bool,
     batch_order: torch.Tensor | None,
+    rand_seed: torch.Tensor | None = None,
+    philox_rounds: int = 10,
 ) -> None:
     from ssmdecode.ops.selective_state_update import decode
 
@@ -80,6 +82,8 @@ def _selective_state_update_op(
             fast_exp=fast_exp,
             pdl=pdl,
             batch_order=batch_order,
+            rand_seed=rand_seed,
+            philox_rounds=philox_rounds,
         )
     )
 
@@ -138,6 +142,8 @@ def selective_state_update_op(
         multi.get("fast_exp", False),
         multi.get("pdl", False),
         multi.get("batch_order"),
+        multi.get("rand_seed"),
+        multi.get("philox_rounds", 10),
     )
     return out
 

@@ -39,6 +39,8 @@ from ssmdecode.config import LaunchConfig
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update.checks import Call, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
+    STREAM_BUFFER,
+    STREAM_STATE,
     col_offsets,
     cols,
     exp_dA,
@@ -47,6 +49,7 @@ from ssmdecode.ops.selective_state_update.common import (
     rowsum_upstream_order,
     softplus,
     state_step,
+    stored,
 )
 from ssmdecode.ops.selective_state_update.launch import Launch, Variant, check_ordered_sum, strides
 
@@ -63,6 +66,7 @@ _HEURISTICS = {
     "HAS_BUFFER": lambda args: args["p_buf"] is not None,
     "HAS_BUFFER_IDX": lambda args: args["p_buf_idx"] is not None,
     "HAS_PARENTS": lambda args: args["p_parent"] is not None,
+    "STOCHASTIC": lambda args: args["p_seed"] is not None,
     "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
 }
 
@@ -74,6 +78,7 @@ def _token(
     p_x, p_dt, p_B, p_C, p_z, p_out, p_dst_idx, p_parent, p_state, p_buf,
     o_m, o_n, o_base, o_tile, o_buf_base, o_buf_tile,
     b_A, b_dt_bias, b_D, m_vm, m_vn, m_read, m_buf, m_live, pad_slot_id, T,
+    seed, o_rand_state, o_rand_buf,
     stride_state_s, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
     stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_p,
     stride_B_b, stride_B_t, stride_B_g, stride_B_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n,
@@ -86,6 +91,7 @@ def _token(
     MASK_TOKENS: tl.constexpr, KEEP_FINAL: tl.constexpr, FAST_EXP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ORDERED_SUM: tl.constexpr,
     STATE_EVICT: tl.constexpr, INDEX_EVICT: tl.constexpr,
+    STOCHASTIC: tl.constexpr, STOCHASTIC_BUFFER: tl.constexpr, PHILOX_ROUNDS: tl.constexpr,
 ):
     """Token t of the request: continue from its parent's state (EAGLE trees), apply it,
     write its state where the mode says and its out. Returns the state after it."""
@@ -160,14 +166,25 @@ def _token(
             m_dst = m_dst & m_t
         if m_read is not None:  # the tile's masks, and no slot written for a pad request
             m_dst = m_dst & m_read
-        tl.store((p_state + (i_dst * stride_state_s + o_base)) + o_tile,
-                 b_new.to(p_state.dtype.element_ty), mask=m_dst, eviction_policy=STATE_EVICT)
+        if STOCHASTIC:
+            b_store = stored(b_new, p_state.dtype.element_ty, seed,
+                             i_dst * stride_state_s + o_rand_state,
+                             STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+        else:
+            b_store = b_new.to(p_state.dtype.element_ty)
+        tl.store((p_state + (i_dst * stride_state_s + o_base)) + o_tile, b_store, mask=m_dst,
+                 eviction_policy=STATE_EVICT)
     if HAS_BUFFER:  # sglang: token t's state to the buffer's row of the request
         m_b = m_buf
         if MASK_TOKENS:
             m_b = m_t if m_b is None else m_b & m_t
-        tl.store(p_buf + (o_buf_base + t * stride_buf_t) + o_buf_tile,
-                 b_new.to(p_buf.dtype.element_ty), mask=m_b, eviction_policy=STATE_EVICT)
+        if STOCHASTIC and STOCHASTIC_BUFFER:
+            b_store = stored(b_new, p_buf.dtype.element_ty, seed,
+                             o_rand_buf + t * stride_buf_t, STREAM_BUFFER, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+        else:
+            b_store = b_new.to(p_buf.dtype.element_ty)
+        tl.store(p_buf + (o_buf_base + t * stride_buf_t) + o_buf_tile, b_store, mask=m_b,
+                 eviction_policy=STATE_EVICT)
 
     if ORDERED_SUM:
         b_out = rowsum_upstream_order(tl.permute(b_new, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
@@ -191,7 +208,7 @@ def _token(
 def _selective_state_update_multi_token_kernel(
     # pointers
     p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
-    p_src_idx, p_dst_idx, p_accepted, p_cu_seqlens, p_buf, p_buf_idx, p_parent,
+    p_src_idx, p_dst_idx, p_accepted, p_cu_seqlens, p_buf, p_buf_idx, p_parent, p_seed,
     # sizes
     headdim, dstate, pad_slot_id, total_tokens, src_columns,
     # strides, stride_<tensor>_<dim>
@@ -232,6 +249,9 @@ def _selective_state_update_multi_token_kernel(
     BUFFER_PACKED: tl.constexpr,  # the buffer's rows too
     EVEN_VECTORS: tl.constexpr,
     FAST_EXP: tl.constexpr,
+    STOCHASTIC: tl.constexpr,  # 16-bit state stores rounded stochastically (common.py)
+    STOCHASTIC_BUFFER: tl.constexpr,  # the buffer's too (else only the pool's)
+    PHILOX_ROUNDS: tl.constexpr,
     # launch knobs
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -363,6 +383,15 @@ def _selective_state_update_multi_token_kernel(
     if HAS_D:
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
 
+    # Stochastic rounding: the seed, and the offsets of the tile's rows (without the slot) in
+    # the pool and the buffer, which key the random bits (common.py).
+    seed = 0
+    o_rand_state = 0
+    o_rand_buf = 0
+    if STOCHASTIC:
+        seed = tl.load(p_seed)
+        o_rand_state = i_h * stride_state_h + o_m * stride_state_p
+        o_rand_buf = i_buf * stride_buf_r + i_h * stride_buf_h + o_m * stride_buf_p
     MASK_TOKENS: tl.constexpr = VARLEN and UNROLLED
     KEEP_FINAL: tl.constexpr = MASK_TOKENS and WRITE_FINAL
     if UNROLLED:
@@ -372,6 +401,7 @@ def _selective_state_update_multi_token_kernel(
                 p_x, p_dt, p_B, p_C, p_z, p_out, p_dst_idx, p_parent, p_state, p_buf,
                 o_m, o_n, o_base, o_tile, o_buf_base, o_buf_tile,
                 b_A, b_dt_bias, b_D, m_vm, m_vn, m_read, m_buf, m_live, pad_slot_id, T,
+                seed, o_rand_state, o_rand_buf,
                 stride_state_s, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
                 stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_p,
                 stride_B_b, stride_B_t, stride_B_g, stride_B_n,
@@ -381,7 +411,8 @@ def _selective_state_update_multi_token_kernel(
                 stride_dst_b, stride_dst_k, stride_buf_t, stride_parent_b, stride_parent_t,
                 DT_SOFTPLUS, TIE_HDIM, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, DST_PER_TOKEN,
                 HAS_BUFFER, HAS_PARENTS, MASK_TOKENS, KEEP_FINAL, FAST_EXP, BLOCK_M, BLOCK_N,
-                ORDERED_SUM, STATE_EVICT, INDEX_EVICT,
+                ORDERED_SUM, STATE_EVICT, INDEX_EVICT, STOCHASTIC, STOCHASTIC_BUFFER,
+                PHILOX_ROUNDS,
             )
     else:  # a while loop: Triton's interpreter cannot take range() of a loaded count
         t = 0
@@ -391,6 +422,7 @@ def _selective_state_update_multi_token_kernel(
                 p_x, p_dt, p_B, p_C, p_z, p_out, p_dst_idx, p_parent, p_state, p_buf,
                 o_m, o_n, o_base, o_tile, o_buf_base, o_buf_tile,
                 b_A, b_dt_bias, b_D, m_vm, m_vn, m_read, m_buf, m_live, pad_slot_id, T,
+                seed, o_rand_state, o_rand_buf,
                 stride_state_s, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
                 stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_p,
                 stride_B_b, stride_B_t, stride_B_g, stride_B_n,
@@ -400,14 +432,20 @@ def _selective_state_update_multi_token_kernel(
                 stride_dst_b, stride_dst_k, stride_buf_t, stride_parent_b, stride_parent_t,
                 DT_SOFTPLUS, TIE_HDIM, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, DST_PER_TOKEN,
                 HAS_BUFFER, HAS_PARENTS, False, False, FAST_EXP, BLOCK_M, BLOCK_N,
-                ORDERED_SUM, STATE_EVICT, INDEX_EVICT,
+                ORDERED_SUM, STATE_EVICT, INDEX_EVICT, STOCHASTIC, STOCHASTIC_BUFFER,
+                PHILOX_ROUNDS,
             )
             t += 1
 
     if WRITE_FINAL:
         p_final = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
-        tl.store(p_final, b_state.to(p_state.dtype.element_ty), mask=m_final,
-                 eviction_policy=STATE_EVICT)
+        if STOCHASTIC:
+            b_store = stored(b_state, p_state.dtype.element_ty, seed,
+                             i_dst * stride_state_s + o_rand_state,
+                             STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+        else:
+            b_store = b_state.to(p_state.dtype.element_ty)
+        tl.store(p_final, b_store, mask=m_final, eviction_policy=STATE_EVICT)
 # fmt: on
 
 
@@ -449,6 +487,7 @@ def prepare_multi_token(
         buf,
         call.buffer_idx,
         call.parents,
+        call.rand_seed,
         headdim,
         dstate,
         pad_slot_id,
@@ -487,6 +526,8 @@ def prepare_multi_token(
         ),
         EVEN_VECTORS=not variant.masked_vectors,
         FAST_EXP=fast_exp,
+        STOCHASTIC_BUFFER=call.rand_seed is not None and call.round_buffer,
+        PHILOX_ROUNDS=call.philox_rounds if call.rand_seed is not None else 0,
         BLOCK_M=config.block_m,
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,

@@ -1,0 +1,510 @@
+"""Stochastic rounding of 16-bit state stores (rand_seed): the kernels' bits against the
+reference (ssmdecode.ops.selective_state_update.naive: Philox and the rounding, written in
+NumPy), its statistics (unbiased, the spread of a Bernoulli draw, the drift round-to-nearest
+cannot follow), the seed's determinism, the argument checks, and the engine adapters' rules.
+
+The exact value before rounding is what the same call writes into a float32 copy of the pool:
+the kernels compute in float32 whatever the state's dtype, and a 16-bit state loads exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import DEVICE
+from ssmdecode import LaunchConfig, selective_state_update
+from ssmdecode.compat import sglang, vllm
+from ssmdecode.numerics import bits
+from ssmdecode.ops.selective_state_update import replay_flush
+from ssmdecode.ops.selective_state_update.naive import (
+    philox4x32,
+    random_halves,
+    row_offsets,
+    stochastic_round,
+)
+
+STATE, BUFFER = 0, 1  # the kernels' Philox streams (common.STREAM_STATE, STREAM_BUFFER)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# One program a (request, head) at these sizes: the interpreter's cost is the program count.
+CONFIGS = [LaunchConfig(block_m=4, num_warps=1), LaunchConfig.parse("4,1,slot,evict,ordered")]
+
+
+def _seed(value: int) -> torch.Tensor:
+    return torch.tensor([value], dtype=torch.int64, device=DEVICE)
+
+
+def _inputs(batch: int = 2, nheads: int = 2, headdim: int = 4, dstate: int = 16, slots: int = 5):
+    """A Mamba2 call's tensors (float32 state pool) with states spread over many binades, from
+    fp16's subnormals up, so that every path of the rounding is taken."""
+    g = torch.Generator().manual_seed(0)
+    magnitude = torch.pow(10.0, torch.empty(slots, nheads, headdim, dstate).uniform_(-7, 2, generator=g))
+    sign = torch.where(torch.rand(slots, nheads, headdim, dstate, generator=g) < 0.5, -1.0, 1.0)
+    kw = dict(
+        x=torch.randn(batch, nheads, headdim, generator=g),
+        dt=torch.rand(batch, nheads, headdim, generator=g) * 0.1,
+        A=-torch.rand(nheads, headdim, dstate, generator=g),
+        B=torch.randn(batch, 1, dstate, generator=g) * 1e-3,
+        C=torch.randn(batch, 1, dstate, generator=g),
+        D=torch.randn(nheads, headdim, generator=g),
+        dt_bias=torch.zeros(nheads, headdim),
+        state_batch_indices=torch.tensor([3, 1][:batch], dtype=torch.int32),
+    )
+    kw = {k: v.to(DEVICE) for k, v in kw.items()}
+    return (magnitude * sign).to(DEVICE), kw
+
+
+def _exact_and_rounded(dtype, config, philox_rounds=10, seed=1234, **extra):
+    """(float32 pool after the call, dtype pool after the call with rand_seed, the 16-bit
+    pool before, the outs of both)."""
+    state32, kw = _inputs()
+    state16 = state32.to(dtype)
+    exact = state16.float()
+    out_exact = selective_state_update(exact, **kw, **extra, config=config)
+    rounded = state16.clone()
+    out_rounded = selective_state_update(
+        rounded, **kw, **extra, config=config, rand_seed=_seed(seed), philox_rounds=philox_rounds
+    )
+    return exact, rounded, state16, out_exact, out_rounded, kw
+
+
+def _expected(exact: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, seed: int, rounds: int = 10):
+    """The reference's rounding of the exact states of these slots, as the kernels key it."""
+    heads = torch.arange(pool.shape[1])
+    rows = row_offsets(pool, (slots.long()[:, None].cpu(), heads[None, :]))
+    r = random_halves(seed, rows, pool.shape[-1], STATE, rounds)
+    return stochastic_round(exact[slots.long()], r, pool.dtype)
+
+
+def test_philox_reference_is_tritons() -> None:
+    """naive.philox4x32 against Triton's tl.philox, in the interpreter (or on the GPU)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(p_out, seed, N: tl.constexpr, ROUNDS: tl.constexpr):
+        i = tl.arange(0, N)
+        c0 = (i * 1640531527).to(tl.uint32)
+        c1 = (i * 7 + 3).to(tl.uint32)
+        c2 = (i // 3).to(tl.uint32)
+        c3 = (i % 5).to(tl.uint32)
+        a, b, c, d = tl.philox(seed, c0, c1, c2, c3, ROUNDS)
+        tl.store(p_out + i * 4, a.to(tl.int32, bitcast=True))
+        tl.store(p_out + i * 4 + 1, b.to(tl.int32, bitcast=True))
+        tl.store(p_out + i * 4 + 2, c.to(tl.int32, bitcast=True))
+        tl.store(p_out + i * 4 + 3, d.to(tl.int32, bitcast=True))
+
+    n = 16
+    i = np.arange(n, dtype=np.uint64)
+    counters = ((i * 1640531527) & 0xFFFFFFFF, i * 7 + 3, i // 3, i % 5)
+    for seed, rounds in ((0, 10), (2**40 + 12345, 10), (-7, 5)):
+        out = torch.empty(n * 4, dtype=torch.int32, device=DEVICE)
+        kernel[(1,)](out, seed, N=n, ROUNDS=rounds)
+        want = np.stack(philox4x32(seed, *counters, rounds=rounds), axis=-1).reshape(-1)
+        assert np.array_equal(out.cpu().numpy().view(np.uint32), want), (seed, rounds)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label)
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_single_token_bits_match_the_reference(name: str, config: LaunchConfig) -> None:
+    dtype = DTYPES[name]
+    exact, rounded, before, out_exact, out_rounded, kw = _exact_and_rounded(dtype, config)
+    slots = kw["state_batch_indices"]
+    want = _expected(exact, rounded, slots, 1234)
+    assert torch.equal(bits(rounded[slots.long()]), bits(want))
+    untouched = [s for s in range(rounded.shape[0]) if s not in slots.tolist()]
+    assert torch.equal(bits(rounded[untouched]), bits(before[untouched]))
+    assert torch.equal(bits(out_rounded), bits(out_exact))  # out is computed before the store
+    # each element is one of the two neighbours of the exact value, and not always the nearest
+    s = exact[slots.long()]
+    nearest = s.to(dtype)
+    other = torch.where(nearest.float() > s, torch.nextafter(nearest, -torch.full_like(nearest, np.inf)),
+                        torch.nextafter(nearest, torch.full_like(nearest, np.inf)))  # fmt: skip
+    got = rounded[slots.long()]
+    assert bool(((got == nearest) | (got == other) | (nearest.float() == s)).all())
+    assert 0.2 < float((got != nearest).float().mean()) < 0.8
+
+
+def test_philox_rounds_are_honoured() -> None:
+    config = CONFIGS[0]
+    exact, rounded, *_, kw = _exact_and_rounded(torch.bfloat16, config, philox_rounds=5)
+    slots = kw["state_batch_indices"]
+    got = bits(rounded[slots.long()])
+    assert torch.equal(got, bits(_expected(exact, rounded, slots, 1234, rounds=5)))
+    assert not torch.equal(got, bits(_expected(exact, rounded, slots, 1234, rounds=10)))
+
+
+def test_same_seed_same_bits_other_seed_other_bits() -> None:
+    config = CONFIGS[0]
+    _, a, *_ = _exact_and_rounded(torch.bfloat16, config, seed=99)
+    _, b, *_ = _exact_and_rounded(torch.bfloat16, config, seed=99)
+    _, c, *_ = _exact_and_rounded(torch.bfloat16, config, seed=100)
+    assert torch.equal(bits(a), bits(b))
+    assert float((bits(a) != bits(c)).float().mean()) > 0.1
+
+
+def test_seed_tensor_is_read_on_the_device() -> None:
+    """The seed is a tensor the kernel reads: changing its value in place changes the bits
+    (what a CUDA graph replay with a refreshed seed relies on)."""
+    state32, kw = _inputs()
+    seed = _seed(5)
+    a = state32.to(torch.bfloat16)
+    b = a.clone()
+    selective_state_update(a, **kw, config=CONFIGS[0], rand_seed=seed)
+    seed.fill_(6)
+    selective_state_update(b, **kw, config=CONFIGS[0], rand_seed=seed)
+    assert not torch.equal(bits(a), bits(b))
+
+
+def _verify_inputs(tokens: int = 3):
+    state32, kw = _inputs(batch=2)
+    g = torch.Generator().manual_seed(7)
+    kw = dict(kw)
+    for name in ("x", "dt"):
+        kw[name] = kw[name][:, None].expand(2, tokens, *kw[name].shape[1:]).contiguous()
+    for name in ("B", "C"):
+        scale = 1 + torch.rand(2, tokens, 1, 1, generator=g).to(DEVICE)
+        kw[name] = (kw[name][:, None] * scale).contiguous()
+    return state32, kw
+
+
+@pytest.mark.parametrize("round_buffer", [True, False])
+def test_verify_buffer_and_final_state(round_buffer: bool) -> None:
+    """sglang's layout: every token's state into the buffer (stream BUFFER, the buffer's own
+    row offsets), the final state into the slot (stream STATE); with _round_buffer=False (the
+    sglang adapter) the buffer rounds to nearest."""
+    from ssmdecode.ops.selective_state_update import decode
+
+    tokens, dtype, config = 3, torch.bfloat16, CONFIGS[0]
+    state32, kw = _verify_inputs(tokens)
+    rows = torch.tensor([2, 0], dtype=torch.int32, device=DEVICE)
+    buf16 = torch.zeros(3, tokens, *state32.shape[1:], dtype=dtype, device=DEVICE)
+    state16 = state32.to(dtype)
+    exact, buf32 = state16.float(), buf16.float()
+    selective_state_update(
+        exact, **kw, intermediate_states=buf32, intermediate_state_indices=rows, config=config
+    )
+    rounded = state16.clone()
+    call, launch = decode.prepare(
+        rounded, **kw, intermediate_states=buf16, intermediate_state_indices=rows, config=config,
+        rand_seed=_seed(77), _round_buffer=round_buffer,
+    )  # fmt: skip
+    decode.run(call, launch)
+    slots = kw["state_batch_indices"]
+    assert torch.equal(bits(rounded[slots.long()]), bits(_expected(exact, rounded, slots, 77)))
+    heads = torch.arange(state32.shape[1])
+    t = torch.arange(tokens)
+    offsets = row_offsets(buf16, (rows.long().cpu()[:, None, None], t[None, :, None], heads[None, None, :]))
+    if round_buffer:
+        r = random_halves(77, offsets, buf16.shape[-1], BUFFER)
+        want = stochastic_round(buf32[rows.long()], r, dtype)
+    else:  # the store of a call without rand_seed (the interpreter's conversion truncates)
+        plain = torch.zeros_like(buf16)
+        selective_state_update(
+            state16.clone(), **kw, intermediate_states=plain, intermediate_state_indices=rows, config=config
+        )
+        want = plain[rows.long()]
+    assert torch.equal(bits(buf16[rows.long()]), bits(want))
+    assert torch.equal(bits(buf16[1]), bits(torch.zeros_like(buf16[1])))  # the row nobody uses
+
+
+def test_verify_per_token_slots() -> None:
+    """vLLM's layout: token t's state to slot dst[b, t], each rounded with its slot's keys."""
+    tokens, dtype, config = 2, torch.float16, CONFIGS[1]
+    state32, kw = _verify_inputs(tokens)
+    dst = torch.tensor([[0, 2], [4, 1]], dtype=torch.int32, device=DEVICE)
+    kw["state_batch_indices"] = torch.tensor([[3, 0], [1, 4]], dtype=torch.int32, device=DEVICE)
+    kw["num_accepted_tokens"] = torch.tensor([1, 1], dtype=torch.int32, device=DEVICE)
+    state16 = state32.to(dtype)
+    exact = state16.float()
+    selective_state_update(exact, **kw, dst_state_batch_indices=dst, config=config)
+    rounded = state16.clone()
+    selective_state_update(rounded, **kw, dst_state_batch_indices=dst, config=config, rand_seed=_seed(3))
+    written = dst.reshape(-1)
+    assert torch.equal(bits(rounded[written.long()]), bits(_expected(exact, rounded, written, 3)))
+    assert torch.equal(bits(rounded[3]), bits(state16[3]))
+
+
+def test_replay_flush_rounds_the_checkpoint() -> None:
+    """replay_flush writes each slot's checkpoint plus its cached tokens, stochastically."""
+    dtype, config = torch.bfloat16, CONFIGS[0]
+    S, H, P, N, R = 4, 2, 4, 16, 6
+    g = torch.Generator().manual_seed(11)
+    state16 = torch.randn(S, H, P, N, generator=g).to(dtype).to(DEVICE)
+    rings = dict(
+        x_cache=torch.randn(S, H, R, P, generator=g).to(DEVICE),
+        B_cache=torch.randn(S, 1, R, N, generator=g).to(DEVICE),
+        dt_cache=(torch.rand(S, H, R, generator=g) * 0.1).to(DEVICE),
+        ring_start=torch.tensor([0, 3, 5, 1], dtype=torch.int32, device=DEVICE),
+        num_cached=torch.tensor([2, 4, 1, 3], dtype=torch.int32, device=DEVICE),
+    )
+    A = (-torch.rand(H, 1, 1, generator=g)).expand(H, P, N).to(DEVICE)
+    slots = torch.tensor([2, 0, 3], dtype=torch.int32, device=DEVICE)
+    exact = state16.float()
+    copies = {k: v.clone() for k, v in rings.items()}
+    replay_flush(exact, **copies, A=A, state_batch_indices=slots, config=config)
+    rounded = state16.clone()
+    replay_flush(rounded, **rings, A=A, state_batch_indices=slots, config=config, rand_seed=_seed(8))
+    assert torch.equal(bits(rounded[slots.long()]), bits(_expected(exact, rounded, slots, 8)))
+    assert torch.equal(bits(rounded[1]), bits(state16[1]))
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_unbiased_with_a_bernoulli_spread(name: str) -> None:
+    """Over many seeds each element rounds up with probability f, its distance above the value
+    below in steps: the mean error is 0 (round-to-nearest's is not) and its mean square is
+    f (1 - f) steps squared."""
+    dtype, config = DTYPES[name], CONFIGS[0]
+    state32, kw = _inputs(batch=1, nheads=1, headdim=4, dstate=16)
+    state16 = state32.to(dtype)
+    exact = state16.float()
+    selective_state_update(exact, **kw, config=config)
+    slot = int(kw["state_batch_indices"][0])
+    s = exact[slot].double()
+    down = s.to(dtype)
+    down = torch.where(down.double() > s, torch.nextafter(down, torch.full_like(down, -np.inf)), down)
+    up = torch.nextafter(down, torch.full_like(down, np.inf))
+    step = up.double() - down.double()
+    f = (s - down.double()) / step
+    errors = []
+    for seed in range(48):
+        rounded = state16.clone()
+        selective_state_update(rounded, **kw, config=config, rand_seed=_seed(seed))
+        errors.append((rounded[slot].double() - s) / step)
+    e = torch.stack(errors)  # [seeds, elements...] in steps
+    n = e.numel()
+    sigma = float(torch.sqrt((f * (1 - f)).mean() / n))
+    assert abs(float(e.mean())) < 5 * sigma + 1e-4
+    assert abs(float((e * e).mean() - (f * (1 - f)).mean())) < 0.1 * float((f * (1 - f)).mean()) + 1e-3
+    rtn = (s.to(dtype).double() - s) / step
+    assert float((rtn.abs() <= 0.5 + 1e-9).float().mean()) == 1.0
+
+
+def test_small_increments_accumulate_where_round_to_nearest_stalls() -> None:
+    """A bf16 state of 1.0 that gains 0.3 of a step a token (dA = 1): round-to-nearest never
+    moves it; stochastic rounding follows the exact sum, 0.3 steps a token on average."""
+    config, steps, H, P, N = CONFIGS[0], 64, 1, 4, 16
+    step = 2.0**-7  # bf16's spacing in [1, 2)
+    kw = dict(
+        x=torch.ones(1, H, P, device=DEVICE),
+        dt=torch.ones(1, H, P, device=DEVICE),
+        A=torch.zeros(H, P, N, device=DEVICE),
+        B=torch.full((1, 1, N), 0.3 * step, device=DEVICE),
+        C=torch.ones(1, 1, N, device=DEVICE),
+    )
+    rtn = torch.ones(1, H, P, N, dtype=torch.bfloat16, device=DEVICE)
+    sr = rtn.clone()
+    seed = _seed(0)
+    for t in range(steps):
+        selective_state_update(rtn, **kw, config=config)
+        seed.fill_(t + 1)
+        selective_state_update(sr, **kw, config=config, rand_seed=seed)
+    assert bool((rtn == 1.0).all())
+    gained = (sr.double() - 1.0) / step  # in steps; the exact gain is 0.3 * steps
+    assert abs(float(gained.mean()) - 0.3 * steps) < 0.1 * 0.3 * steps
+
+
+@pytest.mark.parametrize(
+    "edit,error,match",
+    [
+        (dict(rand_seed=[1]), TypeError, "rand_seed must be a torch.Tensor"),
+        (dict(rand_seed=torch.tensor([1.0])), TypeError, "rand_seed has dtype"),
+        (dict(rand_seed=torch.tensor([1, 2])), ValueError, "rand_seed has shape"),
+        (dict(philox_rounds=0), ValueError, "philox_rounds is 0"),
+        (dict(philox_rounds=True), TypeError, "philox_rounds must be an int"),
+        (dict(state_dtype=torch.float32), ValueError, "every state store is float32"),
+    ],
+)
+def test_bad_arguments_raise_and_write_nothing(edit: dict, error: type, match: str) -> None:
+    edit = dict(edit)
+    state32, kw = _inputs()
+    state = state32.to(edit.pop("state_dtype", torch.bfloat16))
+    before = state.clone()
+    args = {"rand_seed": _seed(1), **edit}
+    if isinstance(args["rand_seed"], torch.Tensor):
+        args["rand_seed"] = args["rand_seed"].to(DEVICE)
+    with pytest.raises(error, match=match):
+        selective_state_update(state, **kw, config=CONFIGS[0], **args)
+    assert torch.equal(bits(state), bits(before))
+
+
+def _args(kw: dict, adapter: str) -> tuple:
+    """The positional arguments after state of an engine's selective_state_update: x, dt, A,
+    B, C, D (sglang), then dt_bias (vLLM)."""
+    head = (kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"])
+    return head + ((kw["dt_bias"],) if adapter == "vllm" else ())
+
+
+def _engine_inputs(dtype: torch.dtype):
+    state32, kw = _inputs()
+    return state32.to(dtype), kw
+
+
+def test_vllm_adapter_rounds_the_final_state_with_a_drawn_seed() -> None:
+    state, kw = _engine_inputs(torch.float16)
+    exact = state.float()
+    out = torch.empty_like(kw["x"])
+    slots = kw["state_batch_indices"]
+    vllm.selective_state_update(exact, *_args(kw, "vllm"), out=out, state_batch_indices=slots)
+    torch.manual_seed(21)
+    want_seed = int(torch.randint(0, 2**32, (1,), device=DEVICE, dtype=torch.int64))
+    torch.manual_seed(21)
+    vllm.selective_state_update(
+        state, *_args(kw, "vllm"), out=out, state_batch_indices=slots, enable_stochastic_rounding=True
+    )
+    assert torch.equal(bits(state[slots.long()]), bits(_expected(exact, state, slots, want_seed, rounds=10)))
+
+
+def test_vllm_adapter_rounds_nothing_stochastically_in_speculative_decoding() -> None:
+    state32, kw = _verify_inputs(2)
+    state = state32.to(torch.float16)
+    src = torch.tensor([[3, 0], [1, 4]], dtype=torch.int32, device=DEVICE)
+    accepted = torch.tensor([1, 2], dtype=torch.int32, device=DEVICE)
+    outs = []
+    for enable in (False, True):
+        s = state.clone()
+        out = torch.empty_like(kw["x"])
+        vllm.selective_state_update(
+            s, *_args(kw, "vllm"), out=out, state_batch_indices=src, num_accepted_tokens=accepted,
+            enable_stochastic_rounding=enable,
+        )  # fmt: skip
+        outs.append(s)
+    assert torch.equal(bits(outs[0]), bits(outs[1]))
+
+
+@pytest.mark.parametrize("adapter", ["sglang", "vllm"])
+def test_adapters_take_fp16_states_only(adapter: str) -> None:
+    state, kw = _engine_inputs(torch.bfloat16)
+    before = state.clone()
+    out = torch.empty_like(kw["x"])
+    fn = sglang.selective_state_update if adapter == "sglang" else vllm.selective_state_update
+    with pytest.raises(ValueError, match=r"requires state dtype torch\.float16"):
+        fn(state, *_args(kw, adapter), out=out, state_batch_indices=kw["state_batch_indices"],
+           enable_stochastic_rounding=True)  # fmt: skip
+    assert torch.equal(bits(state), bits(before))
+
+
+@pytest.mark.parametrize("adapter", ["sglang", "vllm"])
+def test_adapters_refuse_negative_philox_rounds(adapter: str) -> None:
+    state, kw = _engine_inputs(torch.float16)
+    out = torch.empty_like(kw["x"])
+    fn = sglang.selective_state_update if adapter == "sglang" else vllm.selective_state_update
+    with pytest.raises(ValueError, match="cache_philox_rounds must be non-negative"):
+        fn(state, *_args(kw, adapter), out=out, state_batch_indices=kw["state_batch_indices"],
+           enable_stochastic_rounding=True, cache_philox_rounds=-1)  # fmt: skip
+
+
+def test_sglang_adapter_rounds_the_slots_not_the_buffer() -> None:
+    tokens, dtype = 2, torch.float16
+    state32, kw = _verify_inputs(tokens)
+    state = state32.to(dtype)
+    rows = torch.tensor([1, 0], dtype=torch.int32, device=DEVICE)
+    buf = torch.zeros(2, tokens, *state.shape[1:], dtype=dtype, device=DEVICE)
+    exact, buf32 = state.float(), buf.float()
+    out = torch.empty_like(kw["x"])
+    common = dict(
+        state_batch_indices=kw["state_batch_indices"], intermediate_state_indices=rows, cache_steps=tokens
+    )
+    sglang.selective_state_update(
+        exact, *_args(kw, "sglang"), out=out, intermediate_states_buffer=buf32, **common
+    )
+    torch.manual_seed(5)
+    seed = int(torch.randint(0, 2**32, (1,), device=DEVICE, dtype=torch.int64))
+    torch.manual_seed(5)
+    sglang.selective_state_update(
+        state, *_args(kw, "sglang"), out=out, intermediate_states_buffer=buf,
+        enable_stochastic_rounding=True, cache_philox_rounds=7, **common,
+    )  # fmt: skip
+    slots = kw["state_batch_indices"]
+    assert torch.equal(bits(state[slots.long()]), bits(_expected(exact, state, slots, seed, rounds=7)))
+    plain = torch.zeros_like(buf)  # the buffer as a call without stochastic rounding stores it
+    sglang.selective_state_update(
+        state32.to(dtype), *_args(kw, "sglang"), out=out, intermediate_states_buffer=plain, **common
+    )
+    assert torch.equal(bits(buf), bits(plain))
+
+
+# GPU: real shapes, every config the tables can pick for 16-bit states, CUDA graphs, and the
+# speed of the software path (benchmarks/run_gpu.sh, stage sr) is measured by `ssmdecode bench`.
+
+
+def _real_inputs(dtype: torch.dtype, batch: int = 8):
+    from ssmdecode.bench.inputs import make_inputs
+
+    inp = make_inputs(batch, 16, 64, 128, 1, dtype, torch.bfloat16, 4 * batch, "cuda", 0, tie=True)
+    return inp, inp.kwargs(0)
+
+
+def _gpu_configs(dtype: torch.dtype) -> list[LaunchConfig]:
+    """Every config this GPU's table picks for the shape, the default and upstream's."""
+    from ssmdecode.config import default_config, device_key, load_table, table_key, upstream_config
+
+    table = load_table(device_key()) or {}
+    picks = set(table.get(table_key(64, 128, dtype), {}).values())
+    return sorted(picks | {default_config(128, dtype), upstream_config(128)}, key=lambda c: c.label)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_gpu_bits_match_the_reference_at_every_table_config(name: str) -> None:
+    dtype = DTYPES[name]
+    inp, kw = _real_inputs(dtype)
+    slots = kw["state_batch_indices"]
+    for config in _gpu_configs(dtype):
+        exact = inp.state.float()
+        selective_state_update(**{**kw, "state": exact}, config=config)
+        rounded = inp.state.clone()
+        selective_state_update(**{**kw, "state": rounded}, config=config, rand_seed=_seed(2024))
+        want = _expected(exact, rounded, slots, 2024)
+        assert torch.equal(bits(rounded[slots.long()]).cpu(), bits(want).cpu()), config.label
+        untouched = torch.ones(rounded.shape[0], dtype=torch.bool, device="cuda")
+        untouched[slots.long()] = False
+        assert torch.equal(bits(rounded[untouched]), bits(inp.state[untouched])), config.label
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_replays_with_a_refreshed_seed() -> None:
+    """The seed lives on the device: a graph that refreshes it before the call replays with
+    new random bits each time, each replay the reference's rounding for its seed."""
+    dtype = torch.bfloat16
+    inp, kw = _real_inputs(dtype)
+    slots = kw["state_batch_indices"]
+    seed = _seed(0)
+    pool = inp.state.clone()
+    start = pool.clone()
+    out = torch.empty_like(kw["out"])
+    call = {**kw, "state": pool, "out": out}
+    selective_state_update(**call, rand_seed=seed)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        seed.add_(1)
+        selective_state_update(**call, rand_seed=seed)
+    results = []
+    for _ in range(2):
+        pool.copy_(start)
+        graph.replay()
+        torch.cuda.synchronize()
+        results.append((int(seed), pool[slots.long()].clone()))
+    exact = start.float()
+    selective_state_update(**{**kw, "state": exact, "out": torch.empty_like(out)})
+    for value, got in results:
+        want = _expected(exact, pool, slots, value)
+        assert torch.equal(bits(got).cpu(), bits(want).cpu()), value
+    assert not torch.equal(bits(results[0][1]), bits(results[1][1]))
+
+
+@pytest.mark.gpu
+def test_gpu_torch_compile_passes_the_seed() -> None:
+    dtype = torch.float16
+    inp, kw = _real_inputs(dtype)
+    seed = _seed(31)
+
+    def step(state: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return selective_state_update(**{**kw, "state": state, "out": out}, rand_seed=seed)
+
+    eager, compiled = inp.state.clone(), inp.state.clone()
+    step(eager, torch.empty_like(kw["out"]))
+    torch.compile(step, fullgraph=True)(compiled, torch.empty_like(kw["out"]))
+    assert torch.equal(bits(eager), bits(compiled))
