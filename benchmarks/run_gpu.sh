@@ -53,6 +53,14 @@
 #           config (SPEC_VERIFY_ARGS narrows the grid)
 #   e2e_spec  ssmdecode e2e --spec 4: the Mamba2 stack's verify steps, intermediate-state path at
 #           upstream's config and at the table's, and replay; and the greedy identity of the three
+# Accuracy of 16-bit states:
+#   accuracy  ssmdecode accuracy, headline shape: 4096 decode steps of a 4-layer random-weight LM
+#           (8 teacher-forced and 8 free-running rows) with fp32, bf16 and fp16 states, rounded
+#           to nearest and stochastically, against the same LM in float64; slow decay (the
+#           default). ACCURACY_ARGS adds options (e.g. "--decay init"), ACCURACY_NAME names the
+#           folder (default accuracy). Estimated 40-70 s, not yet measured: eager steps,
+#           launch-bound (about 1000 small kernels a step, 6.5 ms a step of host work on a
+#           2-core CPU without the kernel), plus a compile of each state dtype and rounding
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -86,7 +94,7 @@ stage_golden() {
   SSMDECODE_GOLDEN_REQUIRED=1 python3 -m pytest -q -p no:cacheprovider tests/test_golden.py
 }
 stage_ptx() {
-  # the snapshot itself stays out of the results (160 files); its digests go with them
+  # the snapshot itself stays out of the results (187 files); its digests go with them
   python3 benchmarks/ptx_snapshot.py write "$OUT/ptx" &&
   python3 benchmarks/ptx_snapshot.py digest "$OUT/ptx" "$R/ptx-digests.json" &&
   python3 benchmarks/ptx_snapshot.py compare benchmarks/ptx_reference.json "$OUT/ptx"
@@ -254,6 +262,10 @@ stage_verify_spec() {
 stage_e2e_spec() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --batch 8 64 128 512 --out "$R/e2e-spec" &&
   "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --greedy --new-tokens 256 --out "$R/e2e-spec-greedy"
+}
+stage_accuracy() {
+  # shellcheck disable=SC2086
+  "${SSM[@]}" accuracy "${HEADLINE[@]}" ${ACCURACY_ARGS:-} --out "$R/${ACCURACY_NAME:-accuracy}"
 }
 stage_ncu() {
   # NCU_BATCHES narrows the batches (default 8 512); each kernel's stall reasons per issued

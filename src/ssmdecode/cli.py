@@ -1,4 +1,5 @@
-"""`ssmdecode <subcommand>` (also `python -m ssmdecode`): bench, sweep, verify, tune, e2e.
+"""`ssmdecode <subcommand>` (also `python -m ssmdecode`): bench, sweep, verify, tune, e2e,
+accuracy.
 
 Without a GPU the kernels run under Triton's interpreter: TRITON_INTERPRET=1 is set here,
 before any kernel module is imported (Triton reads it when a kernel is defined), and every
@@ -20,7 +21,7 @@ import torch
 
 __all__ = ["SUBCOMMANDS", "main"]
 
-SUBCOMMANDS = ("bench", "sweep", "verify", "tune", "e2e")
+SUBCOMMANDS = ("bench", "sweep", "verify", "tune", "e2e", "accuracy")
 
 log = logging.getLogger("ssmdecode")
 

@@ -8,6 +8,7 @@ spec.py      verify calls (multi-token modes) by the bench method, and their cei
 calls.py     timing one launch config's calls, and its report row against the ceiling
 compare.py   running a config and comparing what it wrote: bit for bit, or against float64
 step.py      timing decode steps of a Mamba2 layer stack, and the kernel's share of them
+accuracy.py  fp32 / bf16 / fp16 states (round-to-nearest, stochastic) against float64, long decodes
 kernels.py   which kernel is measured: ssmdecode's or an installed upstream one
 compile.py   compiling the kernel of a call for a GPU target, without a GPU
 report.py    the environment of a run, JSON, Markdown and PNG

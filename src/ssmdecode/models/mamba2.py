@@ -213,9 +213,11 @@ class Mamba2DecodeStack:
         config: LaunchConfig | None = None,
         pdl: bool = False,
         order: torch.Tensor | None = None,
+        rand_seed: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden.
-        `order`: the SSU's batch_order."""
+        `order`: the SSU's batch_order; `rand_seed` (int64, one element): its seed of the
+        stochastic rounding of a 16-bit state (None: round to nearest)."""
         w, dims, s = self.layers[i], self.dims, self.dims.shape
         rows, E = hidden.shape[0], dims.d_inner
         H, P, N, G = s.nheads, s.headdim, s.dstate, s.ngroups
@@ -223,6 +225,8 @@ class Mamba2DecodeStack:
         z, xbc, dt = zxbcdt.split([E, dims.conv_dim, H], dim=-1)
         xbc = conv_state_update(self.conv_state[i], xbc, w.conv_weight, w.conv_bias, slots)
         y = torch.empty(rows, H, P, dtype=hidden.dtype, device=hidden.device)
+        # Passed only when set: a round-to-nearest step needs no kernel that takes rand_seed=.
+        rounding = {} if rand_seed is None else {"rand_seed": rand_seed}
         selective_state_update(
             self.ssm_state[i],
             xbc[:, :E].view(rows, H, P),
@@ -239,6 +243,7 @@ class Mamba2DecodeStack:
             config=config,
             pdl=pdl,  # the kernel before (the conv's) writes x, B, C, never the state or slots
             batch_order=order,
+            **rounding,
         )
         y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
         return hidden + y @ w.out_proj.t()
@@ -250,14 +255,18 @@ class Mamba2DecodeStack:
         config: LaunchConfig | None = None,
         pdl: bool = False,
         slot_ordered: bool = False,
+        rand_seed: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """All layers on hidden [B, d] for rows in slots (int64 [B], NULL_SLOT for padding);
         returns the new hidden [B, d]. `config` and `pdl` go to every selective_state_update;
         slot_ordered: the step computes slot_order(slots) once and passes it to every layer's
-        (as an engine would; its cost is part of the step)."""
+        (as an engine would; its cost is part of the step). rand_seed: int64 [n_layers] on the
+        device, layer i's stochastic-rounding seed rand_seed[i:i+1] (None: round to nearest);
+        the caller refreshes it every step, or every step rounds an element with the same bits."""
         order = slot_order(slots) if slot_ordered else None
         for i in range(len(self.layers)):
-            hidden = self.layer_step(i, hidden, slots, config, pdl, order)
+            seed = None if rand_seed is None else rand_seed[i : i + 1]
+            hidden = self.layer_step(i, hidden, slots, config, pdl, order, seed)
         return hidden
 
 
@@ -291,10 +300,15 @@ class Mamba2LM:
         self.embedding, self.final_norm, self.lm_head = lm_weights(dims, vocab_size, self.stack.device, seed)
 
     def step(
-        self, tokens: torch.Tensor, slots: torch.Tensor, config: LaunchConfig | None = None
+        self,
+        tokens: torch.Tensor,
+        slots: torch.Tensor,
+        config: LaunchConfig | None = None,
+        rand_seed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Next-token logits [B, V] in float32 for tokens and slots (int64 [B])."""
-        hidden = self.stack.step(self.embedding[tokens], slots, config)
+        """Next-token logits [B, V] in float32 for tokens and slots (int64 [B]); rand_seed as
+        in Mamba2DecodeStack.step."""
+        hidden = self.stack.step(self.embedding[tokens], slots, config, rand_seed=rand_seed)
         h = rms_norm(hidden, self.final_norm, self.stack.dims.eps)
         return (h @ self.lm_head.t()).float()
 
