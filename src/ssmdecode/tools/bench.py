@@ -137,6 +137,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="how the state is stored: nearest (round to nearest), stochastic (rand_seed; "
         "a 16-bit --state-dtype); both: every config timed both ways in the same run",
     )
+    p.add_argument(
+        "--philox-rounds",
+        type=int,
+        default=10,
+        help="Philox rounds of --rounding stochastic's random bits (default 10)",
+    )
     s = p.add_argument_group("speculative decoding (verify calls of T draft tokens a request)")
     s.add_argument(
         "--tokens",
@@ -184,10 +190,15 @@ def run(args: argparse.Namespace) -> int:
             "ssmdecode bench: --rounding stochastic needs a 16-bit state (--state-dtype bfloat16 or float16)"
         )
         return 2
+    if not 1 <= args.philox_rounds <= 64:
+        print(f"ssmdecode bench: --philox-rounds is {args.philox_rounds}; expected 1 to 64")
+        return 2
     seed = torch.tensor([12345], dtype=torch.int64, device=device)
     kernels = {
         rounding: functools.partial(
-            selective_state_update, pdl=args.pdl, **({"rand_seed": seed} if rounding == "stochastic" else {})
+            selective_state_update,
+            pdl=args.pdl,
+            **({"rand_seed": seed, "philox_rounds": args.philox_rounds} if rounding == "stochastic" else {}),
         )
         for rounding in args.rounding
     }
@@ -239,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
             "pdl": args.pdl,
             "slot_order": args.slot_order,
             "rounding": args.rounding,
+            "philox_rounds": args.philox_rounds,
         },
         "shape": shape.to_dict(),
         "peak": peak.to_dict(),
