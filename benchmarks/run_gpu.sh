@@ -61,6 +61,10 @@
 #           folder (default accuracy). Estimated 40-70 s, not yet measured: eager steps,
 #           launch-bound (about 1000 small kernels a step, 6.5 ms a step of host work on a
 #           2-core CPU without the kernel), plus a compile of each state dtype and rounding
+#   bench_sr  ssmdecode bench --rounding nearest stochastic, headline shape, bf16 and fp16
+#           states: upstream's config and the table's, each rounded to nearest and
+#           stochastically, bs 8 64 256 1024 (SR_BATCHES), same run; SR_ROUNDS adds runs at
+#           fewer Philox rounds (e.g. "5 7")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -266,6 +270,17 @@ stage_e2e_spec() {
 stage_accuracy() {
   # shellcheck disable=SC2086
   "${SSM[@]}" accuracy "${HEADLINE[@]}" ${ACCURACY_ARGS:-} --out "$R/${ACCURACY_NAME:-accuracy}"
+}
+stage_bench_sr() {
+  local dtype rounds batches
+  IFS=' ' read -ra batches <<< "${SR_BATCHES:-8 64 256 1024}"
+  for dtype in bfloat16 float16; do
+    for rounds in 10 ${SR_ROUNDS:-}; do
+      "${SSM[@]}" bench "${HEADLINE[@]}" --state-dtype "$dtype" --rounding nearest stochastic \
+          --philox-rounds "$rounds" --batch "${batches[@]}" --config upstream table \
+          --out "$R/bench-sr-$dtype-r$rounds" || return
+    done
+  done
 }
 stage_ncu() {
   # NCU_BATCHES narrows the batches (default 8 512); each kernel's stall reasons per issued
