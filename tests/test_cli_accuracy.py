@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import DEVICE
 from ssmdecode.bench.accuracy import (
     VARIANTS,
     Float64LM,
@@ -23,7 +22,6 @@ from ssmdecode.bench.accuracy import (
     logged_steps,
     set_decay,
     ssu_step_float64,
-    stochastic_rounding_available,
 )
 from ssmdecode.cli import main
 from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM
@@ -32,10 +30,7 @@ from ssmdecode.shapes import Shape
 
 # H4-P6-N10-G2: groups < heads, P and N not powers of two.
 TINY = Shape(nheads=4, headdim=6, dstate=10, ngroups=2)
-HAS_SR = stochastic_rounding_available(torch.device(DEVICE))
-NO_SR = "selective_state_update has no rand_seed= yet (stochastic rounding not landed)"
-# Until stochastic rounding lands, the report runs the round-to-nearest variants only.
-RUN_VARIANTS = list(VARIANTS) if HAS_SR else [n for n, v in VARIANTS.items() if not v.stochastic]
+RUN_VARIANTS = list(VARIANTS)
 
 
 def _run(tmp_path: Path, name: str, *argv: str) -> dict:
@@ -147,8 +142,6 @@ def test_report(tmp_path: Path) -> None:
 def test_stochastic_rounding_is_reproducible(tmp_path: Path) -> None:
     """Two runs of one seed write the same curves; another --sr-seed other ones for the SR
     variants only."""
-    if not HAS_SR:
-        pytest.skip(NO_SR)
     argv = ("--steps", "3", "--variants", "bf16-SR", "fp16-SR", "--dtype", "float32")
     a, b = _run(tmp_path, "a", *argv), _run(tmp_path, "b", *argv)
     c = _run(tmp_path, "c", *argv, "--sr-seed", "7")
@@ -175,19 +168,6 @@ def test_bad_options(argv: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=message):
         main(["accuracy", *argv, "--out", str(tmp_path)])
     assert not (tmp_path / "accuracy.json").exists()
-
-
-def test_stochastic_variants_need_the_kernel_s_rand_seed(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """Without rand_seed= in the kernel, an SR variant is refused up front, by name; the
-    round-to-nearest variants do not ask."""
-    from ssmdecode.tools import accuracy
-
-    monkeypatch.setattr(accuracy, "stochastic_rounding_available", lambda device: False)
-    with pytest.raises(SystemExit, match="fp16-SR: this install's selective_state_update has no rand_seed="):
-        main(["accuracy", "--variants", "fp16-SR", "--out", str(tmp_path)])
-    assert main(["accuracy", "--steps", "1", "--variants", "bf16-RTN", "--out", str(tmp_path)]) == 0
 
 
 @pytest.mark.parametrize("argv", [["--variants", "bf8"], ["--decay", "fast"], ["--steps", "x"]])

@@ -47,7 +47,6 @@ __all__ = [
     "run_accuracy",
     "set_decay",
     "ssu_step_float64",
-    "stochastic_rounding_available",
 ]
 
 
@@ -72,34 +71,6 @@ VARIANTS: dict[str, StateVariant] = {
 }
 BASELINE = "fp32"
 """The variant the token comparisons are made against besides float64: what engines default to."""
-
-
-def stochastic_rounding_available(device: torch.device) -> bool:
-    """Whether this install's selective_state_update takes rand_seed= (stochastic rounding of
-    16-bit states): one call of one program on a tiny bfloat16 state, which asks the public
-    function itself rather than its internals."""
-    from ssmdecode.ops.selective_state_update import selective_state_update
-
-    gen = torch.Generator().manual_seed(0)
-
-    def rand(*size: int) -> torch.Tensor:
-        return torch.rand(*size, generator=gen).to(device)
-
-    state = torch.zeros(1, 1, 4, 16, dtype=torch.bfloat16, device=device)
-    seed = torch.ones(1, dtype=torch.int64, device=device)
-    try:
-        selective_state_update(
-            state,
-            rand(1, 1, 4),
-            rand(1, 1, 4),
-            -rand(1, 4, 16),
-            rand(1, 1, 16),
-            rand(1, 1, 16),
-            rand_seed=seed,
-        )
-    except TypeError:  # an unknown keyword argument
-        return False
-    return True
 
 
 # The range of -A per regime. "init": Mamba2's initialization (uniform in [1, 16], what

@@ -225,8 +225,6 @@ class Mamba2DecodeStack:
         z, xbc, dt = zxbcdt.split([E, dims.conv_dim, H], dim=-1)
         xbc = conv_state_update(self.conv_state[i], xbc, w.conv_weight, w.conv_bias, slots)
         y = torch.empty(rows, H, P, dtype=hidden.dtype, device=hidden.device)
-        # Passed only when set: a round-to-nearest step needs no kernel that takes rand_seed=.
-        rounding = {} if rand_seed is None else {"rand_seed": rand_seed}
         selective_state_update(
             self.ssm_state[i],
             xbc[:, :E].view(rows, H, P),
@@ -243,7 +241,7 @@ class Mamba2DecodeStack:
             config=config,
             pdl=pdl,  # the kernel before (the conv's) writes x, B, C, never the state or slots
             batch_order=order,
-            **rounding,
+            rand_seed=rand_seed,
         )
         y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
         return hidden + y @ w.out_proj.t()

@@ -41,7 +41,6 @@ from ssmdecode.bench.accuracy import (
     plot_accuracy,
     run_accuracy,
     set_decay,
-    stochastic_rounding_available,
 )
 from ssmdecode.bench.report import environment, markdown_table, results_dir, write_outputs
 from ssmdecode.bench.step import CPU_D_MODEL, model_dims
@@ -183,12 +182,6 @@ def run(args: argparse.Namespace) -> int:
     )
     names = [BASELINE, *dict.fromkeys(n for n in args.variants if n != BASELINE)]
     variants = [VARIANTS[n] for n in names]
-    stochastic = [v.name for v in variants if v.stochastic]
-    if stochastic and not stochastic_rounding_available(device):
-        raise _error(
-            f"{', '.join(stochastic)}: this install's selective_state_update has no rand_seed= "
-            "(stochastic rounding); choose --variants without them"
-        )
     sr_seed = args.seed if args.sr_seed is None else args.sr_seed
 
     lm = Mamba2LM(dims, layers, vocab, slots=2, device=device, seed=args.seed)
