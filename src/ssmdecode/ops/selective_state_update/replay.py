@@ -457,35 +457,39 @@ def _check_replay(
     return tokens, batch, ring, out
 
 
-def _prepare_replay(
-    state,
-    x_cache,
-    B_cache,
-    dt_cache,
-    ring_start,
-    num_cached,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    state_batch_indices,
-    pad_slot_id,
-    out,
-    config,
-    cu_seqlens,
-    max_seqlen,
-    fast_exp,
-    validate_indices,
-    pdl,
-    flush,
-    rand_seed=None,
-    philox_rounds=10,
-) -> tuple:
+def prepare(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    out: torch.Tensor | None = None,
+    config: LaunchConfig | None = None,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
+    fast_exp: bool = False,
+    validate_indices: bool | None = None,
+    pdl: bool = False,
+    rand_seed: torch.Tensor | None = None,
+    philox_rounds: int = 10,
+    _flush: bool = False,
+) -> tuple[torch.Tensor, Launch | None]:
+    """selective_state_replay's arguments checked and its launch prepared, not run: (out,
+    the launch, or None for an empty batch). What benchmarks/ptx_snapshot.py compiles.
+    _flush (replay_flush): every request's checkpoint written, whatever the flush rule says."""
     tokens, batch, ring, out = _check_replay(
         state,
         x_cache,
@@ -575,7 +579,7 @@ def _prepare_replay(
     flags = dict(
         T=tokens,
         WINDOW=ring - tokens,
-        FLUSH=flush,
+        FLUSH=_flush,
         HEADS_PER_GROUP=nheads // B.shape[-2],
         DT_SOFTPLUS=dt_softplus,
         EVEN_M=headdim % config.block_m == 0,
@@ -645,68 +649,6 @@ def _run(device: torch.device, launch: Launch | None) -> None:
             launch.run()
     else:
         launch.run()
-
-
-def prepare(
-    state: torch.Tensor,
-    x_cache: torch.Tensor,
-    B_cache: torch.Tensor,
-    dt_cache: torch.Tensor,
-    ring_start: torch.Tensor,
-    num_cached: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    dt_bias: torch.Tensor | None = None,
-    dt_softplus: bool = False,
-    state_batch_indices: torch.Tensor | None = None,
-    pad_slot_id: int = -1,
-    out: torch.Tensor | None = None,
-    config: LaunchConfig | None = None,
-    *,
-    cu_seqlens: torch.Tensor | None = None,
-    max_seqlen: int | None = None,
-    fast_exp: bool = False,
-    validate_indices: bool | None = None,
-    pdl: bool = False,
-    rand_seed: torch.Tensor | None = None,
-    philox_rounds: int = 10,
-) -> tuple[torch.Tensor, Launch | None]:
-    """selective_state_replay's arguments checked and its launch prepared, not run: (out,
-    the launch, or None for an empty batch). What benchmarks/ptx_snapshot.py compiles."""
-    return _prepare_replay(
-        state,
-        x_cache,
-        B_cache,
-        dt_cache,
-        ring_start,
-        num_cached,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        state_batch_indices,
-        pad_slot_id,
-        out,
-        config,
-        cu_seqlens,
-        max_seqlen,
-        fast_exp,
-        validate_indices,
-        pdl,
-        flush=False,
-        rand_seed=rand_seed,
-        philox_rounds=philox_rounds,
-    )
 
 
 def selective_state_replay(
@@ -932,7 +874,7 @@ def replay_flush(
         batch, 1, nheads, headdim
     )
     Bz = torch.zeros(batch, 1, ngroups, dstate, dtype=B_cache.dtype, device=device)
-    _, launch = _prepare_replay(
+    _, launch = prepare(
         state,
         x_cache,
         B_cache,
@@ -944,21 +886,12 @@ def replay_flush(
         A,
         Bz,
         Bz,
-        None,
-        None,
-        None,
-        False,
-        state_batch_indices,
-        pad_slot_id,
-        None,
-        config,
-        None,
-        None,
-        fast_exp,
-        None,
-        False,
-        flush=True,
+        state_batch_indices=state_batch_indices,
+        pad_slot_id=pad_slot_id,
+        config=config,
+        fast_exp=fast_exp,
         rand_seed=rand_seed,
         philox_rounds=philox_rounds,
+        _flush=True,
     )
     _run(device, launch)
