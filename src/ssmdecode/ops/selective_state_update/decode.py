@@ -69,22 +69,20 @@ from ssmdecode.ops.selective_state_update.common import (
     state_step,
     stored,
 )
-from ssmdecode.ops.selective_state_update.launch import Launch, Variant, check_ordered_sum, strides
+from ssmdecode.ops.selective_state_update.launch import (
+    HEURISTICS,
+    Launch,
+    Variant,
+    check_ordered_sum,
+    given,
+    strides,
+)
 
 __all__ = ["Launch", "Variant", "prepare", "selective_state_update"]
 
 
 # The constexprs the kernel derives from its arguments.
-_HEURISTICS = {
-    "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
-    "HAS_D": lambda args: args["p_D"] is not None,
-    "HAS_Z": lambda args: args["p_z"] is not None,
-    "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
-    "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
-    "HAS_ORDER": lambda args: args["p_order"] is not None,
-    "STOCHASTIC": lambda args: args["p_seed"] is not None,
-    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
-}
+_HEURISTICS = {**HEURISTICS, **given(HAS_DST_IDX="p_dst_idx", HAS_ORDER="p_order")}
 
 
 # fmt: off

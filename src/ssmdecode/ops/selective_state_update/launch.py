@@ -1,17 +1,20 @@
 """What the family's launchers share: the kernel variants of the same bits, a prepared launch,
-and the range check of the ordered row sum."""
+the constexprs every kernel derives from its arguments, and the range check of the ordered row
+sum."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
+import triton
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update.common import ORDERED_MAX_N, ORDERED_MIN_N
 
-__all__ = ["Launch", "Variant", "check_ordered_sum", "strides"]
+__all__ = ["HEURISTICS", "Launch", "Variant", "check_ordered_sum", "given", "strides"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,19 @@ class Launch(NamedTuple):
 
     def run(self) -> None:
         self.kernel[self.grid](*self.args, **self.kwargs)
+
+
+def given(**flags: str) -> dict[str, Callable[[dict[str, Any]], bool]]:
+    """Triton heuristics FLAG=pointer: each constexpr FLAG says whether that optional pointer
+    argument was passed (not None)."""
+    return {flag: (lambda args, name=name: args[name] is not None) for flag, name in flags.items()}
+
+
+# The constexprs every kernel of the family derives from its arguments; each kernel adds its own.
+HEURISTICS = {
+    **given(HAS_DT_BIAS="p_dt_bias", HAS_D="p_D", HAS_Z="p_z", HAS_SRC_IDX="p_src_idx", STOCHASTIC="p_seed"),
+    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+}
 
 
 def strides(t: torch.Tensor | None, ndim: int) -> tuple[int, ...]:

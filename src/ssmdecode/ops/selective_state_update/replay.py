@@ -73,19 +73,11 @@ from ssmdecode.ops.selective_state_update.common import (
     state_step,
     stored,
 )
-from ssmdecode.ops.selective_state_update.launch import Launch, check_ordered_sum, strides
+from ssmdecode.ops.selective_state_update.launch import HEURISTICS, Launch, check_ordered_sum, given, strides
 
 __all__ = ["prepare", "replay_advance", "replay_flush", "selective_state_replay"]
 
-_HEURISTICS = {
-    "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
-    "HAS_D": lambda args: args["p_D"] is not None,
-    "HAS_Z": lambda args: args["p_z"] is not None,
-    "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
-    "STOCHASTIC": lambda args: args["p_seed"] is not None,
-    "VARLEN": lambda args: args["p_cu_seqlens"] is not None,
-    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
-}
+_HEURISTICS = {**HEURISTICS, **given(VARLEN="p_cu_seqlens")}
 
 
 # fmt: off

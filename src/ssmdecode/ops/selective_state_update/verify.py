@@ -51,23 +51,27 @@ from ssmdecode.ops.selective_state_update.common import (
     state_step,
     stored,
 )
-from ssmdecode.ops.selective_state_update.launch import Launch, Variant, check_ordered_sum, strides
+from ssmdecode.ops.selective_state_update.launch import (
+    HEURISTICS,
+    Launch,
+    Variant,
+    check_ordered_sum,
+    given,
+    strides,
+)
 
 __all__ = ["prepare_multi_token"]
 
 _HEURISTICS = {
-    "HAS_DT_BIAS": lambda args: args["p_dt_bias"] is not None,
-    "HAS_D": lambda args: args["p_D"] is not None,
-    "HAS_Z": lambda args: args["p_z"] is not None,
-    "HAS_SRC_IDX": lambda args: args["p_src_idx"] is not None,
-    "HAS_DST_IDX": lambda args: args["p_dst_idx"] is not None,
-    "HAS_ACCEPTED": lambda args: args["p_accepted"] is not None,
-    "VARLEN": lambda args: args["p_cu_seqlens"] is not None,
-    "HAS_BUFFER": lambda args: args["p_buf"] is not None,
-    "HAS_BUFFER_IDX": lambda args: args["p_buf_idx"] is not None,
-    "HAS_PARENTS": lambda args: args["p_parent"] is not None,
-    "STOCHASTIC": lambda args: args["p_seed"] is not None,
-    "BLOCK_N": lambda args: triton.next_power_of_2(args["dstate"]),
+    **HEURISTICS,
+    **given(
+        HAS_DST_IDX="p_dst_idx",
+        HAS_ACCEPTED="p_accepted",
+        VARLEN="p_cu_seqlens",
+        HAS_BUFFER="p_buf",
+        HAS_BUFFER_IDX="p_buf_idx",
+        HAS_PARENTS="p_parent",
+    ),
 }
 
 
