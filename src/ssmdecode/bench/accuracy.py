@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM
+from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM, conv_state_update, gated_rms_norm, rms_norm
 
 __all__ = [
     "DECAYS",
@@ -150,10 +150,6 @@ def ssu_step_float64(
     return out, s
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return weight * (x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps))
-
-
 class Float64LM:
     """A Mamba2LM's weights cast to float64, with float64 pools (SSM state [slots, H, P, N], conv
     state [slots, X, W], zero at the start): the same layer as Mamba2DecodeStack.layer_step,
@@ -183,12 +179,9 @@ class Float64LM:
         w, dims, s = self.layers[i], self.dims, self.dims.shape
         rows, E = hidden.shape[0], dims.d_inner
         H, P, N, G = s.nheads, s.headdim, s.dstate, s.ngroups
-        zxbcdt = _rms_norm(hidden, w.norm, dims.eps) @ w.in_proj.t()
+        zxbcdt = rms_norm(hidden, w.norm, dims.eps) @ w.in_proj.t()
         z, xbc, dt = zxbcdt.split([E, dims.conv_dim, H], dim=-1)
-        conv = self.conv_state[i]
-        window = torch.cat([conv.index_select(0, slots)[..., 1:], xbc.unsqueeze(-1)], dim=-1)
-        conv.index_copy_(0, slots, window)
-        xbc = F.silu((window * w.conv_weight).sum(-1) + w.conv_bias)
+        xbc = conv_state_update(self.conv_state[i], xbc, w.conv_weight, w.conv_bias, slots)
         y, state = ssu_step_float64(
             self.ssm_state[i].index_select(0, slots),
             xbc[:, :E].view(rows, H, P),
@@ -200,16 +193,15 @@ class Float64LM:
             w.dt_bias,
         )
         self.ssm_state[i].index_copy_(0, slots, state)
-        g = (y.reshape(rows, E) * F.silu(z)).view(rows, -1, dims.norm_group)
-        g = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + dims.eps)
-        return hidden + (w.gate_norm * g.view(rows, E)) @ w.out_proj.t()
+        y = gated_rms_norm(y.reshape(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
+        return hidden + y @ w.out_proj.t()
 
     def step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """Next-token logits [B, V] in float64 for tokens and slots (int64 [B])."""
         hidden = self.embedding[tokens]
         for i in range(len(self.layers)):
             hidden = self.layer_step(i, hidden, slots)
-        return _rms_norm(hidden, self.final_norm, self.dims.eps) @ self.lm_head.t()
+        return rms_norm(hidden, self.final_norm, self.dims.eps) @ self.lm_head.t()
 
 
 @dataclass

@@ -97,9 +97,15 @@ class Mamba2Dims:
         return self.d_inner // self.shape.ngroups
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """t in float32, or in float64 if it is (the float64 reference model runs these helpers)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dim, in float32, rounded to x's dtype before the weight."""
-    xf = x.float()
+    """RMSNorm over the last dim, in float32 (float64 for float64 x), rounded to x's dtype
+    before the weight."""
+    xf = _wide(x)
     xf = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
 
@@ -108,9 +114,10 @@ def gated_rms_norm(
     y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, group: int, eps: float
 ) -> torch.Tensor:
     """Mamba2's gated norm, gate before norm: RMSNorm(y * silu(z)) over groups of `group`
-    channels. y, z [B, E]; weight [E]; returns [B, E] in y's dtype."""
+    channels. y, z [B, E]; weight [E]; returns [B, E] in y's dtype (computed in float32, or
+    float64 for float64 tensors)."""
     rows = y.shape[0]
-    g = (y.float() * F.silu(z.float())).view(rows, -1, group)
+    g = (_wide(y) * F.silu(_wide(z))).view(rows, -1, group)
     g = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
     return weight * g.view(rows, -1).to(y.dtype)
 
@@ -121,11 +128,12 @@ def conv_state_update(
     """One step of the depthwise causal conv, then SiLU; updates conv_state in place.
 
     conv_state [S, X, W] holds each slot's last W inputs, oldest first; xbc [B, X] is the new
-    input of each row; weight [X, W]; bias [X]; slots int64 [B]. Returns [B, X] in xbc's dtype.
+    input of each row; weight [X, W]; bias [X]; slots int64 [B]. Returns [B, X] in xbc's dtype
+    (computed in float32, or float64 for float64 tensors).
     """
     window = torch.cat([conv_state.index_select(0, slots)[..., 1:], xbc.unsqueeze(-1)], dim=-1)
     conv_state.index_copy_(0, slots, window)
-    return F.silu((window.float() * weight.float()).sum(-1) + bias.float()).to(xbc.dtype)
+    return F.silu((_wide(window) * _wide(weight)).sum(-1) + _wide(bias)).to(xbc.dtype)
 
 
 @dataclass
