@@ -89,7 +89,7 @@ UPSTREAM_BEST=(upstream default 4,1 8,2 16,4 16,8)
 
 stage_test() {
   # the GPU tests, and the ordered row sum's and pdl's tests compiled for it
-  python3 -m pytest -m gpu -q -p no:cacheprovider tests &&
+  python3 -m pytest -m gpu -q -p no:cacheprovider --durations=25 tests &&
   python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py tests/test_pdl.py \
       tests/test_batch_order.py
 }

@@ -426,7 +426,7 @@ def test_sglang_adapter_rounds_the_slots_not_the_buffer() -> None:
 
 
 # GPU: real shapes, every config the tables can pick for 16-bit states, CUDA graphs, and the
-# speed of the software path (benchmarks/run_gpu.sh, stage sr) is measured by `ssmdecode bench`.
+# speed of the software path (benchmarks/run_gpu.sh, stage bench_sr) is measured by `ssmdecode bench`.
 
 
 def _real_inputs(dtype: torch.dtype, batch: int = 8):
