@@ -91,7 +91,7 @@ stage_test() {
   # the GPU tests, and the ordered row sum's and pdl's tests compiled for it
   python3 -m pytest -m gpu -q -p no:cacheprovider --durations=25 tests &&
   python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py tests/test_pdl.py \
-      tests/test_batch_order.py
+      tests/test_batch_order.py tests/test_stochastic_rounding.py
 }
 stage_golden() {
   # required: on another GPU or stack the digests would be skipped, and this stage must fail
@@ -124,6 +124,8 @@ SHAPE_CONFIGS=(4,1,slot,evict 8,1,slot,evict 8,2,slot,evict 16,1,slot,evict 16,2
                4,1,slot,evict,ordered 8,1,slot,evict,ordered 16,1,slot,evict,ordered
                32,1,slot,evict,ordered 16,1,slot,evict,ordered,regs88
                16,1,slot,evict,ordered,regs96)
+# SHAPE_TUNE_CONFIGS (space-separated) replaces them, e.g. for a new key's first tune.
+if [ -n "${SHAPE_TUNE_CONFIGS:-}" ]; then IFS=' ' read -ra SHAPE_CONFIGS <<< "$SHAPE_TUNE_CONFIGS"; fi
 # SHAPES_LIST (';'-separated) narrows the shapes, e.g. SHAPES_LIST="--dstate 256".
 IFS=';' read -ra SHAPES <<< "${SHAPES_LIST:---dstate 64;--dstate 256;--headdim 128;--state-dtype bfloat16}"
 # tune_shapes_into_table NAME BATCH...: each shape of SHAPES tuned at these batches, added to the

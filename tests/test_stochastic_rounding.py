@@ -12,14 +12,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from conftest import DEVICE
 from ssmdecode import LaunchConfig, selective_state_update
 from ssmdecode.compat import sglang, vllm
 from ssmdecode.numerics import bits
 from ssmdecode.ops.selective_state_update import replay_flush
+from ssmdecode.ops.selective_state_update.common import _philox2x32, _stochastic_round
 from ssmdecode.ops.selective_state_update.naive import (
-    philox4x32,
+    philox2x32,
     random_halves,
     row_offsets,
     stochastic_round,
@@ -77,32 +80,81 @@ def _expected(exact: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, seed
     return stochastic_round(exact[slots.long()], r, pool.dtype)
 
 
-def test_philox_reference_is_tritons() -> None:
-    """naive.philox4x32 against Triton's tl.philox, in the interpreter (or on the GPU)."""
-    import triton
-    import triton.language as tl
+# Random123's known answers for philox2x32 (its tests/kat_vectors): counter, key, rounds, words.
+PHILOX2X32_KAT = [
+    ((0x00000000, 0x00000000), 0x00000000, 7, (0x257A3673, 0xCD26BE2A)),
+    ((0xFFFFFFFF, 0xFFFFFFFF), 0xFFFFFFFF, 7, (0xAB302C4D, 0x3DC9D239)),
+    ((0x243F6A88, 0x85A308D3), 0x13198A2E, 7, (0xBEDBBE6B, 0xE4C770B3)),
+    ((0x00000000, 0x00000000), 0x00000000, 10, (0xFF1DAE59, 0x6CD10DF2)),
+    ((0xFFFFFFFF, 0xFFFFFFFF), 0xFFFFFFFF, 10, (0x2C3F628B, 0xAB4FD7AD)),
+    ((0x243F6A88, 0x85A308D3), 0x13198A2E, 10, (0xDD7CE038, 0xF62A4C12)),
+]
 
-    @triton.jit
-    def kernel(p_out, seed, N: tl.constexpr, ROUNDS: tl.constexpr):
-        i = tl.arange(0, N)
-        c0 = (i * 1640531527).to(tl.uint32)
-        c1 = (i * 7 + 3).to(tl.uint32)
-        c2 = (i // 3).to(tl.uint32)
-        c3 = (i % 5).to(tl.uint32)
-        a, b, c, d = tl.philox(seed, c0, c1, c2, c3, ROUNDS)
-        tl.store(p_out + i * 4, a.to(tl.int32, bitcast=True))
-        tl.store(p_out + i * 4 + 1, b.to(tl.int32, bitcast=True))
-        tl.store(p_out + i * 4 + 2, c.to(tl.int32, bitcast=True))
-        tl.store(p_out + i * 4 + 3, d.to(tl.int32, bitcast=True))
 
+@pytest.mark.parametrize("counter,key,rounds,want", PHILOX2X32_KAT)
+def test_philox2x32_reference_gives_random123s_known_answers(counter, key, rounds, want) -> None:
+    # the reference's key is the seed's halves XORed: a seed of high word 0 is the key itself
+    words = philox2x32(key, np.uint32(counter[0]), np.uint32(counter[1]), rounds)
+    assert tuple(int(w) for w in words) == want
+
+
+@triton.jit
+def _philox_kernel(p_out, p_seed, N: tl.constexpr, ROUNDS: tl.constexpr):
+    i = tl.arange(0, N)
+    seed = tl.load(p_seed)
+    key = (seed ^ (seed >> 32)).to(tl.uint32)
+    w0, w1 = _philox2x32((i * 1640531527).to(tl.uint32), (i * 7 + 3).to(tl.uint32), key, ROUNDS)
+    tl.store(p_out + i * 2, w0.to(tl.int32, bitcast=True))
+    tl.store(p_out + i * 2 + 1, w1.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _rounding_kernel(p_out, p_v, p_r, N: tl.constexpr, DTYPE: tl.constexpr):
+    i = tl.arange(0, N)
+    v = tl.load(p_v + i)
+    r = tl.load(p_r + i).to(tl.uint32, bitcast=True)
+    tl.store(p_out + i, _stochastic_round(v, r, DTYPE))
+
+
+def test_kernel_philox_is_the_reference() -> None:
+    """common._philox2x32 (the 64-bit product, the key of a 64-bit seed) against
+    naive.philox2x32, in the interpreter (or on the GPU)."""
     n = 16
     i = np.arange(n, dtype=np.uint64)
-    counters = ((i * 1640531527) & 0xFFFFFFFF, i * 7 + 3, i // 3, i % 5)
-    for seed, rounds in ((0, 10), (2**40 + 12345, 10), (-7, 5)):
-        out = torch.empty(n * 4, dtype=torch.int32, device=DEVICE)
-        kernel[(1,)](out, seed, N=n, ROUNDS=rounds)
-        want = np.stack(philox4x32(seed, *counters, rounds=rounds), axis=-1).reshape(-1)
-        assert np.array_equal(out.cpu().numpy().view(np.uint32), want), (seed, rounds)
+    for seed, rounds in ((0, 10), (2**40 + 12345, 10), (-7, 5), (2**62 + 3, 7)):
+        out = torch.empty(n * 2, dtype=torch.int32, device=DEVICE)
+        _philox_kernel[(1,)](out, _seed(seed), N=n, ROUNDS=rounds)
+        want = np.stack(philox2x32(seed, (i * 1640531527) & 0xFFFFFFFF, i * 7 + 3, rounds), axis=-1)
+        assert np.array_equal(out.cpu().numpy().view(np.uint32), want.reshape(-1)), (seed, rounds)
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_special_values_round_as_the_reference(name: str) -> None:
+    """The rounding alone on the values at its edges: zeros, fp16's subnormals and its smallest
+    normal, the largest finite values and what lies past them, the infinities and NaN, each
+    with random bits at both ends of their range and between."""
+    dtype = DTYPES[name]
+    top = torch.finfo(dtype).max
+    edges = [0.0, -0.0, 2.0**-24, 3 * 2.0**-26, 2.0**-14 - 2.0**-30, 2.0**-14, 1.0, -1.5, 1 + 2.0**-9,
+             top, -top, top * (1 - 2.0**-12), top * (1 + 2.0**-12), 3.0e38, 3.4e38, float("inf"),
+             -float("inf"), float("nan"), 1e-30, -7e-9]  # fmt: skip
+    v = torch.tensor(edges, dtype=torch.float32).repeat_interleave(4)
+    r = torch.tensor([0, 0xFFFF, 0x8000, 0x1234] * len(edges), dtype=torch.int32)
+    n = 128
+    v = torch.cat([v, torch.ones(n - len(v))])
+    r = torch.cat([r, torch.zeros(n - len(r), dtype=torch.int32)])
+    out = torch.empty(n, dtype=dtype, device=DEVICE)
+    _rounding_kernel[(1,)](
+        out, v.to(DEVICE), r.to(DEVICE), N=n, DTYPE=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16
+    )
+    want = stochastic_round(v, r.numpy().astype(np.uint32), dtype)
+    got = out.cpu()
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(bits(got[~nan]), bits(want[~nan]))
+    # past the largest finite value the rounding saturates; the infinities stay
+    assert bool((got[torch.isfinite(v) & (v.abs() >= top)].abs() == top).all())
+    assert bool(torch.isinf(got[torch.isinf(v)]).all())
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label)

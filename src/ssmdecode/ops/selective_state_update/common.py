@@ -32,22 +32,27 @@ With a seed (`rand_seed`), a store of a state into a float16 or bfloat16 tensor 
 element up or down at random, up with probability equal to the distance from the value below
 in units of the gap between the two, so that the rounded state is the exact one on average
 (its error unbiased, where round-to-nearest's repeats the same way step after step). The bits:
-Philox4x32 (Triton's tl.philox, `PHILOX_ROUNDS` rounds, 10 by default) keyed by the seed, one
-call per 8 columns of a state row: counter (row offset low word, high word, column group n // 8,
-stream), where the row offset is the offset of the row's first element in the tensor written
-(from its strides) and the stream tells the tensors of one call apart (STREAM_STATE,
-STREAM_BUFFER). Its 4 words make 8 halves (word 0's low half first), and column n takes half
-n % 8 as its 16 random bits: the Philox work is an eighth of an element's, the bits are the same
-whatever the launch config, and the same for every layout of the same strides.
+Philox2x32 (Random123's philox2x32, `PHILOX_ROUNDS` rounds, 10 by default; each round one
+32x32 -> 64-bit multiply and one xor) keyed by the seed's two halves XORed, one call per 4
+columns of a state row: counter (row offset's low word, its next 16 bits | n // 4 << 16 |
+stream << 31), where the row offset is the offset of the row's first element in the tensor
+written (from its strides) and the stream tells the tensors of one call apart (STREAM_STATE,
+STREAM_BUFFER). Column n takes half n % 4 of the call's 2 words (word 0's low half first) as
+its 16 random bits. Every layout the kernels use holds 4 consecutive columns of a row in one
+thread, so the bits are the same whatever the launch config, no random bits move between
+threads, and the generator costs 5 instructions an element at 10 rounds. (Philox4x32 a call
+per 8 columns, the first design, needed the words of one call in two threads; run 62 measured
+it 24% slower than round-to-nearest at bs >= 64 with a bf16 state.)
 Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
 
-- bfloat16: v's bits plus the element's 16 random bits, then the low 16 bits cut (bf16 is
-  fp32's upper half, subnormals included);
-- float16: |v|'s bits plus the top 13 of the 16 random bits, the low 13 bits cut (fp32 keeps 23
-  fraction bits, fp16 10), then converted (exact; past 65504 the conversion overflows to inf as
-  round-to-nearest does); below 2^-14, where fp16's step is a fixed 2^-24, the same on |v| +
-  2^-14 (fp32's sum, rounded to nearest), and 2^-14 subtracted again (exact); v's sign;
-- inf and NaN as round-to-nearest converts them; float32 targets unchanged.
+- bfloat16: v's bits plus the element's 16 random bits, converted toward zero (bf16 is fp32's
+  upper half, subnormals included, so that conversion cuts the low 16 bits);
+- float16: the same on v * 2^-112, whose bits hold fp16's value where fp32 holds a number's
+  (exponent, the top 10 fraction bits, and fp16's subnormals as fp32's), with the top 13 of
+  the 16 random bits, the scale undone (exactly), converted toward zero;
+- NaN, the infinities and magnitudes from the largest finite value of the type up (65504,
+  about 3.39e38) are converted toward zero: themselves, or that largest value; float32
+  targets unchanged.
 
 Software only: the sm_100 instruction cvt.rs (what sglang's and vLLM's fp16 paths use) draws
 its random bits otherwise and cannot be checked on the GPUs measured here.
@@ -221,29 +226,63 @@ def state_step(b_state, b_dA, b_dB, b_x, ORDERED_SUM: tl.constexpr):
 
 
 @triton.jit
-def _random_halves(seed, o_row, BLOCK_N: tl.constexpr, STREAM: tl.constexpr, ROUNDS: tl.constexpr):
-    """16 random bits (in a uint32) for each element of a [BLOCK_M, BLOCK_N] tile whose rows
-    start at the offsets o_row [BLOCK_M]: one Philox4x32 call per 8 columns of a row (see the
-    module docstring), its 4 words cut into 8 halves, column 8g + k taking half k."""
-    G: tl.constexpr = (BLOCK_N + 7) // 8
-    o = o_row.to(tl.int64)[:, None]
-    g = tl.arange(0, G)[None, :]
-    shape: tl.constexpr = (o_row.shape[0], G)
-    lo = tl.broadcast_to((o & 0xFFFFFFFF).to(tl.uint32), shape)
-    hi = tl.broadcast_to(((o >> 32) & 0xFFFFFFFF).to(tl.uint32), shape)
-    c2 = tl.broadcast_to(g.to(tl.uint32), shape)
-    c3 = tl.full(shape, STREAM, tl.uint32)
-    w0, w1, w2, w3 = tl.philox(seed, lo, hi, c2, c3, ROUNDS)
-    if BLOCK_N >= 8:  # column 8g + k: bit 0 of k in the outer interleave, bit 2 the inner
-        even = tl.interleave(tl.interleave(w0 & 0xFFFF, w2 & 0xFFFF), tl.interleave(w1 & 0xFFFF, w3 & 0xFFFF))
-        odd = tl.interleave(tl.interleave(w0 >> 16, w2 >> 16), tl.interleave(w1 >> 16, w3 >> 16))
-        return tl.interleave(even, odd)
-    elif BLOCK_N == 4:
-        return tl.interleave(tl.interleave(w0 & 0xFFFF, w1 & 0xFFFF), tl.interleave(w0 >> 16, w1 >> 16))
-    elif BLOCK_N == 2:
-        return tl.interleave(w0 & 0xFFFF, w0 >> 16)
+def _philox2x32(c0, c1, key, ROUNDS: tl.constexpr):
+    """Philox2x32 with ROUNDS rounds (Salmon et al., 2011): counter (c0, c1), uint32 tiles of
+    one shape, and the 32-bit key; its two output words. The 32x32-bit product is one 64-bit
+    multiply, so that each round is a wide multiply and an xor."""
+    for _ in tl.static_range(ROUNDS):
+        p = c0.to(tl.uint64) * 0xD256D193
+        c0 = (p >> 32).to(tl.uint32) ^ c1 ^ key
+        c1 = p.to(tl.uint32)
+        key = key + 0x9E3779B9
+    return c0, c1
+
+
+@triton.jit
+def _random_halves(
+    seed, o_row, BLOCK_N: tl.constexpr, STREAM: tl.constexpr, ROUNDS: tl.constexpr, GROUPED: tl.constexpr
+):
+    """16 random bits (in a uint32) for each element of the state tile ([BLOCK_M, BLOCK_N], or
+    grouped [BLOCK_N / 4, BLOCK_M, 4]) whose rows start at the offsets o_row [BLOCK_M]: one
+    Philox2x32 call per 4 columns of a row (see the module docstring), column 4g + k taking
+    half k of its 2 words (word 0's low half first). Every layout the kernels use holds 4
+    consecutive columns of a row in one thread, so a thread computes the calls of its own
+    elements and no random bits move between threads."""
+    key = (seed ^ (seed >> 32)).to(tl.uint32)
+    G: tl.constexpr = (BLOCK_N + 3) // 4
+    o = o_row.to(tl.int64)
+    if GROUPED:  # the calls [G, BLOCK_M, 1] of the tile [G, BLOCK_M, 4]
+        o = o[None, :, None]
+        g = tl.arange(0, G)[:, None, None]
+        k = tl.arange(0, 4)[None, None, :]
+    elif BLOCK_N >= 4:  # the calls [BLOCK_M, G, 1] of the tile seen as [BLOCK_M, G, 4]
+        o = o[:, None, None]
+        g = tl.arange(0, G)[None, :, None]
+        k = tl.arange(0, 4)[None, None, :]
+    else:  # fewer than 4 columns: one call, its first BLOCK_N halves
+        o = o[:, None]
+        g = tl.zeros((1, 1), tl.int32)
+        k = tl.arange(0, BLOCK_N)[None, :]
+    c0 = (o & 0xFFFFFFFF).to(tl.uint32) + 0 * g.to(tl.uint32)
+    c1 = ((o >> 32) & 0xFFFF).to(tl.uint32) | (g.to(tl.uint32) << 16) | (STREAM << 31)
+    w0, w1 = _philox2x32(c0, c1, key, ROUNDS)
+    w = tl.where(k < 2, w0, w1)
+    r = tl.where((k & 1) == 0, w & 0xFFFF, w >> 16)
+    if GROUPED or BLOCK_N < 4:
+        return r
     else:
-        return w0 & 0xFFFF
+        return tl.reshape(r, (r.shape[0], BLOCK_N))
+
+
+@triton.jit
+def _probe():
+    pass
+
+
+# Under Triton's interpreter a float conversion does not keep fp32's subnormals (nor convert
+# toward zero into fp16's): there the rounding cuts the bits itself, which is what the
+# conversion toward zero does on the GPU (the same bits, but for the payload of a NaN).
+_INTERPRETED = tl.constexpr(not isinstance(_probe, triton.runtime.jit.JITFunction))
 
 
 @triton.jit
@@ -251,21 +290,27 @@ def _stochastic_round(v, r, dtype: tl.constexpr):
     """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with 16 random
     bits r (in uint32s) an element: see the module docstring."""
     u = v.to(tl.uint32, bitcast=True)
-    finite = (u & 0x7F800000) != 0x7F800000
+    # NaN, the infinities and the values from the largest finite one up are converted toward
+    # zero: they stay themselves, or become the largest finite value
     if dtype == tl.bfloat16:
-        q = ((u + r) & 0xFFFF0000).to(tl.float32, bitcast=True)
+        # bf16 is fp32's upper half: the sum converted toward zero is its upper half
+        big = ~(tl.abs(v) < 3.3895313892515355e38)
+        if _INTERPRETED:
+            return (tl.where(big, u, u + r) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        q = tl.where(big, v, (u + r).to(tl.float32, bitcast=True))
     else:
-        # fp16 keeps 10 of fp32's 23 fraction bits in its normal range: 13 random bits added,
-        # 13 bits cut. Below 2^-14 its step is a fixed 2^-24: |v| + 2^-14 lies in the binade
-        # [2^-14, 2^-13), whose fp16 step is that 2^-24, so the same cut rounds it there and
-        # 2^-14 comes off again (exactly).
-        a = u & 0x7FFFFFFF
-        tiny = a < 0x38800000  # 2^-14 as fp32 bits
-        t = tl.where(tiny, a.to(tl.float32, bitcast=True) + 6.103515625e-05, a.to(tl.float32, bitcast=True))
-        m = ((t.to(tl.uint32, bitcast=True) + (r >> 3)) & 0xFFFFE000).to(tl.float32, bitcast=True)
-        mag = tl.where(tiny, m - 6.103515625e-05, m)
-        q = (mag.to(tl.uint32, bitcast=True) | (u & 0x80000000)).to(tl.float32, bitcast=True)
-    return tl.where(finite, q, v).to(dtype)
+        # v * 2^-112 holds fp16's value bits where fp32 holds a number's: fp16's exponent in
+        # fp32's field, its 10 fraction bits the top of fp32's 23, and its subnormals (steps of
+        # 2^-24) fp32's (steps of 2^-149 = 2^-24 * 2^-112 / 2^13): 13 random bits added there
+        # and the scale undone (exactly), the conversion toward zero cuts the 13 bits
+        big = ~(tl.abs(v) < 65504.0)
+        w = (v * 1.925929944387236e-34).to(tl.uint32, bitcast=True)
+        if _INTERPRETED:
+            top = tl.where(tl.abs(v) == float("inf"), v, tl.clamp(v, -65504.0, 65504.0))
+            cut = ((w + (r >> 3)) & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
+            return tl.where(big, top, cut).to(dtype)
+        q = tl.where(big, v, ((w + (r >> 3)).to(tl.float32, bitcast=True) * 5.192296858534828e33))
+    return q.to(dtype, fp_downcast_rounding="rtz")
 
 
 @triton.jit
@@ -285,9 +330,6 @@ def stored(
     offsets o_row [BLOCK_M] of the tile's rows in the tensor and STREAM (see the module
     docstring). GROUPED: v is the ordered sum's grouped tile [BLOCK_N / 4, BLOCK_M, 4]."""
     if STOCHASTIC and dtype != tl.float32:
-        r = _random_halves(seed, o_row, BLOCK_N, STREAM, ROUNDS)
-        if GROUPED:
-            r = tl.permute(tl.reshape(r, (r.shape[0], BLOCK_N // 4, 4)), (1, 0, 2))
-        return _stochastic_round(v, r, dtype)
+        return _stochastic_round(v, _random_halves(seed, o_row, BLOCK_N, STREAM, ROUNDS, GROUPED), dtype)
     else:
         return v.to(dtype)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "philox4x32",
+    "philox2x32",
     "random_halves",
     "row_offsets",
     "selective_state_replay_reference",
@@ -245,54 +245,58 @@ def selective_state_replay_reference(
 _M32 = 0xFFFFFFFF
 
 
-def philox4x32(
-    seed: int, c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, rounds: int = 10
-) -> tuple[np.ndarray, ...]:
-    """Philox4x32 with `rounds` rounds, key (low, high word of the 64-bit seed), counters
-    c0..c3 (uint32 arrays of one shape): Triton's tl.philox (Salmon et al., 2011)."""
-    c = [np.asarray(v, dtype=np.uint64) & _M32 for v in np.broadcast_arrays(c0, c1, c2, c3)]
+def philox2x32(seed: int, c0: np.ndarray, c1: np.ndarray, rounds: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Philox2x32 with `rounds` rounds (Salmon et al., 2011; Random123's philox2x32_R), key the
+    two 32-bit halves of the 64-bit seed XORed together, counter (c0, c1) (uint32 arrays that
+    broadcast together): the kernels' generator."""
+    c0, c1 = (np.asarray(v, dtype=np.uint64) & _M32 for v in np.broadcast_arrays(c0, c1))
     seed &= 0xFFFFFFFFFFFFFFFF
-    k0, k1 = seed & _M32, seed >> 32
+    key = (seed ^ (seed >> 32)) & _M32
     for _ in range(rounds):
-        p0 = np.uint64(0xCD9E8D57) * c[2]  # products of two 32-bit words: exact in uint64
-        p1 = np.uint64(0xD2511F53) * c[0]
-        c = [(p0 >> 32) ^ c[1] ^ np.uint64(k0), p0 & _M32, (p1 >> 32) ^ c[3] ^ np.uint64(k1), p1 & _M32]
-        k0, k1 = (k0 + 0x9E3779B9) & _M32, (k1 + 0xBB67AE85) & _M32
-    return tuple(v.astype(np.uint32) for v in c)
+        p = np.uint64(0xD256D193) * c0  # a product of two 32-bit words: exact in uint64
+        c0, c1 = (p >> 32) ^ c1 ^ np.uint64(key), p & _M32
+        key = (key + 0x9E3779B9) & _M32
+    return c0.astype(np.uint32), c1.astype(np.uint32)
 
 
 def random_halves(seed: int, rows: np.ndarray, columns: int, stream: int, rounds: int = 10) -> np.ndarray:
-    """The 16 random bits (uint32) of each element of rows x columns: one Philox call per row
-    (its offset, int64 array) and group of 8 columns, column n taking half n % 8."""
+    """The 16 random bits (uint32) of each element of rows x columns: one Philox2x32 call per
+    row (its offset, int64 array) and group of 4 columns, counter (offset's low word, its
+    next 16 bits | group << 16 | stream << 31), column 4g + k taking half k of the call's words
+    (word 0's low half first)."""
     o = np.asarray(rows, dtype=np.int64).astype(np.uint64)[..., None]
-    g = np.arange((columns + 7) // 8, dtype=np.uint64)
-    words = philox4x32(seed, o & _M32, o >> 32, g, np.uint64(stream), rounds)
-    halves = np.stack([h for w in words for h in (w & 0xFFFF, w >> 16)], axis=-1)  # [..., G, 8]
-    return halves.reshape(*halves.shape[:-2], -1)[..., :columns]
+    g = np.arange((columns + 3) // 4, dtype=np.uint64)
+    c1 = ((o >> 32) & 0xFFFF) | (g << 16) | np.uint64(stream << 31)
+    w0, w1 = philox2x32(seed, o & _M32, c1, rounds)
+    halves = np.stack([w0 & 0xFFFF, w0 >> 16, w1 & 0xFFFF, w1 >> 16], axis=-1)  # [..., G, 4]
+    return halves.reshape(*halves.shape[:-2], -1)[..., :columns].astype(np.uint32)
 
 
 def stochastic_round(v: torch.Tensor, r: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The float32 tensor v rounded to dtype (float16 or bfloat16) with 16 random bits r an
-    element; float32 returns v."""
+    element; float32 returns v. NaN, the infinities and magnitudes from dtype's largest finite
+    value up are converted toward zero (themselves, or that largest value)."""
     if dtype == torch.float32:
         return v.clone()
     x = v.detach().cpu().to(torch.float32).numpy()
     u = x.view(np.uint32).astype(np.uint64)
     r = np.asarray(r, dtype=np.uint64)
-    finite = (u & 0x7F800000) != 0x7F800000
     if dtype == torch.bfloat16:
-        q = ((u + r) & 0xFFFF0000).astype(np.uint32)
+        big = ~(np.abs(x) < np.float32(3.3895313892515355e38))
+        q = ((u + r) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+        top = np.float32(3.3895313892515355e38)
     elif dtype == torch.float16:
-        a = u & 0x7FFFFFFF
-        tiny = a < 0x38800000
-        af = a.astype(np.uint32).view(np.float32)
-        t = np.where(tiny, af + np.float32(2.0**-14), af).astype(np.float32)
-        m = ((t.view(np.uint32).astype(np.uint64) + (r >> 3)) & 0xFFFFE000).astype(np.uint32).view(np.float32)
-        mag = np.where(tiny, m - np.float32(2.0**-14), m).astype(np.float32)
-        q = mag.view(np.uint32) | (u & 0x80000000).astype(np.uint32)
+        # |v| * 2^-112 holds fp16's value bits where fp32 holds a number's (its subnormals
+        # too): 13 random bits added and 13 cut there, the scale undone (exact)
+        big = ~(np.abs(x) < np.float32(65504.0))
+        w = (x * np.float32(2.0**-112)).astype(np.float32).view(np.uint32).astype(np.uint64)
+        q = ((w + (r >> 3)) & 0xFFFFE000).astype(np.uint32).view(np.float32) * np.float32(2.0**112)
+        top = np.float32(65504.0)
     else:
         raise ValueError(f"stochastic rounding is defined for float16 and bfloat16, not {dtype}")
-    out = np.where(finite, q.view(np.float32), x)
+    with np.errstate(invalid="ignore"):
+        clamped = np.where(np.isfinite(x), np.clip(x, -top, top), x)  # toward zero from the top
+    out = np.where(big, clamped, q).astype(np.float32)
     return torch.from_numpy(np.ascontiguousarray(out)).to(dtype).to(v.device)
 
 
