@@ -291,7 +291,7 @@ def test_replay_flush_rounds_the_checkpoint() -> None:
         ring_start=torch.tensor([0, 3, 5, 1], dtype=torch.int32, device=DEVICE),
         num_cached=torch.tensor([2, 4, 1, 3], dtype=torch.int32, device=DEVICE),
     )
-    A = (-torch.rand(H, 1, 1, generator=g)).expand(H, P, N).to(DEVICE)
+    A = (-torch.rand(H, 1, 1, generator=g)).to(DEVICE).expand(H, P, N)  # tied: expand on the device
     slots = torch.tensor([2, 0, 3], dtype=torch.int32, device=DEVICE)
     exact = state16.float()
     copies = {k: v.clone() for k, v in rings.items()}
