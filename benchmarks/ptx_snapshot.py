@@ -16,8 +16,8 @@ per-tile function _ssu_tile passed on 160 combinations.) The matrix: fp32 and bf
 dstate 64, 128, 256 and an odd shape with masked tiles; tied and untied dt/A; z with separate
 write slots; no state write; a bf16 state rounded stochastically; upstream, default,
 layout-sum and ordered configs; and verify calls of 4 drafts in each mode (buffer, dst,
-replay) at three configs, with a bf16 state also stochastically rounded (195 files). PTX depends on the Triton version: a digest file only
-holds for the version it names.
+replay) at three configs, with a bf16 state also stochastically rounded (195 files). PTX
+depends on the Triton version: a digest file only holds for the version it names.
 """
 
 from __future__ import annotations
