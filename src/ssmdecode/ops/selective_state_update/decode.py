@@ -250,14 +250,7 @@ def _selective_state_update_kernel(
                              STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
         else:
             b_store = b_state.to(p_state.dtype.element_ty)
-        if STOCHASTIC and m_tile is None and m_write is not None:
-            # a branch on the program's slots, not a mask: with that predicate live through
-            # the rounding, ptxas held back 5 of the 8 state loads of (8,1,slot,evict,ordered)
-            # until the random bits were made (SASS, bf16)
-            if m_write:
-                tl.store(p_dst, b_store, eviction_policy=STATE_EVICT)
-        else:
-            tl.store(p_dst, b_store, mask=m_write, eviction_policy=STATE_EVICT)
+        tl.store(p_dst, b_store, mask=m_write, eviction_policy=STATE_EVICT)
     if ORDERED_SUM:
         b_out = rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
     else:
