@@ -179,6 +179,106 @@ def verify_section(folder: Path) -> str:
     )
 
 
+def is_rounding(data: dict) -> bool:
+    """A bench of one state stored both ways (`bench --rounding nearest stochastic`)."""
+    return "stochastic" in (data["method"].get("rounding") or [])
+
+
+# Issue 18's speed bar: stochastic rounding at most this much slower than round-to-nearest at
+# these batches (the same config, the same run)
+ROUNDING_BAR, ROUNDING_BAR_FROM = 0.05, 64
+
+
+def rounding_section(folder: Path) -> str:
+    """Each 16-bit state dtype: the time of each config stored rounded to nearest and
+    stochastically, per Philox rounds and batch, from the bench-sr-* folders (one run each)."""
+    runs: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("bench-?*/bench.json")):
+        data = load(path)
+        if is_rounding(data):
+            runs.setdefault(data["shape"]["state_dtype"], []).append(data)
+    if not runs:
+        return ""
+    parts = [
+        "#### Stochastic rounding of 16-bit states (`ssmdecode bench --rounding nearest stochastic`)",
+        "",
+        "Each config stored rounded to nearest and stochastically in one run; cost = stochastic's "
+        f"time over nearest's, minus 1. Bar: at most {ROUNDING_BAR:.0%} at bs >= {ROUNDING_BAR_FROM}.",
+    ]
+    for dtype, datas in sorted(runs.items()):
+        rows, worst = [], {}
+        for data in sorted(datas, key=lambda d: -d["method"]["philox_rounds"]):
+            rounds = data["method"]["philox_rounds"]
+            by = {(r["config"].removesuffix(" sr"), r["rounding"], r["batch"]): r for r in data["rows"]}
+            for (config, rounding, batch), near in sorted(by.items()):
+                sr = by.get((config, "stochastic", batch))
+                if rounding != "nearest" or sr is None:
+                    continue
+                cost = sr["us"] / near["us"] - 1
+                if batch >= ROUNDING_BAR_FROM:
+                    worst[(config, rounds)] = max(worst.get((config, rounds), -1.0), cost)
+                rows.append(
+                    [
+                        rounds,
+                        config,
+                        near["launch"],
+                        batch,
+                        near["us"],
+                        sr["us"],
+                        f"{100 * cost:+.1f}",
+                        f"{100 * near['fraction_of_ceiling']:.1f}",
+                        f"{100 * sr['fraction_of_ceiling']:.1f}",
+                    ]
+                )
+        held = [
+            f"{c} at {r} rounds: {100 * w:+.1f}%"
+            for (c, r), w in sorted(worst.items(), key=lambda i: -i[0][1])
+        ]
+        parts += [
+            "",
+            f"{dtype} state, the worst cost at bs >= {ROUNDING_BAR_FROM}: " + "; ".join(held),
+            "",
+            table(
+                [
+                    "Philox rounds",
+                    "config",
+                    "launch",
+                    "batch",
+                    "nearest us",
+                    "stochastic us",
+                    "cost %",
+                    "nearest % of ceiling",
+                    "stochastic % of ceiling",
+                ],
+                rows,
+            ),
+            "",
+            "<sub>"
+            + "; ".join(provenance(d).removeprefix("<sub>").removesuffix("</sub>") for d in datas)
+            + "</sub>",
+        ]
+    return "\n".join(parts)
+
+
+def accuracy_section(folder: Path) -> str:
+    """`ssmdecode accuracy`'s table (its own markdown) and provenance."""
+    path = folder / "accuracy" / "accuracy.json"
+    if not path.exists():
+        return ""
+    data = load(path)
+    md = (folder / "accuracy" / "accuracy.md").read_text()
+    body = md[md.index("Shape:") :].split("\nwrote ")[0].strip()
+    return "\n".join(
+        [
+            "#### Accuracy of 16-bit states over a long decode (`ssmdecode accuracy`)",
+            "",
+            body,
+            "",
+            provenance(data),
+        ]
+    )
+
+
 def e2e_section(folder: Path) -> str:
     parts = []
     for path in sorted(folder.glob("e2e-*/e2e.json")):
@@ -238,6 +338,8 @@ def e2e_section(folder: Path) -> str:
         ]
     for path in sorted(folder.glob("e2e-*/e2e-greedy.json")):
         data = load(path)
+        if "configs" not in data:  # e2e --spec --greedy: spec_e2e_section
+            continue
         a, b = data["configs"]["a"], data["configs"]["b"]
         verdict = "identical" if data["identical"] else "DIFFERENT"
         parts += [
@@ -639,6 +741,44 @@ def spec_e2e_section(folder: Path) -> str:
             provenance(data),
             "",
         ]
+    for path in sorted(folder.glob("e2e-*/e2e-greedy.json")):
+        data = load(path)
+        if "results" not in data:  # plain greedy decoding: e2e_section
+            continue
+        rows = [
+            [
+                way,
+                r["launch"],
+                "identical" if r["identical"] else "DIFFERENT",
+                r["token_id_mismatches"],
+                r["logprob_mismatches"],
+                r["steps"],
+                f"{r['mean_accepted']:.2f}",
+            ]
+            for way, r in data["results"].items()
+        ]
+        parts += [
+            f"#### Greedy speculative decoding: {data['prompts']} prompts x {data['new_tokens']} tokens "
+            f"(`{path.parent.name}/`)",
+            "",
+            f"{data['method']['decoding']}; {data['method']['compared']}.",
+            "",
+            table(
+                [
+                    "way",
+                    "config",
+                    "verdict",
+                    "id mismatches",
+                    "log-prob mismatches",
+                    "steps",
+                    "mean accepted",
+                ],
+                rows,
+            ),
+            "",
+            provenance(data),
+            "",
+        ]
     return "\n".join(parts)
 
 
@@ -916,6 +1056,8 @@ def build(folder: Path, links_from: Path) -> str:
         parts += [bench_section(data, "Headline (Nemotron-3-Super, TP8 rank)", 0.97, note), ""]
     for path in sorted(folder.glob("bench-?*/bench.json")):
         data = load(path)
+        if is_rounding(data):  # rounding_section
+            continue
         note = table_rows_note(folder, data)
         if is_spec(data):  # verify calls, bench --tokens --mode
             parts += [spec_bench_section(folder, data), ""]
@@ -944,6 +1086,10 @@ def build(folder: Path, links_from: Path) -> str:
         e2e_section(folder),
         "",
         spec_e2e_section(folder),
+        "",
+        rounding_section(folder),
+        "",
+        accuracy_section(folder),
     ]
     plots = [p.relative_to(links_from) for p in sorted(folder.glob("*/*.png"))]
     if plots:
