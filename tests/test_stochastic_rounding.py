@@ -98,6 +98,44 @@ def test_philox2x32_reference_gives_random123s_known_answers(counter, key, round
     assert tuple(int(w) for w in words) == want
 
 
+def _word_statistics(rounds: int, n: int = 1 << 16) -> tuple[float, float, float]:
+    """Of naive.philox2x32's words at these rounds, over n counters laid out as the kernels
+    lay them (consecutive row offsets, the column groups in the second word): the fraction of
+    output bits a one-bit change of the counter flips (worst bit), the chi-square of the
+    16-bit halves' top 4 bits over 16 buckets, and the correlation of neighbouring rows' words."""
+    rows = np.arange(n, dtype=np.uint64) * np.uint64(128)
+    c1 = (np.arange(n, dtype=np.uint64) % np.uint64(32)) << np.uint64(16)
+    w = np.stack(philox2x32(99, rows, c1, rounds), axis=-1).astype(np.uint64)
+    flips = []
+    for bit in (0, 7, 11, 20, 31):
+        o = np.stack(philox2x32(99, rows ^ np.uint64(1 << bit), c1, rounds), axis=-1).astype(np.uint64)
+        x = w ^ o
+        flips.append(sum(float(((x >> np.uint64(b)) & np.uint64(1)).sum()) for b in range(32)) / (n * 64))
+    halves = np.concatenate(
+        [(w >> np.uint64(12)) & np.uint64(15), (w >> np.uint64(28)) & np.uint64(15)], axis=None
+    )
+    counts = np.bincount(halves.astype(np.int64), minlength=16)
+    chi2 = float(((counts - halves.size / 16) ** 2 / (halves.size / 16)).sum())
+    a = w[:, 0].astype(np.float64)
+    corr = float(np.corrcoef(a[:-1], a[1:])[0, 1])
+    return max(abs(f - 0.5) for f in flips), chi2, corr
+
+
+@pytest.mark.parametrize("rounds", [10, 7, 4])
+def test_philox_words_look_random_at_the_offered_rounds(rounds: int) -> None:
+    """Half the output bits flip for any one-bit change of the counter, the halves fill 16
+    buckets evenly (chi-square with 15 degrees of freedom under 50: p < 1e-5 otherwise), and
+    neighbouring rows' words are uncorrelated (within 5 standard errors)."""
+    worst_flip, chi2, corr = _word_statistics(rounds)
+    assert worst_flip < 0.01 and chi2 < 50 and abs(corr) < 5 / np.sqrt(1 << 16)
+
+
+def test_philox_word_statistics_catch_too_few_rounds() -> None:
+    """The checks above fail for one round: they can tell."""
+    worst_flip, _, corr = _word_statistics(1)
+    assert worst_flip > 0.1 or abs(corr) > 0.5
+
+
 @triton.jit
 def _philox_kernel(p_out, p_seed, N: tl.constexpr, ROUNDS: tl.constexpr):
     i = tl.arange(0, N)
@@ -302,11 +340,12 @@ def test_replay_flush_rounds_the_checkpoint() -> None:
     assert torch.equal(bits(rounded[1]), bits(state16[1]))
 
 
+@pytest.mark.parametrize("rounds", [10, 4])
 @pytest.mark.parametrize("name", list(DTYPES))
-def test_unbiased_with_a_bernoulli_spread(name: str) -> None:
+def test_unbiased_with_a_bernoulli_spread(name: str, rounds: int) -> None:
     """Over many seeds each element rounds up with probability f, its distance above the value
     below in steps: the mean error is 0 (round-to-nearest's is not) and its mean square is
-    f (1 - f) steps squared."""
+    f (1 - f) steps squared; at the default 10 Philox rounds and at the fast 4."""
     dtype, config = DTYPES[name], CONFIGS[0]
     state32, kw = _inputs(batch=1, nheads=1, headdim=4, dstate=16)
     state16 = state32.to(dtype)
@@ -322,7 +361,7 @@ def test_unbiased_with_a_bernoulli_spread(name: str) -> None:
     errors = []
     for seed in range(48):
         rounded = state16.clone()
-        selective_state_update(rounded, **kw, config=config, rand_seed=_seed(seed))
+        selective_state_update(rounded, **kw, config=config, rand_seed=_seed(seed), philox_rounds=rounds)
         errors.append((rounded[slot].double() - s) / step)
     e = torch.stack(errors)  # [seeds, elements...] in steps
     n = e.numel()
