@@ -57,10 +57,9 @@
 #   accuracy  ssmdecode accuracy, headline shape: 4096 decode steps of a 4-layer random-weight LM
 #           (8 teacher-forced and 8 free-running rows) with fp32, bf16 and fp16 states, rounded
 #           to nearest and stochastically, against the same LM in float64; slow decay (the
-#           default). ACCURACY_ARGS adds options (e.g. "--decay init"), ACCURACY_NAME names the
-#           folder (default accuracy). Estimated 40-70 s, not yet measured: eager steps,
-#           launch-bound (about 1000 small kernels a step, 6.5 ms a step of host work on a
-#           2-core CPU without the kernel), plus a compile of each state dtype and rounding
+#           default). ACCURACY_ARGS adds options (e.g. "--decay init", "--philox-rounds 4"),
+#           ACCURACY_NAME names the folder (default accuracy). 96 s on the H200 (run 63): eager
+#           steps, launch-bound (about 1000 small kernels a step)
 #   bench_sr  ssmdecode bench --rounding nearest stochastic, headline shape, bf16 and fp16
 #           states: upstream's config and the table's, each rounded to nearest and
 #           stochastically, bs 8 64 256 1024 (SR_BATCHES), same run; SR_ROUNDS adds runs at

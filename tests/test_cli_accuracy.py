@@ -151,6 +151,15 @@ def test_stochastic_rounding_is_reproducible(tmp_path: Path) -> None:
     for name in ("bf16-SR", "fp16-SR"):
         curve = a["variants"][name]["curves"]["state_rel_error"]
         assert c["variants"][name]["curves"]["state_rel_error"] != curve
+    # fewer Philox rounds: other random bits for the SR variants, recorded with the run
+    d = _run(tmp_path, "d", *argv, "--philox-rounds", "4")
+    assert a["method"]["philox_rounds"] == 10 and d["method"]["philox_rounds"] == 4
+    assert d["variants"]["fp32"] == a["variants"]["fp32"]
+    assert (
+        d["variants"]["bf16-SR"]["curves"]["state_rel_error"]
+        != a["variants"]["bf16-SR"]["curves"]["state_rel_error"]
+    )
+    assert "SR with 4 Philox rounds" in (tmp_path / "d" / "accuracy.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -162,6 +171,7 @@ def test_stochastic_rounding_is_reproducible(tmp_path: Path) -> None:
         (["--d-model", "0"], "--d-model must be >= 1"),
         (["--state-dtype", "bfloat16"], "--state-dtype: the variants set"),
         (["--tp", "2"], "--tp cuts a --preset"),
+        (["--philox-rounds", "0"], "--philox-rounds is 0; expected 1 to 64"),
     ],
 )
 def test_bad_options(argv: list[str], message: str, tmp_path: Path) -> None:

@@ -213,6 +213,7 @@ class _Arm:
     lm: Mamba2LM
     seed: torch.Tensor | None  # int64 [layers]: this step's seed of each layer
     gen: torch.Generator | None
+    philox_rounds: int
     free_tokens: torch.Tensor  # [R]: the free-running rows' next input
     free_ids: torch.Tensor  # [steps, R]
     state_error: torch.Tensor  # [steps] float64
@@ -222,7 +223,14 @@ class _Arm:
 
     @classmethod
     def build(
-        cls, lm: Mamba2LM, variant: StateVariant, slots: int, steps: int, first: torch.Tensor, sr_seed: int
+        cls,
+        lm: Mamba2LM,
+        variant: StateVariant,
+        slots: int,
+        steps: int,
+        first: torch.Tensor,
+        sr_seed: int,
+        philox_rounds: int = 10,
     ) -> _Arm:
         stack, device = lm.stack, lm.stack.device
         s = stack.dims.shape
@@ -250,6 +258,7 @@ class _Arm:
             arm_lm,
             seed,
             gen,
+            philox_rounds,
             first.clone(),
             torch.zeros(steps, rows, dtype=torch.int64, device=device),
             zeros(torch.float64),
@@ -263,7 +272,12 @@ class _Arm:
         seed for every layer first."""
         if self.seed is not None:
             self.seed.random_(0, 2**62, generator=self.gen)
-        return self.lm.step(torch.cat([tokens, self.free_tokens]), slots, rand_seed=self.seed)
+        return self.lm.step(
+            torch.cat([tokens, self.free_tokens]),
+            slots,
+            rand_seed=self.seed,
+            philox_rounds=self.philox_rounds,
+        )
 
 
 def _relative(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
@@ -299,12 +313,14 @@ def run_accuracy(
     points: int,
     sr_seed: int,
     progress: Callable[[int], object] | None = None,
+    philox_rounds: int = 10,
 ) -> dict[str, object]:
     """Decode `steps` steps with each variant (the first must be BASELINE) and the float64
     reference, R = rows teacher-forced and R free-running rows each (module docstring); the
     first token of each row is random (seed). Returns a JSON-ready dict: the logged steps, the
     float64 state's norm there, and per variant its curves at those steps and its summary
-    over all steps. progress(1) is called after each step."""
+    over all steps. progress(1) is called after each step; philox_rounds: the stochastic
+    variants' Philox rounds."""
     if not variants or variants[0].name != BASELINE:
         raise ValueError(f"the first variant must be {BASELINE!r}, the baseline of the token comparisons")
     if steps < 1 or rows < 1:
@@ -315,7 +331,7 @@ def run_accuracy(
     taught = torch.arange(1, rows + 1, device=device)  # the teacher-forced rows' slots
     slots = torch.arange(1, 2 * rows + 1, device=device)  # then the free-running rows'
     reference = Float64LM(lm, rows + 1)
-    arms = [_Arm.build(lm, v, 2 * rows + 1, steps, first, sr_seed) for v in variants]
+    arms = [_Arm.build(lm, v, 2 * rows + 1, steps, first, sr_seed, philox_rounds) for v in variants]
     ref_ids = torch.zeros(steps, rows, dtype=torch.int64, device=device)
     ref_norm = torch.zeros(steps, dtype=torch.float64, device=device)
 

@@ -222,10 +222,11 @@ class Mamba2DecodeStack:
         pdl: bool = False,
         order: torch.Tensor | None = None,
         rand_seed: torch.Tensor | None = None,
+        philox_rounds: int = 10,
     ) -> torch.Tensor:
         """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden.
         `order`: the SSU's batch_order; `rand_seed` (int64, one element): its seed of the
-        stochastic rounding of a 16-bit state (None: round to nearest)."""
+        stochastic rounding of a 16-bit state (None: round to nearest), with philox_rounds."""
         w, dims, s = self.layers[i], self.dims, self.dims.shape
         rows, E = hidden.shape[0], dims.d_inner
         H, P, N, G = s.nheads, s.headdim, s.dstate, s.ngroups
@@ -250,6 +251,7 @@ class Mamba2DecodeStack:
             pdl=pdl,  # the kernel before (the conv's) writes x, B, C, never the state or slots
             batch_order=order,
             rand_seed=rand_seed,
+            philox_rounds=philox_rounds,
         )
         y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
         return hidden + y @ w.out_proj.t()
@@ -262,17 +264,19 @@ class Mamba2DecodeStack:
         pdl: bool = False,
         slot_ordered: bool = False,
         rand_seed: torch.Tensor | None = None,
+        philox_rounds: int = 10,
     ) -> torch.Tensor:
         """All layers on hidden [B, d] for rows in slots (int64 [B], NULL_SLOT for padding);
         returns the new hidden [B, d]. `config` and `pdl` go to every selective_state_update;
         slot_ordered: the step computes slot_order(slots) once and passes it to every layer's
         (as an engine would; its cost is part of the step). rand_seed: int64 [n_layers] on the
         device, layer i's stochastic-rounding seed rand_seed[i:i+1] (None: round to nearest);
-        the caller refreshes it every step, or every step rounds an element with the same bits."""
+        the caller refreshes it every step, or every step rounds an element with the same bits;
+        philox_rounds: the rounding's Philox rounds."""
         order = slot_order(slots) if slot_ordered else None
         for i in range(len(self.layers)):
             seed = None if rand_seed is None else rand_seed[i : i + 1]
-            hidden = self.layer_step(i, hidden, slots, config, pdl, order, seed)
+            hidden = self.layer_step(i, hidden, slots, config, pdl, order, seed, philox_rounds)
         return hidden
 
 
@@ -311,10 +315,13 @@ class Mamba2LM:
         slots: torch.Tensor,
         config: LaunchConfig | None = None,
         rand_seed: torch.Tensor | None = None,
+        philox_rounds: int = 10,
     ) -> torch.Tensor:
-        """Next-token logits [B, V] in float32 for tokens and slots (int64 [B]); rand_seed as
-        in Mamba2DecodeStack.step."""
-        hidden = self.stack.step(self.embedding[tokens], slots, config, rand_seed=rand_seed)
+        """Next-token logits [B, V] in float32 for tokens and slots (int64 [B]); rand_seed and
+        philox_rounds as in Mamba2DecodeStack.step."""
+        hidden = self.stack.step(
+            self.embedding[tokens], slots, config, rand_seed=rand_seed, philox_rounds=philox_rounds
+        )
         h = rms_norm(hidden, self.final_norm, self.stack.dims.eps)
         return (h @ self.lm_head.t()).float()
 

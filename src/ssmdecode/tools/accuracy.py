@@ -104,6 +104,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sr-seed", type=int, help="seed of the stochastic-rounding seeds' generator (default: --seed)"
     )
+    p.add_argument(
+        "--philox-rounds",
+        type=int,
+        default=10,
+        help="Philox rounds of the stochastic variants' rounding, 1 to 64 (default: 10, the kernels')",
+    )
     add_common_arguments(
         p, "folder for accuracy.json/.md/.png (default benchmarks/results/<device_key>/accuracy/)"
     )
@@ -132,7 +138,8 @@ def _markdown(data: dict[str, object], steps: int) -> str:
     lines = [
         f"Shape: {s['shape_label']}, d_model {s['d_model']}, {s['layers']} layers, vocab "
         f"{s['vocab']}, decay {s['decay']}; {steps} steps, {data['rows']} teacher-forced and "
-        f"{data['rows']} free-running rows. Errors against the float64 run (mean / last over "
+        f"{data['rows']} free-running rows; SR with {data['method'].get('philox_rounds', 10)} "
+        "Philox rounds. Errors against the float64 run (mean / last over "
         "the steps); argmax: share of teacher-forced tokens; free run: first step whose greedy "
         "token departs, earliest / median over rows.\n",
     ]
@@ -183,12 +190,16 @@ def run(args: argparse.Namespace) -> int:
     names = [BASELINE, *dict.fromkeys(n for n in args.variants if n != BASELINE)]
     variants = [VARIANTS[n] for n in names]
     sr_seed = args.seed if args.sr_seed is None else args.sr_seed
+    if not 1 <= args.philox_rounds <= 64:
+        raise _error(f"--philox-rounds is {args.philox_rounds}; expected 1 to 64")
 
     lm = Mamba2LM(dims, layers, vocab, slots=2, device=device, seed=args.seed)
     set_decay(lm, args.decay, args.seed)
     start = time.perf_counter()
     with torch.inference_mode(), tqdm(total=steps, desc="accuracy", unit="step") as bar:
-        result = run_accuracy(lm, variants, steps, rows, args.seed, points, sr_seed, bar.update)
+        result = run_accuracy(
+            lm, variants, steps, rows, args.seed, points, sr_seed, bar.update, args.philox_rounds
+        )
     wall = time.perf_counter() - start
     log.info("%d steps of %d variants in %.1f s", steps, len(variants), wall)
 
@@ -210,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
             "argmax_curves": "share of teacher-forced tokens up to the step whose argmax differs",
             "seed": args.seed,
             "sr_seed": sr_seed,
+            "philox_rounds": args.philox_rounds,
         },
         "model": {
             "shape": {**shape.to_dict(), "state_dtype": "per variant"},
