@@ -42,7 +42,8 @@ its 16 random bits. Every layout the kernels use holds 4 consecutive columns of 
 thread, so the bits are the same whatever the launch config, no random bits move between
 threads, and the generator costs 5 instructions an element at 10 rounds. (Philox4x32 a call
 per 8 columns, the first design, needed the words of one call in two threads; run 62 measured
-it 24% slower than round-to-nearest at bs >= 64 with a bf16 state.)
+it 24% slower than round-to-nearest at bs >= 64 with a bf16 state. Run 65 measured this one:
+the rounding alone costs about 1% there, each Philox round about 1.3% more; docs/numerics.md.)
 Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
 
 - bfloat16: v's bits plus the element's 16 random bits, converted toward zero (bf16 is fp32's
@@ -50,9 +51,9 @@ Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
 - float16: the same on v * 2^-112, whose bits hold fp16's value where fp32 holds a number's
   (exponent, the top 10 fraction bits, and fp16's subnormals as fp32's), with the top 13 of
   the 16 random bits, the scale undone (exactly), converted toward zero;
-- NaN, the infinities and magnitudes from the largest finite value of the type up (65504,
-  about 3.39e38) are converted toward zero: themselves, or that largest value; float32
-  targets unchanged.
+- NaN, the infinities and magnitudes from the largest finite value of the type up (about
+  3.39e38 for bf16, 65504 for fp16) are converted toward zero: themselves, or that largest
+  value; float32 targets unchanged.
 
 Software only: the sm_100 instruction cvt.rs (what sglang's and vLLM's fp16 paths use) draws
 its random bits otherwise and cannot be checked on the GPUs measured here.
