@@ -189,6 +189,22 @@ def cols(v, GROUPED: tl.constexpr):
 
 
 @triton.jit
+def program_tile(SLOT_MAJOR: tl.constexpr):
+    """(i_m, i_b, i_h): this program's row block, request and head. SLOT_MAJOR: grid
+    (P blocks, H, B), so that a request's [H, P, N] state is read in memory order; else
+    (P blocks, B, H), the upstream order. No runtime division finds them: at small batch a
+    program's prologue is on the critical path (docs/performance.md, "The prologue")."""
+    i_m = tl.program_id(0)
+    if SLOT_MAJOR:
+        i_h = tl.program_id(1)
+        i_b = tl.program_id(2)
+    else:
+        i_b = tl.program_id(1)
+        i_h = tl.program_id(2)
+    return i_m, i_b, i_h
+
+
+@triton.jit
 def col_offsets(BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
     """The column indices 0 .. BLOCK_N - 1 of the tile: [BLOCK_N], or [BLOCK_N / 4, 1, 4]
     grouped (column 4g + j at [g, 0, j])."""

@@ -63,6 +63,7 @@ from ssmdecode.ops.selective_state_update.common import (
     cols,
     exp_dA,
     load,
+    program_tile,
     rows,
     rowsum_upstream_order,
     softplus,
@@ -135,16 +136,7 @@ def _selective_state_update_kernel(
     # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
     if PDL:  # the next kernel may launch at once; its own wait orders it after us
         gdc_launch_dependents()
-    # No runtime division finds the tile: at small batch a program's prologue is on the
-    # critical path (docs/performance.md, "The prologue").
-    if SLOT_MAJOR:  # grid (P blocks, H, B): a request's [H, P, N] state is read in memory order
-        i_m = tl.program_id(0)
-        i_h = tl.program_id(1)
-        i_b = tl.program_id(2)
-    else:  # grid (P blocks, B, H): the upstream order
-        i_m = tl.program_id(0)
-        i_b = tl.program_id(1)
-        i_h = tl.program_id(2)
+    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
     if HAS_ORDER:
         i_b = tl.load(p_order + i_b * stride_order)
     i_g = i_h // HEADS_PER_GROUP  # a compile-time divisor: a shift or a multiply

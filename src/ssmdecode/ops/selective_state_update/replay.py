@@ -67,6 +67,7 @@ from ssmdecode.ops.selective_state_update.common import (
     cols,
     exp_dA,
     load,
+    program_tile,
     rows,
     rowsum_upstream_order,
     softplus,
@@ -132,14 +133,7 @@ def _selective_state_replay_kernel(
     # cached tokens, the drafts.
     if PDL:
         gdc_launch_dependents()
-    if SLOT_MAJOR:
-        i_m = tl.program_id(0)
-        i_h = tl.program_id(1)
-        i_b = tl.program_id(2)
-    else:
-        i_m = tl.program_id(0)
-        i_b = tl.program_id(1)
-        i_h = tl.program_id(2)
+    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
     i_g = i_h // HEADS_PER_GROUP
     STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
     INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
