@@ -74,6 +74,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ssmdecode.ops.selective_state_update.checks import interpreted
+
 __all__ = [
     "ORDERED_MAX_N",
     "ORDERED_MIN_N",
@@ -291,15 +293,10 @@ def _random_halves(
         return tl.reshape(r, (r.shape[0], BLOCK_N))
 
 
-@triton.jit
-def _probe():
-    pass
-
-
 # Under Triton's interpreter a float conversion does not keep fp32's subnormals (nor convert
 # toward zero into fp16's): there the rounding cuts the bits itself, which is what the
 # conversion toward zero does on the GPU (the same bits, but for the payload of a NaN).
-_INTERPRETED = tl.constexpr(not isinstance(_probe, triton.runtime.jit.JITFunction))
+_INTERPRETED = tl.constexpr(interpreted())
 
 
 @triton.jit
