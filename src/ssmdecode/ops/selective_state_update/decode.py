@@ -56,7 +56,7 @@ import triton.language as tl
 from ssmdecode.config import LaunchConfig, lookup_config
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update import torch_op, verify
-from ssmdecode.ops.selective_state_update.checks import Call, check_call, interpreted, ties_head_dim
+from ssmdecode.ops.selective_state_update.checks import Call, check_call, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
     STREAM_STATE,
     col_offsets,
@@ -76,7 +76,9 @@ from ssmdecode.ops.selective_state_update.launch import (
     Variant,
     check_ordered_sum,
     given,
+    run_on,
     strides,
+    tile_launch,
 )
 
 __all__ = ["Launch", "Variant", "prepare", "selective_state_update"]
@@ -321,15 +323,10 @@ def _prepare_single(
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
         PDL=pdl,
+        SLOT_MAJOR=config.slot_major,
         num_warps=config.num_warps,
     )
-    if pdl:
-        flags["launch_pdl"] = True
-    if config.max_registers is not None:
-        flags["maxnreg"] = config.max_registers
-    n_mblocks = triton.cdiv(headdim, config.block_m)
-    grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
-    return Launch(_selective_state_update_kernel, grid, args, {**flags, "SLOT_MAJOR": config.slot_major})
+    return tile_launch(_selective_state_update_kernel, config, headdim, nheads, batch, args, flags, pdl)
 
 
 def prepare(
@@ -606,16 +603,4 @@ def selective_state_update(
 
 def run(call: Call, launch: Launch | None) -> None:
     """Run a prepared launch on the device of its state (CPU tensors: the interpreter)."""
-    device = call.state.device
-    if device.type != "cuda" and not interpreted():
-        raise ValueError(
-            f"state is on {device}, but Triton compiles for the GPU here: CPU tensors run only "
-            "under Triton's interpreter (TRITON_INTERPRET=1 set before ssmdecode is imported)"
-        )
-    if launch is None:
-        return
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            launch.run()
-    else:  # CPU tensors: Triton's interpreter; no CUDA API may be touched
-        launch.run()
+    run_on(call.state.device, launch)

@@ -12,6 +12,7 @@ import torch
 import triton
 
 from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update.checks import interpreted
 from ssmdecode.ops.selective_state_update.common import ORDERED_MAX_N, ORDERED_MIN_N
 
 __all__ = ["HEURISTICS", "Launch", "Variant", "check_ordered_sum", "given", "strides"]
@@ -38,6 +39,46 @@ class Launch(NamedTuple):
 
     def run(self) -> None:
         self.kernel[self.grid](*self.args, **self.kwargs)
+
+
+def tile_launch(
+    kernel: Any,
+    config: LaunchConfig,
+    headdim: int,
+    nheads: int,
+    batch: int,
+    args: tuple[Any, ...],
+    flags: dict[str, Any],
+    pdl: bool,
+) -> Launch:
+    """The launch of one of the family's tile kernels: a program per BLOCK_M rows of a
+    (request, head), grid (P blocks, H, B) with config.slot_major, else (P blocks, B, H);
+    with pdl=True launched programmatic-dependent, and config's register cap if it has one."""
+    flags = dict(flags)
+    if pdl:
+        flags["launch_pdl"] = True
+    if config.max_registers is not None:
+        flags["maxnreg"] = config.max_registers
+    n_mblocks = triton.cdiv(headdim, config.block_m)
+    grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
+    return Launch(kernel, grid, args, flags)
+
+
+def run_on(device: torch.device, launch: Launch | None) -> None:
+    """Run a prepared launch (None: nothing to do) on the device of the call's state; CPU
+    tensors run only under Triton's interpreter."""
+    if device.type != "cuda" and not interpreted():
+        raise ValueError(
+            f"state is on {device}, but Triton compiles for the GPU here: CPU tensors run only "
+            "under Triton's interpreter (TRITON_INTERPRET=1 set before ssmdecode is imported)"
+        )
+    if launch is None:
+        return
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            launch.run()
+    else:  # CPU tensors: Triton's interpreter; no CUDA API may be touched
+        launch.run()
 
 
 def given(**flags: str) -> dict[str, Callable[[dict[str, Any]], bool]]:

@@ -74,7 +74,15 @@ from ssmdecode.ops.selective_state_update.common import (
     state_step,
     stored,
 )
-from ssmdecode.ops.selective_state_update.launch import HEURISTICS, Launch, check_ordered_sum, given, strides
+from ssmdecode.ops.selective_state_update.launch import (
+    HEURISTICS,
+    Launch,
+    check_ordered_sum,
+    given,
+    run_on,
+    strides,
+    tile_launch,
+)
 
 __all__ = ["prepare", "replay_advance", "replay_flush", "selective_state_replay"]
 
@@ -580,13 +588,9 @@ def prepare(
         PDL=pdl,
         num_warps=config.num_warps,
     )
-    if pdl:
-        flags["launch_pdl"] = True
-    if config.max_registers is not None:
-        flags["maxnreg"] = config.max_registers
-    n_mblocks = triton.cdiv(headdim, config.block_m)
-    grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
-    return result, Launch(_selective_state_replay_kernel, grid, args, flags)
+    return result, tile_launch(
+        _selective_state_replay_kernel, config, headdim, nheads, batch, args, flags, pdl
+    )
 
 
 def _validate(
@@ -620,21 +624,6 @@ def _validate(
                 f"{name}[{int(live[i])}] = {int(values[i])} is outside [0, {high}] "
                 f"(a ring of {ring} tokens, T = {tokens} drafts)"
             )
-
-
-def _run(device: torch.device, launch: Launch | None) -> None:
-    if device.type != "cuda" and not interpreted():
-        raise ValueError(
-            f"state is on {device}, but Triton compiles for the GPU here: CPU tensors run only "
-            "under Triton's interpreter (TRITON_INTERPRET=1 set before ssmdecode is imported)"
-        )
-    if launch is None:
-        return
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            launch.run()
-    else:
-        launch.run()
 
 
 def selective_state_replay(
@@ -726,7 +715,7 @@ def selective_state_replay(
         rand_seed=rand_seed,
         philox_rounds=philox_rounds,
     )
-    _run(state.device, launch)
+    run_on(state.device, launch)
     return result
 
 
@@ -825,7 +814,7 @@ def replay_advance(
             num_warps=4,
         ),
     )
-    _run(device, launch)
+    run_on(device, launch)
 
 
 def replay_flush(
@@ -880,4 +869,4 @@ def replay_flush(
         philox_rounds=philox_rounds,
         _flush=True,
     )
-    _run(device, launch)
+    run_on(device, launch)

@@ -59,6 +59,7 @@ from ssmdecode.ops.selective_state_update.launch import (
     check_ordered_sum,
     given,
     strides,
+    tile_launch,
 )
 
 __all__ = ["prepare_multi_token"]
@@ -533,11 +534,6 @@ def prepare_multi_token(
         SLOT_MAJOR=config.slot_major,
         num_warps=config.num_warps,
     )
-    if pdl:
-        flags["launch_pdl"] = True
-    if config.max_registers is not None:
-        flags["maxnreg"] = config.max_registers
-    n_mblocks = triton.cdiv(headdim, config.block_m)
-    batch = call.batch
-    grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
-    return Launch(_selective_state_update_multi_token_kernel, grid, args, flags)
+    return tile_launch(
+        _selective_state_update_multi_token_kernel, config, headdim, nheads, call.batch, args, flags, pdl
+    )
