@@ -90,6 +90,29 @@ _HEURISTICS = {**HEURISTICS, **given(VARLEN="p_cu_seqlens")}
 
 
 # fmt: off
+@triton.jit
+def _draft_inputs(p_xt, p_dtt, p_Bt, p_Ct, p_zt, tok, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
+                  stride_z_t, m_t, m_tv, m_tn, b_dt_bias, HAS_DT_BIAS: tl.constexpr,
+                  DT_SOFTPLUS: tl.constexpr, HAS_Z: tl.constexpr):
+    """Draft tok's inputs: x and z (their dtype; z is x without z), dt' (float32), B and C
+    (C as float32). m_t masks a packed request's missing drafts (None: none missing), m_tv
+    and m_tn the rows and columns with it."""
+    b_x = load(p_xt + tok * stride_x_t, m_tv)
+    b_dt = load(p_dtt + tok * stride_dt_t, m_t).to(tl.float32)
+    if HAS_DT_BIAS:
+        b_dt += b_dt_bias
+    if DT_SOFTPLUS:
+        b_dt = softplus(b_dt)
+    b_B = load(p_Bt + tok * stride_B_t, m_tn)
+    b_C = load(p_Ct + tok * stride_C_t, m_tn).to(tl.float32)
+    b_z = b_x
+    if HAS_Z:
+        b_z = load(p_zt + tok * stride_z_t, m_tv)
+    return b_x, b_dt, b_B, b_C, b_z
+# fmt: on
+
+
+# fmt: off
 @triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_replay_kernel(
@@ -136,6 +159,8 @@ def _selective_state_replay_kernel(
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
     PDL: tl.constexpr,
+    HOIST_DRAFTS: tl.constexpr,  # every draft's inputs loaded before the replay (else in its loop)
+    REPLAY_CHUNK: tl.constexpr,  # cached tokens a branch of the replay (1 to WINDOW)
 ):
     # One program: BLOCK_M rows of one (request, head), all N columns: the checkpoint, the
     # cached tokens, the drafts.
@@ -220,24 +245,55 @@ def _selective_state_replay_kernel(
     p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
 
-    # 2. the cached tokens, state only. Every row's loads are issued first (masked past the
-    # cached count), then applied in order; a request that caches fewer skips the rest.
-    for k in tl.static_range(WINDOW):
-        m_k = k < n_old
-        if HAS_SRC_IDX:
-            m_k = m_k & m_live
-        pos = (start + k) % ring
-        b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
-                       other=0.0).to(tl.float32)
-        b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
-                       other=0.0).to(tl.float32)
-        b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
-        if k < n_old:
-            # The fma the recurrence's s * dA + dB * x becomes, written out for every config:
-            # inside this branch LLVM fused the other product where the tile's layout sums
-            # rows by itself ((4,4) on the H200: a few ULPs off the first run of the token).
-            b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
-                             cols(b_Bk * b_dtk, ORDERED_SUM) * rows(b_xk, ORDERED_SUM))
+    # The drafts' inputs: x and z of this program's rows, B and C of its group, dt' of its head.
+    b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+    p_xt = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m * stride_x_p
+    p_dtt = p_dt + i_xb * stride_dt_b + i_h * stride_dt_h
+    p_Bt = p_B + i_xb * stride_B_b + i_g * stride_B_g + o_n * stride_B_n
+    p_Ct = p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n * stride_C_n
+    p_zt = p_xt  # unread without z
+    if HAS_Z:
+        p_zt = p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m * stride_z_p
+    if HOIST_DRAFTS:
+        # Every draft's loads issued here, before any store: a load after a store cannot be
+        # moved above it (they may alias), so loaded in the loop below each draft would wait a
+        # memory latency behind the previous draft's stores.
+        drafts = ()
+        for t in tl.static_range(T):
+            m_t = None
+            if VARLEN:
+                m_t = t < n_tok
+            m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
+            m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
+            drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
+                p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
+                stride_z_t, m_t, m_tv, m_tn, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
+
+    # 2. the cached tokens, state only, REPLAY_CHUNK at a time: a chunk's loads are issued
+    # together, then its tokens applied in order, a token past the cached count as the exact
+    # identity (dt' = 0 and B = -0: s * exp(0) + (-0) * 0 = s, -0 and NaN included); a request
+    # skips the chunks past its cached count. (ptxas sinks each load into the branch that uses
+    # it: one branch a token waits a memory latency a token.)
+    for k0 in tl.static_range(0, WINDOW, REPLAY_CHUNK):
+        if k0 < n_old:
+            for k in tl.static_range(k0, k0 + REPLAY_CHUNK):
+                if k < WINDOW:
+                    m_k = k < n_old
+                    if HAS_SRC_IDX:
+                        m_k = m_k & m_live
+                    pos = (start + k) % ring
+                    b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
+                                   other=0.0).to(tl.float32)
+                    b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
+                                   other=-0.0).to(tl.float32)
+                    b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
+                    # The fma the recurrence's s * dA + dB * x becomes, written out for every
+                    # config: inside a branch LLVM fused the other product where the tile's layout
+                    # sums rows by itself ((4,4) on the H200: a few ULPs off the first run).
+                    b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
+                                     cols(b_Bk * b_dtk, ORDERED_SUM) * rows(b_xk, ORDERED_SUM))
 
     # 3. the new checkpoint, where the ring would overflow
     m_write = m_flush if m_read is None else m_read & m_flush
@@ -250,9 +306,6 @@ def _selective_state_replay_kernel(
     tl.store(p_tile, b_store, mask=m_write, eviction_policy=STATE_EVICT)
 
     # 4. the drafts: out for each, their inputs appended to the ring
-    b_dt_bias = 0.0
-    if HAS_DT_BIAS:
-        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
     b_D = 0.0
     if HAS_D:
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
@@ -263,20 +316,12 @@ def _selective_state_replay_kernel(
         m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
         m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
         tok = t0 + t
-        b_x = load(p_x + i_xb * stride_x_b + tok * stride_x_t + i_h * stride_x_h + o_m * stride_x_p,
-                   m_tv)
-        if VARLEN:
-            b_dt = tl.load(p_dt + i_xb * stride_dt_b + tok * stride_dt_t + i_h * stride_dt_h,
-                           mask=m_t, other=0.0).to(tl.float32)
+        if HOIST_DRAFTS:
+            b_x, b_dt, b_B, b_C, b_z = drafts[t]
         else:
-            b_dt = tl.load(p_dt + i_xb * stride_dt_b + tok * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_dt += b_dt_bias
-        if DT_SOFTPLUS:
-            b_dt = softplus(b_dt)
-        b_B = load(p_B + i_xb * stride_B_b + tok * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_tn)
-        b_C = load(p_C + i_xb * stride_C_b + tok * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
-                   m_tn).to(tl.float32)
+            b_x, b_dt, b_B, b_C, b_z = _draft_inputs(
+                p_xt, p_dtt, p_Bt, p_Ct, p_zt, tok, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
+                stride_z_t, m_t, m_tv, m_tn, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z)
         b_xf = b_x.to(tl.float32)
         b_state = state_step(b_state, exp_dA(b_A * b_dt, FAST_EXP), b_B.to(tl.float32) * b_dt,
                              rows(b_xf, ORDERED_SUM), ORDERED_SUM)
@@ -287,9 +332,8 @@ def _selective_state_replay_kernel(
         if HAS_D:
             b_out += b_xf * b_D
         if HAS_Z:
-            b_z = load(p_z + i_xb * stride_z_b + tok * stride_z_t + i_h * stride_z_h + o_m * stride_z_p,
-                       m_tv).to(tl.float32)
-            b_out *= b_z * tl.sigmoid(b_z)
+            b_zf = b_z.to(tl.float32)
+            b_out *= b_zf * tl.sigmoid(b_zf)
         if HAS_SRC_IDX:
             b_out = tl.where(m_live, b_out, 0.0)
         tl.store(p_out + i_xb * stride_out_b + tok * stride_out_t + i_h * stride_out_h
@@ -480,6 +524,8 @@ def prepare(
     rand_seed: torch.Tensor | None = None,
     philox_rounds: int = 10,
     _flush: bool = False,
+    _hoist_drafts: bool = True,
+    _replay_chunk: int = 1,
 ) -> tuple[torch.Tensor, Launch | None]:
     """selective_state_replay's arguments checked and its launch prepared, not run: (out,
     the launch, or None for an empty batch). What benchmarks/ptx_snapshot.py compiles.
@@ -586,6 +632,8 @@ def prepare(
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
         PDL=pdl,
+        HOIST_DRAFTS=_hoist_drafts,
+        REPLAY_CHUNK=max(1, min(_replay_chunk or ring - tokens, ring - tokens)),
         num_warps=config.num_warps,
     )
     return result, tile_launch(
@@ -654,6 +702,8 @@ def selective_state_replay(
     pdl: bool = False,
     rand_seed: torch.Tensor | None = None,
     philox_rounds: int = 10,
+    _hoist_drafts: bool = True,
+    _replay_chunk: int = 1,
 ) -> torch.Tensor:
     """A verify step of T draft tokens a request by replay (see the module docstring): the
     checkpoint state[slot] and its num_cached[slot] ring tokens replayed, the state written back
@@ -714,6 +764,8 @@ def selective_state_replay(
         pdl=pdl,
         rand_seed=rand_seed,
         philox_rounds=philox_rounds,
+        _hoist_drafts=_hoist_drafts,
+        _replay_chunk=_replay_chunk,
     )
     run_on(state.device, launch)
     return result
