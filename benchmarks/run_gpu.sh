@@ -51,6 +51,8 @@
 #           tune_shapes), SPEC_TUNE_CONFIGS the candidates
 #   verify_spec  ssmdecode verify --tokens 2 4 8 of each mode's table entries against upstream's
 #           config (SPEC_VERIFY_ARGS narrows the grid)
+#   (SPEC_MODES narrows the modes of these three, e.g. "replay"; bench_spec then writes
+#           bench-spec-<modes>/)
 #   e2e_spec  ssmdecode e2e --spec 4: the Mamba2 stack's verify steps, intermediate-state path at
 #           upstream's config and at the table's, and replay; and the greedy identity of the three
 # Accuracy of 16-bit states:
@@ -234,6 +236,11 @@ stage_e2e_order() {
 }
 SPEC_TOKENS=(2 4 8)
 SPEC_BATCHES=(1 8 64 128 512)
+IFS=' ' read -ra SPEC_MODES <<< "${SPEC_MODES:-buffer dst replay}"  # of bench_spec, tune_spec, verify_spec
+SPEC_BENCH_DIR=bench-spec
+if [ "${SPEC_MODES[*]}" != "buffer dst replay" ]; then
+  SPEC_BENCH_DIR=bench-spec-$(IFS=-; echo "${SPEC_MODES[*]}")
+fi
 # The upstream kernels' grid, as docs/measuring.md measured them (the best of these is the bar's
 # baseline), and the table's choice.
 IFS=' ' read -ra SPEC_CONFIGS <<< "${SPEC_CONFIGS:-upstream 4,1 8,1 16,4 table}"
@@ -242,13 +249,13 @@ IFS=' ' read -ra SPEC_CONFIGS <<< "${SPEC_CONFIGS:-upstream 4,1 8,1 16,4 table}"
 IFS=' ' read -ra SPEC_TUNE_CONFIGS <<< "${SPEC_TUNE_CONFIGS:-4,1 16,4 2,1,slot,evict,ordered 4,1,slot,evict,ordered 8,1,slot,evict,ordered 16,1,slot,evict,ordered}"
 IFS=' ' read -ra SPEC_TUNE_BATCHES <<< "${SPEC_TUNE_BATCHES:-1 8 64 512}"
 stage_bench_spec() {
-  "${SSM[@]}" bench "${HEADLINE[@]}" --tokens "${SPEC_TOKENS[@]}" --mode buffer dst replay \
-      --batch "${SPEC_BATCHES[@]}" --config "${SPEC_CONFIGS[@]}" --out "$R/bench-spec"
+  "${SSM[@]}" bench "${HEADLINE[@]}" --tokens "${SPEC_TOKENS[@]}" --mode "${SPEC_MODES[@]}" \
+      --batch "${SPEC_BATCHES[@]}" --config "${SPEC_CONFIGS[@]}" --out "$R/$SPEC_BENCH_DIR"
 }
 stage_tune_spec() {
   local mode
   tables_from_package  # add to the shipped table
-  for mode in buffer dst replay; do
+  for mode in "${SPEC_MODES[@]}"; do
     "${SSM[@]}" tune "${HEADLINE[@]}" --tokens "${SPEC_TOKENS[@]}" --mode "$mode" \
         --batch "${SPEC_TUNE_BATCHES[@]}" --config "${SPEC_TUNE_CONFIGS[@]}" --leaders 2 --rounds 1 \
         --out-dir "$R/configs" --out "$R/tune-spec-$mode" || return
@@ -257,7 +264,7 @@ stage_tune_spec() {
 }
 stage_verify_spec() {
   local mode rc=0
-  for mode in buffer dst replay; do
+  for mode in "${SPEC_MODES[@]}"; do
     # shellcheck disable=SC2086
     "${SSM[@]}" verify --tokens "${SPEC_TOKENS[@]}" --mode "$mode" ${SPEC_VERIFY_ARGS:-} \
         --out "$R/verify-spec-$mode" || rc=1

@@ -25,6 +25,7 @@ from ssmdecode.bench.accuracy import (
 )
 from ssmdecode.cli import main
 from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.reference import selective_state_update_reference
 from ssmdecode.shapes import Shape
 
@@ -151,15 +152,15 @@ def test_stochastic_rounding_is_reproducible(tmp_path: Path) -> None:
     for name in ("bf16-SR", "fp16-SR"):
         curve = a["variants"][name]["curves"]["state_rel_error"]
         assert c["variants"][name]["curves"]["state_rel_error"] != curve
-    # fewer Philox rounds: other random bits for the SR variants, recorded with the run
-    d = _run(tmp_path, "d", *argv, "--philox-rounds", "4")
-    assert a["method"]["philox_rounds"] == 10 and d["method"]["philox_rounds"] == 4
+    # more Philox rounds than the default: other random bits for the SR variants, recorded
+    d = _run(tmp_path, "d", *argv, "--philox-rounds", "10")
+    assert a["method"]["philox_rounds"] == DEFAULT_PHILOX_ROUNDS and d["method"]["philox_rounds"] == 10
     assert d["variants"]["fp32"] == a["variants"]["fp32"]
     assert (
         d["variants"]["bf16-SR"]["curves"]["state_rel_error"]
         != a["variants"]["bf16-SR"]["curves"]["state_rel_error"]
     )
-    assert "SR with 4 Philox rounds" in (tmp_path / "d" / "accuracy.md").read_text()
+    assert "SR with 10 Philox rounds" in (tmp_path / "d" / "accuracy.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from ssmdecode import LaunchConfig, selective_state_update
 from ssmdecode.compat import sglang, vllm
 from ssmdecode.numerics import bits
 from ssmdecode.ops.selective_state_update import replay_flush
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.ops.selective_state_update.common import _philox2x32, _stochastic_round
 from ssmdecode.ops.selective_state_update.naive import (
     philox2x32,
@@ -58,7 +59,7 @@ def _inputs(batch: int = 2, nheads: int = 2, headdim: int = 4, dstate: int = 16,
     return (magnitude * sign).to(DEVICE), kw
 
 
-def _exact_and_rounded(dtype, config, philox_rounds=10, seed=1234, **extra):
+def _exact_and_rounded(dtype, config, philox_rounds=DEFAULT_PHILOX_ROUNDS, seed=1234, **extra):
     """(float32 pool after the call, dtype pool after the call with rand_seed, the 16-bit
     pool before, the outs of both)."""
     state32, kw = _inputs()
@@ -72,7 +73,13 @@ def _exact_and_rounded(dtype, config, philox_rounds=10, seed=1234, **extra):
     return exact, rounded, state16, out_exact, out_rounded, kw
 
 
-def _expected(exact: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, seed: int, rounds: int = 10):
+def _expected(
+    exact: torch.Tensor,
+    pool: torch.Tensor,
+    slots: torch.Tensor,
+    seed: int,
+    rounds: int = DEFAULT_PHILOX_ROUNDS,
+):
     """The reference's rounding of the exact states of these slots, as the kernels key it."""
     heads = torch.arange(pool.shape[1])
     rows = row_offsets(pool, (slots.long()[:, None].cpu(), heads[None, :]))

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM, conv_state_update, gated_rms_norm, rms_norm
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 
 __all__ = [
     "DECAYS",
@@ -230,7 +231,7 @@ class _Arm:
         steps: int,
         first: torch.Tensor,
         sr_seed: int,
-        philox_rounds: int = 10,
+        philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
     ) -> _Arm:
         stack, device = lm.stack, lm.stack.device
         s = stack.dims.shape
@@ -313,7 +314,7 @@ def run_accuracy(
     points: int,
     sr_seed: int,
     progress: Callable[[int], object] | None = None,
-    philox_rounds: int = 10,
+    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
 ) -> dict[str, object]:
     """Decode `steps` steps with each variant (the first must be BASELINE) and the float64
     reference, R = rows teacher-forced and R free-running rows each (module docstring); the

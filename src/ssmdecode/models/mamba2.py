@@ -44,6 +44,7 @@ import torch.nn.functional as F
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import selective_state_update, slot_order
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.shapes import ModelPreset, Shape, per_rank
 
 __all__ = [
@@ -222,7 +223,7 @@ class Mamba2DecodeStack:
         pdl: bool = False,
         order: torch.Tensor | None = None,
         rand_seed: torch.Tensor | None = None,
-        philox_rounds: int = 10,
+        philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
     ) -> torch.Tensor:
         """Layer i on hidden [B, d] for rows in slots (int64 [B]); returns the new hidden.
         `order`: the SSU's batch_order; `rand_seed` (int64, one element): its seed of the
@@ -264,7 +265,7 @@ class Mamba2DecodeStack:
         pdl: bool = False,
         slot_ordered: bool = False,
         rand_seed: torch.Tensor | None = None,
-        philox_rounds: int = 10,
+        philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
     ) -> torch.Tensor:
         """All layers on hidden [B, d] for rows in slots (int64 [B], NULL_SLOT for padding);
         returns the new hidden [B, d]. `config` and `pdl` go to every selective_state_update;
@@ -315,7 +316,7 @@ class Mamba2LM:
         slots: torch.Tensor,
         config: LaunchConfig | None = None,
         rand_seed: torch.Tensor | None = None,
-        philox_rounds: int = 10,
+        philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
     ) -> torch.Tensor:
         """Next-token logits [B, V] in float32 for tokens and slots (int64 [B]); rand_seed and
         philox_rounds as in Mamba2DecodeStack.step."""

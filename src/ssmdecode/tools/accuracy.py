@@ -52,6 +52,7 @@ from ssmdecode.cli_args import (
     shapes_from_args,
 )
 from ssmdecode.models.mamba2 import Mamba2LM
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.shapes import dtype_name
 
 __all__ = ["add_parser", "run"]
@@ -107,8 +108,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--philox-rounds",
         type=int,
-        default=10,
-        help="Philox rounds of the stochastic variants' rounding, 1 to 64 (default: 10, the kernels')",
+        default=DEFAULT_PHILOX_ROUNDS,
+        help="Philox rounds of the stochastic variants' rounding, 1 to 64 "
+        f"(default: {DEFAULT_PHILOX_ROUNDS}, the kernels')",
     )
     add_common_arguments(
         p, "folder for accuracy.json/.md/.png (default benchmarks/results/<device_key>/accuracy/)"

@@ -62,6 +62,7 @@ from ssmdecode.cli_args import (
     device_from_args,
     shapes_from_args,
 )
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.shapes import Shape
 
 __all__ = ["add_parser", "check_against_reference", "run"]
@@ -140,8 +141,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--philox-rounds",
         type=int,
-        default=10,
-        help="Philox rounds of --rounding stochastic's random bits (default 10)",
+        default=DEFAULT_PHILOX_ROUNDS,
+        help=f"Philox rounds of --rounding stochastic's random bits (default {DEFAULT_PHILOX_ROUNDS})",
     )
     s = p.add_argument_group("speculative decoding (verify calls of T draft tokens a request)")
     s.add_argument(

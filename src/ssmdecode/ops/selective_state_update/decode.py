@@ -56,7 +56,7 @@ import triton.language as tl
 from ssmdecode.config import LaunchConfig, lookup_config
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update import torch_op, verify
-from ssmdecode.ops.selective_state_update.checks import Call, check_call, ties_head_dim
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS, Call, check_call, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
     STREAM_STATE,
     col_offsets,
@@ -361,7 +361,7 @@ def prepare(
     validate_indices = multi.pop("validate_indices", None)
     fast_exp = multi.pop("fast_exp", False)
     rand_seed = multi.pop("rand_seed", None)
-    philox_rounds = multi.pop("philox_rounds", 10)
+    philox_rounds = multi.pop("philox_rounds", DEFAULT_PHILOX_ROUNDS)
     round_buffer = multi.pop("_round_buffer", True)  # the engine adapters' convention
     call = check_call(
         state,
@@ -451,7 +451,7 @@ def selective_state_update(
     pdl: bool = False,
     batch_order: torch.Tensor | None = None,
     rand_seed: torch.Tensor | None = None,
-    philox_rounds: int = 10,
+    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
 ) -> torch.Tensor:
     """One decode step of a Mamba1 or Mamba2 SSM layer, one token or T tokens a request;
     updates ``state`` in place.
@@ -527,7 +527,7 @@ def selective_state_update(
             layer its own): with the same seed the same element gets the same bits every
             step. The kernel reads it on the device, so a CUDA graph that refreshes it (e.g.
             torch.randint(2**62, (1,), out=seed) inside the graph) replays with fresh bits.
-        philox_rounds: Philox rounds of those bits, 1 to 64 (default 10, Triton's).
+        philox_rounds: Philox rounds of those bits, 1 to 64 (default 4: DEFAULT_PHILOX_ROUNDS).
 
     Returns:
         out.

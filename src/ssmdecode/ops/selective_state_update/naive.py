@@ -14,6 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
+
 __all__ = [
     "philox2x32",
     "random_halves",
@@ -259,7 +261,9 @@ def philox2x32(seed: int, c0: np.ndarray, c1: np.ndarray, rounds: int = 10) -> t
     return c0.astype(np.uint32), c1.astype(np.uint32)
 
 
-def random_halves(seed: int, rows: np.ndarray, columns: int, stream: int, rounds: int = 10) -> np.ndarray:
+def random_halves(
+    seed: int, rows: np.ndarray, columns: int, stream: int, rounds: int = DEFAULT_PHILOX_ROUNDS
+) -> np.ndarray:
     """The 16 random bits (uint32) of each element of rows x columns: one Philox2x32 call per
     row (its offset, int64 array) and group of 4 columns, counter (offset's low word, its
     next 16 bits | group << 16 | stream << 31), column 4g + k taking half k of the call's words

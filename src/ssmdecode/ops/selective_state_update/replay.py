@@ -52,6 +52,7 @@ import triton.language as tl
 from ssmdecode.config import LaunchConfig, lookup_config
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update.checks import (
+    DEFAULT_PHILOX_ROUNDS,
     FLOAT_DTYPES,
     INDEX_DTYPES,
     MAX_BATCH,
@@ -92,11 +93,11 @@ _HEURISTICS = {**HEURISTICS, **given(VARLEN="p_cu_seqlens")}
 # fmt: off
 @triton.jit
 def _draft_inputs(p_xt, p_dtt, p_Bt, p_Ct, p_zt, tok, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-                  stride_z_t, m_t, m_tv, m_tn, b_dt_bias, HAS_DT_BIAS: tl.constexpr,
+                  stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS: tl.constexpr,
                   DT_SOFTPLUS: tl.constexpr, HAS_Z: tl.constexpr):
-    """Draft tok's inputs: x and z (their dtype; z is x without z), dt' (float32), B and C
-    (C as float32). m_t masks a packed request's missing drafts (None: none missing), m_tv
-    and m_tn the rows and columns with it."""
+    """Draft tok's inputs: x and z (their dtype; x again without z), dt' (float32), B (its
+    dtype), C (float32). m_tv and m_tn mask the rows and the columns, m_t a packed request's
+    missing drafts (each None where nothing is masked)."""
     b_x = load(p_xt + tok * stride_x_t, m_tv)
     b_dt = load(p_dtt + tok * stride_dt_t, m_t).to(tl.float32)
     if HAS_DT_BIAS:
@@ -109,6 +110,13 @@ def _draft_inputs(p_xt, p_dtt, p_Bt, p_Ct, p_zt, tok, stride_x_t, stride_dt_t, s
     if HAS_Z:
         b_z = load(p_zt + tok * stride_z_t, m_tv)
     return b_x, b_dt, b_B, b_C, b_z
+
+
+@triton.jit
+def _wrap(pos, ring):
+    """pos mod ring for pos in [0, 2 ring) (start is clamped into [0, ring), offsets are below
+    ring): a compare and a select instead of a signed remainder."""
+    return tl.where(pos >= ring, pos - ring, pos)
 # fmt: on
 
 
@@ -159,8 +167,6 @@ def _selective_state_replay_kernel(
     EVICT_FIRST: tl.constexpr,
     ORDERED_SUM: tl.constexpr,
     PDL: tl.constexpr,
-    HOIST_DRAFTS: tl.constexpr,  # every draft's inputs loaded before the replay (else in its loop)
-    REPLAY_CHUNK: tl.constexpr,  # cached tokens a branch of the replay (1 to WINDOW)
 ):
     # One program: BLOCK_M rows of one (request, head), all N columns: the checkpoint, the
     # cached tokens, the drafts.
@@ -202,6 +208,7 @@ def _selective_state_replay_kernel(
         start = tl.load(p_ring_start + i_ring).to(tl.int32)
         n_old = tl.load(p_cached + i_ring).to(tl.int32)
     n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
     # The flush rule: the cached tokens and this call's drafts overflow the window R - T (with
     # T drafts a request: num_cached + 2 T > R; packed, each request's own count).
     if FLUSH:
@@ -256,44 +263,40 @@ def _selective_state_replay_kernel(
     p_zt = p_xt  # unread without z
     if HAS_Z:
         p_zt = p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m * stride_z_p
-    if HOIST_DRAFTS:
-        # Every draft's loads issued here, before any store: a load after a store cannot be
-        # moved above it (they may alias), so loaded in the loop below each draft would wait a
-        # memory latency behind the previous draft's stores.
-        drafts = ()
-        for t in tl.static_range(T):
-            m_t = None
-            if VARLEN:
-                m_t = t < n_tok
-            m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
-            m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
-            drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
-                p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-                stride_z_t, m_t, m_tv, m_tn, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
+    # Every draft's loads issued here, before any store: no load can be moved above a store (they
+    # may alias), so loaded in their loop each draft's inputs waited a memory latency behind the
+    # previous draft's stores (run 66: 1.08-1.29x at T 4 and 8; docs/performance.md).
+    drafts = ()
+    for t in tl.static_range(T):
+        m_t = None
+        if VARLEN:
+            m_t = t < n_tok
+        m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
+        m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
+        drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
+            p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
+            stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
 
-    # 2. the cached tokens, state only, REPLAY_CHUNK at a time: a chunk's loads are issued
-    # together, then its tokens applied in order, a token past the cached count as the exact
-    # identity (dt' = 0 and B = -0: s * exp(0) + (-0) * 0 = s, -0 and NaN included); a request
-    # skips the chunks past its cached count. (ptxas sinks each load into the branch that uses
-    # it: one branch a token waits a memory latency a token.)
-    for k0 in tl.static_range(0, WINDOW, REPLAY_CHUNK):
-        if k0 < n_old:
-            for k in tl.static_range(k0, k0 + REPLAY_CHUNK):
-                if k < WINDOW:
-                    m_k = k < n_old
-                    if HAS_SRC_IDX:
-                        m_k = m_k & m_live
-                    pos = (start + k) % ring
-                    b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
-                                   other=0.0).to(tl.float32)
-                    b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
-                                   other=-0.0).to(tl.float32)
-                    b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
-                    # The fma the recurrence's s * dA + dB * x becomes, written out for every
-                    # config: inside a branch LLVM fused the other product where the tile's layout
-                    # sums rows by itself ((4,4) on the H200: a few ULPs off the first run).
-                    b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
-                                     cols(b_Bk * b_dtk, ORDERED_SUM) * rows(b_xk, ORDERED_SUM))
+    # 2. the cached tokens, state only, in order; a request skips those past its cached count.
+    # (ptxas sinks each token's loads into its branch, so each waits a latency; issuing a
+    # window's loads together, with the tokens past the count as the identity, was no faster:
+    # run 66, docs/performance.md.)
+    for k in tl.static_range(WINDOW):
+        if k < n_old:
+            m_k = k < n_old
+            if HAS_SRC_IDX:
+                m_k = m_k & m_live
+            pos = _wrap(start + k, ring)
+            b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
+                           other=0.0).to(tl.float32)
+            b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
+                           other=0.0).to(tl.float32)
+            b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
+            # The fma the recurrence's s * dA + dB * x becomes, written out for every config:
+            # inside this branch LLVM fused the other product where the tile's layout sums
+            # rows by itself ((4,4) on the H200: a few ULPs off the first run of the token).
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
+                             cols(b_Bk * b_dtk, ORDERED_SUM) * rows(b_xk, ORDERED_SUM))
 
     # 3. the new checkpoint, where the ring would overflow
     m_write = m_flush if m_read is None else m_read & m_flush
@@ -314,14 +317,8 @@ def _selective_state_replay_kernel(
         if VARLEN:
             m_t = t < n_tok
         m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
-        m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
         tok = t0 + t
-        if HOIST_DRAFTS:
-            b_x, b_dt, b_B, b_C, b_z = drafts[t]
-        else:
-            b_x, b_dt, b_B, b_C, b_z = _draft_inputs(
-                p_xt, p_dtt, p_Bt, p_Ct, p_zt, tok, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-                stride_z_t, m_t, m_tv, m_tn, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z)
+        b_x, b_dt, b_B, b_C, b_z = drafts[t]
         b_xf = b_x.to(tl.float32)
         b_state = state_step(b_state, exp_dA(b_A * b_dt, FAST_EXP), b_B.to(tl.float32) * b_dt,
                              rows(b_xf, ORDERED_SUM), ORDERED_SUM)
@@ -339,7 +336,7 @@ def _selective_state_replay_kernel(
         tl.store(p_out + i_xb * stride_out_b + tok * stride_out_t + i_h * stride_out_h
                  + o_m * stride_out_p, b_out, mask=m_tv)
         # append: the same values the replay of a later call reads back
-        pos = (start + n_old + t) % ring
+        pos = _wrap(start + n_old + t, ring)
         m_app = m_live
         if VARLEN:
             m_app = m_t if m_app is None else m_app & m_t
@@ -522,10 +519,8 @@ def prepare(
     validate_indices: bool | None = None,
     pdl: bool = False,
     rand_seed: torch.Tensor | None = None,
-    philox_rounds: int = 10,
+    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
     _flush: bool = False,
-    _hoist_drafts: bool = True,
-    _replay_chunk: int = 1,
 ) -> tuple[torch.Tensor, Launch | None]:
     """selective_state_replay's arguments checked and its launch prepared, not run: (out,
     the launch, or None for an empty batch). What benchmarks/ptx_snapshot.py compiles.
@@ -632,8 +627,6 @@ def prepare(
         EVICT_FIRST=config.evict_first,
         ORDERED_SUM=config.ordered_sum,
         PDL=pdl,
-        HOIST_DRAFTS=_hoist_drafts,
-        REPLAY_CHUNK=max(1, min(_replay_chunk or ring - tokens, ring - tokens)),
         num_warps=config.num_warps,
     )
     return result, tile_launch(
@@ -701,9 +694,7 @@ def selective_state_replay(
     validate_indices: bool | None = None,
     pdl: bool = False,
     rand_seed: torch.Tensor | None = None,
-    philox_rounds: int = 10,
-    _hoist_drafts: bool = True,
-    _replay_chunk: int = 1,
+    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
 ) -> torch.Tensor:
     """A verify step of T draft tokens a request by replay (see the module docstring): the
     checkpoint state[slot] and its num_cached[slot] ring tokens replayed, the state written back
@@ -764,8 +755,6 @@ def selective_state_replay(
         pdl=pdl,
         rand_seed=rand_seed,
         philox_rounds=philox_rounds,
-        _hoist_drafts=_hoist_drafts,
-        _replay_chunk=_replay_chunk,
     )
     run_on(state.device, launch)
     return result
@@ -883,7 +872,7 @@ def replay_flush(
     *,
     fast_exp: bool = False,
     rand_seed: torch.Tensor | None = None,
-    philox_rounds: int = 10,
+    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
 ) -> None:
     """Materialize the slots' states of one layer (before preemption, swap-out or slot reuse):
     each checkpoint plus its cached tokens replayed and written to state[slot]. Call it for

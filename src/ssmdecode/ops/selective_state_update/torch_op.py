@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 
 __all__ = ["selective_state_update_op", "slot_order_op"]
 
@@ -52,7 +53,7 @@ def _selective_state_update_op(
     pdl: bool,
     batch_order: torch.Tensor | None,
     rand_seed: torch.Tensor | None = None,
-    philox_rounds: int = 10,
+    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
 ) -> None:
     from ssmdecode.ops.selective_state_update import decode
 
@@ -143,7 +144,7 @@ def selective_state_update_op(
         multi.get("pdl", False),
         multi.get("batch_order"),
         multi.get("rand_seed"),
-        multi.get("philox_rounds", 10),
+        multi.get("philox_rounds", DEFAULT_PHILOX_ROUNDS),
     )
     return out
 
