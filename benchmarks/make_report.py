@@ -261,22 +261,22 @@ def rounding_section(folder: Path) -> str:
 
 
 def accuracy_section(folder: Path) -> str:
-    """`ssmdecode accuracy`'s table (its own markdown) and provenance."""
-    path = folder / "accuracy" / "accuracy.json"
-    if not path.exists():
-        return ""
-    data = load(path)
-    md = (folder / "accuracy" / "accuracy.md").read_text()
-    body = md[md.index("Shape:") :].split("\nwrote ")[0].strip()
-    return "\n".join(
-        [
-            "#### Accuracy of 16-bit states over a long decode (`ssmdecode accuracy`)",
+    """`ssmdecode accuracy`'s tables (their own markdown) and provenance, one per accuracy*
+    folder (other Philox rounds, other decays)."""
+    parts = []
+    for path in sorted(folder.glob("accuracy*/accuracy.json")):
+        data = load(path)
+        md = (path.parent / "accuracy.md").read_text()
+        body = md[md.index("Shape:") :].split("\nwrote ")[0].strip()
+        parts += [
+            f"#### Accuracy of 16-bit states over a long decode (`ssmdecode accuracy`, {path.parent.name}/)",
             "",
             body,
             "",
             provenance(data),
+            "",
         ]
-    )
+    return "\n".join(parts).rstrip()
 
 
 def e2e_section(folder: Path) -> str:
@@ -624,9 +624,10 @@ SPEC_MODES = {
 }
 
 
-def spec_bench_section(folder: Path, data: dict) -> str:
-    """Verify calls (bench --tokens --mode): per mode, T and batch, the call's ceiling, the
-    upstream config, the fastest upstream-grid config and the table's, all of one run."""
+def spec_bench_section(folder: Path, data: dict, name: str) -> str:
+    """Verify calls (bench --tokens --mode) of the results folder `name`: per mode, T and
+    batch, the call's ceiling, the upstream config, the fastest upstream-grid config and the
+    table's, all of one run."""
     shape = data["shape"]
     window = data["method"].get("window")
     parts = []
@@ -658,7 +659,7 @@ def spec_bench_section(folder: Path, data: dict) -> str:
         parts += [
             f"#### Verify calls, mode {mode}: H{shape['nheads']} P{shape['headdim']} "
             f"N{shape['dstate']} G{shape['ngroups']}, {shape['state_dtype']} state, "
-            f"{shape['dtype']} inputs",
+            f"{shape['dtype']} inputs ({name}/)",
             "",
             f"T draft tokens a request; {what}.",
             "",
@@ -1060,7 +1061,7 @@ def build(folder: Path, links_from: Path) -> str:
             continue
         note = table_rows_note(folder, data)
         if is_spec(data):  # verify calls, bench --tokens --mode
-            parts += [spec_bench_section(folder, data), ""]
+            parts += [spec_bench_section(folder, data, path.parent.name), ""]
             continue
         if data["method"].get("pdl"):  # the headline, every config called with pdl=True
             parts += [bench_section(data, "Headline, calls with pdl=True", None, note), PDL_NOTE, ""]

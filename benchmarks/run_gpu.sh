@@ -64,8 +64,8 @@
 #           steps, launch-bound (about 1000 small kernels a step)
 #   bench_sr  ssmdecode bench --rounding nearest stochastic, headline shape, bf16 and fp16
 #           states: upstream's config and the table's, each rounded to nearest and
-#           stochastically, bs 8 64 256 1024 (SR_BATCHES), same run; SR_ROUNDS adds runs at
-#           fewer Philox rounds (e.g. "5 7")
+#           stochastically, bs 8 64 256 1024 (SR_BATCHES), same run, at the kernels' default
+#           Philox rounds; SR_ROUNDS adds runs at other counts (e.g. "7 10")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ssmdecode-gpu}
@@ -280,10 +280,11 @@ stage_accuracy() {
   "${SSM[@]}" accuracy "${HEADLINE[@]}" ${ACCURACY_ARGS:-} --out "$R/${ACCURACY_NAME:-accuracy}"
 }
 stage_bench_sr() {
-  local dtype rounds batches
+  local dtype rounds batches default
   IFS=' ' read -ra batches <<< "${SR_BATCHES:-8 64 256 1024}"
+  default=$(python3 -c "from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS as r; print(r)")
   for dtype in bfloat16 float16; do
-    for rounds in 10 ${SR_ROUNDS:-}; do
+    for rounds in "$default" ${SR_ROUNDS:-}; do
       "${SSM[@]}" bench "${HEADLINE[@]}" --state-dtype "$dtype" --rounding nearest stochastic \
           --philox-rounds "$rounds" --batch "${batches[@]}" --config upstream table \
           --out "$R/bench-sr-$dtype-r$rounds" || return
