@@ -653,6 +653,7 @@ def spec_bench_section(folder: Path, data: dict, name: str) -> str:
                     f"{up['us'] / tab['us']:.2f}x",
                     f"{best['us'] / tab['us']:.2f}x",
                     "-" if flush is None else f"{100 * flush:.0f}%",
+                    "-" if tab.get("advance_us") is None else f"{tab['advance_us']:.2f}",
                 ]
             )
         what = SPEC_MODES[mode] + (f"; window {window}" if mode == "replay" and window else "")
@@ -675,6 +676,7 @@ def spec_bench_section(folder: Path, data: dict, name: str) -> str:
                     "vs upstream",
                     "vs best upstream-grid",
                     "flushing",
+                    "of which bookkeeping, us",
                 ],
                 rows,
             ),

@@ -57,6 +57,23 @@ def test_bench_writes_json_markdown_and_plot(tmp_path: Path, capsys) -> None:
     assert (tmp_path / "bench.png").stat().st_size > 0
 
 
+def test_bench_of_verify_calls_reports_each_mode_and_replays_bookkeeping(tmp_path: Path) -> None:
+    """bench --tokens --mode: a row per mode, T, batch and config; replay's rows carry their
+    flushing share and the step's bookkeeping timed alone (part of the step's time), the
+    buffer's neither."""
+    argv = ["bench", *TINY, "--tokens", "2", "--mode", "buffer", "replay", "--window", "2"]
+    code = cli.main([*argv, "--batch", "1", "--config", "4,1", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    rows = {r["mode"]: r for r in data["rows"]}
+    assert set(rows) == {"buffer", "replay"} and len(data["rows"]) == 2
+    assert rows["buffer"]["advance_us"] is None and rows["buffer"]["flush_fraction"] is None
+    assert rows["replay"]["advance_us"] > 0 and 0.0 <= rows["replay"]["flush_fraction"] <= 1.0
+    assert rows["replay"]["window"] == 2
+    md = (tmp_path / "bench.md").read_text()
+    assert "### mode replay, T = 2" in md and "of which bookkeeping, us" in md
+
+
 def test_bench_times_both_roundings_in_one_run(tmp_path: Path, capsys) -> None:
     args = ["bench", *TINY, "--state-dtype", "bfloat16", "--batch", "1", "--config", "default"]
     code = cli.main([*args, "--rounding", "nearest", "stochastic", "--out", str(tmp_path)])

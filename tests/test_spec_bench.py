@@ -48,6 +48,11 @@ def test_replay_steps_run_and_the_ceiling_streams_measure() -> None:
     streams = spec.measure_spec_ceiling(s, torch.device(DEVICE))
     assert set(streams) == {"read", "read_write"}
     assert 0.0 <= spec.flush_fraction(s, steps=4) <= 1.0
+    # the bookkeeping timed alone runs on copies: the spec's stays as it was
+    start, cached = s.rings["ring_start"].clone(), s.rings["num_cached"].clone()
+    timing = spec.time_spec_advance(s, torch.device(DEVICE))
+    assert timing.us > 0
+    assert torch.equal(s.rings["ring_start"], start) and torch.equal(s.rings["num_cached"], cached)
 
 
 def test_fanout_places_are_the_calls_places() -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "make_spec_inputs",
     "measure_spec_ceiling",
     "spec_bytes",
+    "time_spec_advance",
     "time_spec_config",
 ]
 
@@ -235,6 +236,20 @@ def time_spec_config(
     """One verify call's time with config (replay: a step, its bookkeeping included), call i
     on set i mod K, by the cold-L2 CUDA-graph timer."""
     return time_cold(lambda i: call(spec, i, config, fn), device, rotation=spec.rotation)
+
+
+def time_spec_advance(spec: SpecInputs, device: torch.device) -> Timing:
+    """The replay step's bookkeeping alone (replay_advance: one small kernel a step, shared by
+    every layer of a model step), call i on set i mod K, on copies of the spec's bookkeeping
+    (which stays as it was)."""
+    start = spec.rings["ring_start"].clone()
+    cached = spec.rings["num_cached"].clone()
+
+    def advance(i: int) -> None:
+        i %= spec.rotation
+        replay_advance(start, cached, spec.accepted[i], spec.tokens, spec.ring, spec.src[i])
+
+    return time_cold(advance, device, rotation=spec.rotation)
 
 
 @triton.jit
