@@ -1,10 +1,22 @@
 """What the compiler makes of a launch config, without a GPU: compile selective_state_update's
 kernel for a target (default sm_90, the H100/H200) as a real call would specialize it, and
 print registers, spills, shared memory, a few PTX facts, the SASS instruction count and the
-number of address registers the global stores use (st.addr) per config.
+number of address registers the global stores use (st.addr) per config. With --tokens T, the
+verify call of --mode (buffer, dst or replay) instead.
 
     python benchmarks/compile_info.py --preset nemotron3-super --tp 8 \
         --config 16,1,slot,evict 16,1,slot,evict,ordered,regs96 [--ptx DIR]
+    python benchmarks/compile_info.py --preset nemotron3-super --tp 8 --tokens 4 --mode replay \
+        --batch 512 --config 8,1,slot,evict,ordered,regs96 16,1,slot,evict,ordered
+
+The last column, "issue us", is a floor from instruction issue alone: the warp instructions a
+call executes over what the GPU issues a second (--sms multiprocessors x 4 schedulers x
+--clock-ghz, one instruction a scheduler a cycle; the H200's 132 and 1.98 by default), with
+each program taken to execute its whole SASS once, except replay's cached tokens: those count
+at the steady state's mean, half the window (a branch skips the rest; a cached token's
+instructions are the distance between the window's branches in the SASS). A call cannot run
+faster than its issue floor however its memory overlaps; a kernel whose floor nears its
+stream's time is bound by its instructions, not by HBM.
 
 Registers bound occupancy (65536 a multiprocessor), and occupancy bounds the bytes in flight
 of a memory-bound kernel; this answers "how many registers does (32,1) take with a bf16
@@ -29,6 +41,7 @@ from triton.backends.compiler import GPUTarget
 
 from ssmdecode.bench.compile import compile_config
 from ssmdecode.bench.inputs import make_shape_inputs
+from ssmdecode.bench.spec import DEFAULT_WINDOW, SPEC_MODES, make_spec_inputs
 from ssmdecode.cli_args import (
     add_batch_argument,
     add_config_argument,
@@ -71,6 +84,28 @@ def _store_bases(sass: list[str]) -> set[str]:
     return {m.group(1) for line in sass if (m := re.search(r"STG\S* desc\[\w+\]\[(R\d+)", line))}
 
 
+def _replay_token_span(sass: list[str], window: int) -> float | None:
+    """The SASS instructions a cached token of replay costs: ptxas compiles the window's
+    tokens one after another, each behind a predicated branch to the end of the replay (a
+    request past its cached count skips the rest); the mean distance between those branches.
+    None where the window's branches are not found."""
+    targets: dict[str, list[int]] = {}
+    for i, line in enumerate(sass):
+        if m := re.match(r"@!?P\d BRA (\S+)", line):
+            targets.setdefault(m.group(1), []).append(i)
+    at = next((v for v in targets.values() if len(v) == window), None)
+    if at is None or window < 2:
+        return None
+    return (at[-1] - at[0]) / (window - 1)
+
+
+def _compile(kwargs: dict, config, target: GPUTarget, variant: Variant, replay: bool):
+    """The compiled kernel of a call: replay's (no kernel variants there) or the others'."""
+    if replay:
+        return compile_config(kwargs, config, target, replay=True)
+    return compile_config(kwargs, config, target, variant)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
@@ -90,33 +125,63 @@ def main() -> int:
         help="mask the vectors where the tile divides too, as before the unmasked "
         "vectors (Variant(masked_vectors=True))",
     )
+    p.add_argument("--tokens", type=int, default=0, help="a verify call of T draft tokens a request")
+    p.add_argument("--mode", choices=SPEC_MODES, default="replay", help="with --tokens (default replay)")
+    p.add_argument(
+        "--window", type=int, default=DEFAULT_WINDOW, help=f"replay's window (default {DEFAULT_WINDOW})"
+    )
+    p.add_argument("--sms", type=int, default=132, help="multiprocessors, for the issue floor (H200: 132)")
+    p.add_argument("--clock-ghz", type=float, default=1.98, help="the SM clock (H200: 1.98)")
     args = p.parse_args()
     variant = Variant(masked_vectors=args.masked_vectors, strided_rows=args.strided_rows)
     gpu = torch.device("cuda")  # the GPU defaults (nothing runs on it)
     (shape,) = shapes_from_args(args, gpu)
     (batch,) = batches_from_args(args, gpu)
-    inputs = make_shape_inputs(shape, batch, torch.device("cpu"), seed=0)
-    kwargs = inputs.kwargs(0)
+    replay = args.tokens > 0 and args.mode == "replay"
+
+    def call_kwargs(window: int) -> dict:
+        """A call's arguments, compiled as a real call specializes them (batch 8: the kernel
+        does not specialize on the batch)."""
+        cpu = torch.device("cpu")
+        if args.tokens:
+            return make_spec_inputs(
+                shape, 8, args.tokens, args.mode, cpu, 0, rotation=1, window=window
+            ).kwargs(0)
+        return make_shape_inputs(shape, 8, cpu, seed=0).kwargs(0)
+
+    kwargs = call_kwargs(args.window)
     target = GPUTarget("cuda", args.arch, 32)
-    print(f"shape {shape.label}, sm_{args.arch}")
+    what = (
+        f", T = {args.tokens} ({args.mode}" + (f", window {args.window})" if replay else ")")
+        if args.tokens
+        else ""
+    )
+    print(f"shape {shape.label}, sm_{args.arch}{what}; issue floor at batch {batch}")
     print(
         f"{'config':<34} {'regs':>5} {'stack':>6} {'smem B':>7} {'warps/SM':>8} "
         f"{'bar.sync':>8} {'shfl':>5} {'ld.v4':>6} {'cp.async':>8} {'SASS':>5} "
-        f"{'st.addr':>7}"
+        f"{'st.addr':>7} {'issue us':>8}"
     )
+    issue_rate = args.sms * 4 * args.clock_ghz * 1e9  # warp instructions a second
     for config in args.config:
-        c = compile_config(kwargs, config, target, variant)
+        c = _compile(kwargs, config, target, variant, replay)
         ptx = c.asm["ptx"]
         regs, spills = _resource_usage(c.asm["cubin"])
         sass = _sass(c.asm["cubin"])
         per_warp = -(-regs * 32 // 256) * 256  # allocation granule: 256 registers a warp
         warps = min(64, 65536 // per_warp // config.num_warps * config.num_warps, 32 * config.num_warps)
+        executed = float(len(sass))
+        if replay:  # the cached tokens past the steady state's mean are skipped
+            per_cached = _replay_token_span(sass, args.window)
+            executed = float("nan") if per_cached is None else executed - per_cached * args.window / 2
+        programs = batch * shape.nheads * -(-shape.headdim // config.block_m)
+        issue_us = programs * config.num_warps * executed / issue_rate * 1e6
         print(
             f"{config.label:<34} {regs:>5} {spills:>6} {c.metadata.shared:>7} {warps:>8} "
             f"{len(re.findall(r'bar.sync|barrier.sync', ptx)):>8} "
             f"{len(re.findall(r'shfl.sync', ptx)):>5} {len(re.findall(r'ld.global[^;]*v4', ptx)):>6} "
             f"{len(re.findall(r'cp.async.c[ag]', ptx)):>8} {len(sass):>5} "
-            f"{len(_store_bases(sass)):>7}"
+            f"{len(_store_bases(sass)):>7} {issue_us:>8.2f}"
         )
         if args.ptx:
             args.ptx.mkdir(parents=True, exist_ok=True)

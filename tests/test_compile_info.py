@@ -71,8 +71,42 @@ def test_packed_rows_put_the_state_offsets_in_the_instructions() -> None:
         )
         assert result.returncode == 0, result.stderr[-2000:]
         (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
-        bases.append(int(row[-1]))
+        bases.append(int(row[-2]))  # st.addr, before the issue floor
     assert bases[0] == 2 and bases[1] >= 16, bases
+
+
+def test_replay_issue_floor_counts_the_cached_tokens() -> None:
+    """--tokens --mode replay: the issue floor is finite (the window's branches found in the
+    SASS) and grows with the window, whose mean cached count it charges, and with the batch."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    tiny = ["--heads", "2", "--headdim", "8", "--dstate", "16", "--tokens", "2", "--mode", "replay"]
+    floors = {}
+    for window, batch in ((2, 4096), (6, 4096), (6, 8192)):
+        result = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "compile_info.py"),
+                *tiny,
+                "--window",
+                str(window),
+                "--batch",
+                str(batch),
+                "--config",
+                "4,1,slot,evict,ordered",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
+        floors[window, batch] = float(row[-1])
+    assert all(f > 0 for f in floors.values()), floors  # nan fails too
+    assert floors[6, 4096] > floors[2, 4096]
+    assert abs(floors[6, 8192] / floors[6, 4096] - 2) < 0.01
 
 
 def _import_ptx_snapshot() -> ModuleType:
