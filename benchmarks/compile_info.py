@@ -99,13 +99,6 @@ def _replay_token_span(sass: list[str], window: int) -> float | None:
     return (at[-1] - at[0]) / (window - 1)
 
 
-def _compile(kwargs: dict, config, target: GPUTarget, variant: Variant, replay: bool):
-    """The compiled kernel of a call: replay's (no kernel variants there) or the others'."""
-    if replay:
-        return compile_config(kwargs, config, target, replay=True)
-    return compile_config(kwargs, config, target, variant)
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_arguments(p)
@@ -139,17 +132,14 @@ def main() -> int:
     (batch,) = batches_from_args(args, gpu)
     replay = args.tokens > 0 and args.mode == "replay"
 
-    def call_kwargs(window: int) -> dict:
-        """A call's arguments, compiled as a real call specializes them (batch 8: the kernel
-        does not specialize on the batch)."""
-        cpu = torch.device("cpu")
-        if args.tokens:
-            return make_spec_inputs(
-                shape, 8, args.tokens, args.mode, cpu, 0, rotation=1, window=window
-            ).kwargs(0)
-        return make_shape_inputs(shape, 8, cpu, seed=0).kwargs(0)
-
-    kwargs = call_kwargs(args.window)
+    # A call's arguments, compiled as a real call specializes them (at batch 8: the kernels do
+    # not specialize on the batch, which only the issue floor uses).
+    cpu = torch.device("cpu")
+    if args.tokens:
+        spec = make_spec_inputs(shape, 8, args.tokens, args.mode, cpu, 0, rotation=1, window=args.window)
+        kwargs = spec.kwargs(0)
+    else:
+        kwargs = make_shape_inputs(shape, 8, cpu, seed=0).kwargs(0)
     target = GPUTarget("cuda", args.arch, 32)
     what = (
         f", T = {args.tokens} ({args.mode}" + (f", window {args.window})" if replay else ")")
@@ -164,7 +154,7 @@ def main() -> int:
     )
     issue_rate = args.sms * 4 * args.clock_ghz * 1e9  # warp instructions a second
     for config in args.config:
-        c = _compile(kwargs, config, target, variant, replay)
+        c = compile_config(kwargs, config, target, variant, replay=replay)  # replay has no variants
         ptx = c.asm["ptx"]
         regs, spills = _resource_usage(c.asm["cubin"])
         sass = _sass(c.asm["cubin"])
