@@ -126,6 +126,15 @@ class SpecInputs:
         kw["out"] = o if out is None else out
         return kw
 
+    def advance(self, i: int, start: torch.Tensor | None = None, cached: torch.Tensor | None = None) -> None:
+        """Replay's bookkeeping after call i (set i mod K): its accepted counts applied by
+        replay_advance to start and cached, by default the spec's own ring_start and
+        num_cached."""
+        i %= self.rotation
+        start = self.rings["ring_start"] if start is None else start
+        cached = self.rings["num_cached"] if cached is None else cached
+        replay_advance(start, cached, self.accepted[i], self.tokens, self.ring, self.src[i])
+
     def fanout(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(read slots [B], destination tensor, places [B, T]) of call i's 1 -> T stream."""
         if self.mode == "buffer":
@@ -218,14 +227,7 @@ def call(
     if spec.mode == "replay":
         kw = spec.kwargs(i)
         selective_state_replay(**kw, config=config)
-        replay_advance(
-            spec.rings["ring_start"],
-            spec.rings["num_cached"],
-            spec.accepted[i % spec.rotation],
-            spec.tokens,
-            spec.ring,
-            spec.src[i % spec.rotation],
-        )
+        spec.advance(i)
     else:
         (fn or selective_state_update)(**spec.kwargs(i), config=config)
 
@@ -244,12 +246,7 @@ def time_spec_advance(spec: SpecInputs, device: torch.device) -> Timing:
     (which stays as it was)."""
     start = spec.rings["ring_start"].clone()
     cached = spec.rings["num_cached"].clone()
-
-    def advance(i: int) -> None:
-        i %= spec.rotation
-        replay_advance(start, cached, spec.accepted[i], spec.tokens, spec.ring, spec.src[i])
-
-    return time_cold(advance, device, rotation=spec.rotation)
+    return time_cold(lambda i: spec.advance(i, start, cached), device, rotation=spec.rotation)
 
 
 @triton.jit
@@ -300,14 +297,7 @@ def flush_fraction(spec: SpecInputs, steps: int = 64) -> float:
         slots = spec.src[i % spec.rotation].long()
         flushed += int(((cached[slots] + 2 * spec.tokens) > spec.ring).sum())
         total += slots.numel()
-        replay_advance(
-            start,
-            cached,
-            spec.accepted[i % spec.rotation],
-            spec.tokens,
-            spec.ring,
-            spec.src[i % spec.rotation],
-        )
+        spec.advance(i, start, cached)
     return flushed / total if total else 0.0
 
 
