@@ -14,24 +14,13 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_compile_info_reports_registers_per_config() -> None:
+def _compile_info_rows(*argv: str) -> list[list[str]]:
+    """benchmarks/compile_info.py run as a user would (a fresh process, no interpreter): its
+    table rows, one a config, split into columns."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT / "src")
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "compile_info.py"),
-            "--heads",
-            "2",
-            "--headdim",
-            "8",
-            "--dstate",
-            "16",
-            "--config",
-            "8,1",
-            "8,1,slot,evict,ordered",
-            "8,1,slot,evict,ordered,regs24",
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / "compile_info.py"), *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -39,7 +28,22 @@ def test_compile_info_reports_registers_per_config() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
+    return [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
+
+
+def test_compile_info_reports_registers_per_config() -> None:
+    rows = _compile_info_rows(
+        "--heads",
+        "2",
+        "--headdim",
+        "8",
+        "--dstate",
+        "16",
+        "--config",
+        "8,1",
+        "8,1,slot,evict,ordered",
+        "8,1,slot,evict,ordered,regs24",
+    )
     assert [r[0] for r in rows] == ["(8,1)", "(8,1,slot,evict,ordered)", "(8,1,slot,evict,ordered,regs24)"]
     assert all(0 < int(r[1]) <= 255 for r in rows)  # registers a thread
     assert int(rows[2][1]) <= 24  # the cap reaches ptxas
@@ -50,27 +54,10 @@ def test_packed_rows_put_the_state_offsets_in_the_instructions() -> None:
     folded into the instructions); addressed by its runtime strides, through one per 16-byte
     store. (16,1) at N 128: 16 such stores a thread, plus out's (which ptxas may base on one
     of theirs)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    cmd = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "compile_info.py"),
-        "--heads",
-        "2",
-        "--headdim",
-        "16",
-        "--dstate",
-        "128",
-        "--config",
-        "16,1,slot,evict,ordered",
-    ]
+    argv = ["--heads", "2", "--headdim", "16", "--dstate", "128", "--config", "16,1,slot,evict,ordered"]
     bases = []
     for extra in ([], ["--strided-rows"]):
-        result = subprocess.run(
-            cmd + extra, capture_output=True, text=True, env=env, timeout=300, check=False
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
+        (row,) = _compile_info_rows(*argv, *extra)
         bases.append(int(row[-2]))  # st.addr, before the issue floor
     assert bases[0] == 2 and bases[1] >= 16, bases
 
@@ -78,31 +65,12 @@ def test_packed_rows_put_the_state_offsets_in_the_instructions() -> None:
 def test_replay_issue_floor_counts_the_cached_tokens() -> None:
     """--tokens --mode replay: the issue floor is finite (the window's branches found in the
     SASS) and grows with the window, whose mean cached count it charges, and with the batch."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT / "src")
     tiny = ["--heads", "2", "--headdim", "8", "--dstate", "16", "--tokens", "2", "--mode", "replay"]
     floors = {}
     for window, batch in ((2, 4096), (6, 4096), (6, 8192)):
-        result = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "benchmarks" / "compile_info.py"),
-                *tiny,
-                "--window",
-                str(window),
-                "--batch",
-                str(batch),
-                "--config",
-                "4,1,slot,evict,ordered",
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
+        (row,) = _compile_info_rows(
+            *tiny, "--window", str(window), "--batch", str(batch), "--config", "4,1,slot,evict,ordered"
         )
-        assert result.returncode == 0, result.stderr[-2000:]
-        (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("(")]
         floors[window, batch] = float(row[-1])
     assert all(f > 0 for f in floors.values()), floors  # nan fails too
     assert floors[6, 4096] > floors[2, 4096]
