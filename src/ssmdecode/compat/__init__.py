@@ -27,6 +27,10 @@ import torch
 
 __all__: list[str] = []  # the adapters live in the submodules; below, helpers they share
 
+# What sglang's and vLLM's cache_philox_rounds=0 means: Triton's tl.randint default, 10 rounds
+# (ssmdecode's own default, DEFAULT_PHILOX_ROUNDS, is 4).
+ENGINE_PHILOX_ROUNDS = 10
+
 
 def stochastic_rounding(
     engine: str, state: torch.Tensor, enable: object, rounds: object
@@ -44,7 +48,7 @@ def stochastic_rounding(
     if rounds < 0:
         raise ValueError(f"{where}: cache_philox_rounds must be non-negative, got {rounds}")
     if not enable:
-        return None, 10
+        return None, ENGINE_PHILOX_ROUNDS
     if state.dtype != torch.float16:
         raise ValueError(
             f"{where}: stochastic rounding of the SSM state requires state dtype "
@@ -52,7 +56,7 @@ def stochastic_rounding(
             "takes rand_seed for bfloat16 states too"
         )
     seed = torch.randint(0, 2**32, (1,), device=state.device, dtype=torch.int64)
-    return seed, rounds or 10
+    return seed, rounds or ENGINE_PHILOX_ROUNDS
 
 
 def unsupported(engine: str, argument: str, feature: str) -> NotImplementedError:
