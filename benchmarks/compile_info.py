@@ -2,7 +2,8 @@
 kernel for a target (default sm_90, the H100/H200) as a real call would specialize it, and
 print registers, spills, shared memory, a few PTX facts, the SASS instruction count and the
 number of address registers the global stores use (st.addr) per config. With --tokens T, the
-verify call of --mode (buffer, dst or replay) instead.
+verify call of --mode (buffer, dst or replay) instead; with --stochastic, the call that rounds
+a 16-bit state stochastically (rand_seed; --state-dtype bfloat16 or float16).
 
     python benchmarks/compile_info.py --preset nemotron3-super --tp 8 \
         --config 16,1,slot,evict 16,1,slot,evict,ordered,regs96 [--ptx DIR]
@@ -49,6 +50,7 @@ from ssmdecode.cli_args import (
     batches_from_args,
     shapes_from_args,
 )
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.ops.selective_state_update.decode import Variant
 
 
@@ -123,6 +125,17 @@ def main() -> int:
     p.add_argument(
         "--window", type=int, default=DEFAULT_WINDOW, help=f"replay's window (default {DEFAULT_WINDOW})"
     )
+    p.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="stochastic rounding of the state store (rand_seed; a 16-bit --state-dtype)",
+    )
+    p.add_argument(
+        "--philox-rounds",
+        type=int,
+        default=DEFAULT_PHILOX_ROUNDS,
+        help=f"with --stochastic: Philox rounds (default {DEFAULT_PHILOX_ROUNDS})",
+    )
     p.add_argument("--sms", type=int, default=132, help="multiprocessors, for the issue floor (H200: 132)")
     p.add_argument("--clock-ghz", type=float, default=1.98, help="the SM clock (H200: 1.98)")
     args = p.parse_args()
@@ -140,6 +153,8 @@ def main() -> int:
         kwargs = spec.kwargs(0)
     else:
         kwargs = make_shape_inputs(shape, 8, cpu, seed=0).kwargs(0)
+    if args.stochastic:
+        kwargs.update(rand_seed=torch.tensor([1], dtype=torch.int64), philox_rounds=args.philox_rounds)
     target = GPUTarget("cuda", args.arch, 32)
     what = (
         f", T = {args.tokens} ({args.mode}" + (f", window {args.window})" if replay else ")")

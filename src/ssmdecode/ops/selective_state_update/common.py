@@ -32,18 +32,18 @@ With a seed (`rand_seed`), a store of a state into a float16 or bfloat16 tensor 
 element up or down at random, up with probability equal to the distance from the value below
 in units of the gap between the two, so that the rounded state is the exact one on average
 (its error unbiased, where round-to-nearest's repeats the same way step after step). The bits:
-Philox2x32 (Random123's philox2x32, `PHILOX_ROUNDS` rounds, 10 by default; each round one
-32x32 -> 64-bit multiply and one xor) keyed by the seed's two halves XORed, one call per 4
-columns of a state row: counter (row offset's low word, its next 16 bits | n // 4 << 16 |
-stream << 31), where the row offset is the offset of the row's first element in the tensor
-written (from its strides) and the stream tells the tensors of one call apart (STREAM_STATE,
-STREAM_BUFFER). Column n takes half n % 4 of the call's 2 words (word 0's low half first) as
-its 16 random bits. Every layout the kernels use holds 4 consecutive columns of a row in one
-thread, so the bits are the same whatever the launch config, no random bits move between
-threads, and the generator costs 5 instructions an element at 10 rounds. (Philox4x32 a call
-per 8 columns, the first design, needed the words of one call in two threads; run 62 measured
-it 24% slower than round-to-nearest at bs >= 64 with a bf16 state. Run 65 measured this one:
-the rounding alone costs about 1% there, each Philox round about 1.3% more; docs/numerics.md.)
+Philox2x32 (Random123's philox2x32, `PHILOX_ROUNDS` rounds, 4 by default, each round one 32x32
+-> 64-bit multiply and one xor) keyed by the seed's two halves XORed, one call per 4 columns of
+a state row: counter (row offset's low word, its next 16 bits | n // 4 << 16 | stream << 31),
+where the row offset is the offset of the row's first element in the tensor written (from its
+strides) and the stream tells the tensors of one call apart (STREAM_STATE, STREAM_BUFFER).
+Column n takes half n % 4 of the call's 2 words (word 0's low half first) as its 16 random
+bits. Every layout the kernels use holds 4 consecutive columns of a row in one thread, so the
+bits are the same whatever the launch config and no random bits move between threads
+(Philox4x32 a call per 8 columns, the first design, needed one call's words in two threads:
+24% slower than round-to-nearest, run 62). The store is then an add and a conversion an
+element, the random bits masked off the values of the last case below (_below); what each
+piece costs on the H200 is in docs/numerics.md.
 Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
 
 - bfloat16: v's bits plus the element's 16 random bits, converted toward zero (bf16 is fp32's
@@ -300,30 +300,48 @@ _INTERPRETED = tl.constexpr(interpreted())
 
 
 @triton.jit
+def _below(v, LIMIT: tl.constexpr, LIMIT_PTX: tl.constexpr):
+    """All ones (a uint32 an element) where |v| < LIMIT, zero elsewhere and at NaN; LIMIT_PTX
+    is LIMIT as a PTX fp32 literal. On the GPU one PTX `set` an element, which ptxas makes a
+    compare and a select consumed at once: the same test as a Triton compare let the
+    compiler hold every element's predicate at a time (and pack them into registers, 2 to 5
+    instructions an element more)."""
+    if _INTERPRETED:
+        return 0 - (tl.abs(v) < LIMIT).to(tl.uint32)
+    return tl.inline_asm_elementwise(
+        "{ .reg .f32 a; abs.f32 a, $1; set.lt.u32.f32 $0, a, " + LIMIT_PTX + "; }",
+        "=r,r",
+        [v],
+        dtype=tl.uint32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
 def _stochastic_round(v, r, dtype: tl.constexpr):
     """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with 16 random
-    bits r (in uint32s) an element: see the module docstring."""
+    bits r (in uint32s) an element: see the module docstring. NaN, the infinities and the
+    magnitudes from the type's largest finite value up take no random bits (a mask from
+    _below), so that the conversion toward zero keeps them or gives the largest finite value."""
     u = v.to(tl.uint32, bitcast=True)
-    # NaN, the infinities and the values from the largest finite one up are converted toward
-    # zero: they stay themselves, or become the largest finite value
     if dtype == tl.bfloat16:
         # bf16 is fp32's upper half: the sum converted toward zero is its upper half
-        big = ~(tl.abs(v) < 3.3895313892515355e38)
+        t = u + (r & _below(v, 3.3895313892515355e38, "0f7F7F0000"))
         if _INTERPRETED:
-            return (tl.where(big, u, u + r) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-        q = tl.where(big, v, (u + r).to(tl.float32, bitcast=True))
+            return (t >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        q = t.to(tl.float32, bitcast=True)
     else:
         # v * 2^-112 holds fp16's value bits where fp32 holds a number's: fp16's exponent in
         # fp32's field, its 10 fraction bits the top of fp32's 23, and its subnormals (steps of
         # 2^-24) fp32's (steps of 2^-149 = 2^-24 * 2^-112 / 2^13): 13 random bits added there
         # and the scale undone (exactly), the conversion toward zero cuts the 13 bits
-        big = ~(tl.abs(v) < 65504.0)
         w = (v * 1.925929944387236e-34).to(tl.uint32, bitcast=True)
+        t = w + ((r >> 3) & _below(v, 65504.0, "0f477FE000"))
         if _INTERPRETED:
-            top = tl.where(tl.abs(v) == float("inf"), v, tl.clamp(v, -65504.0, 65504.0))
-            cut = ((w + (r >> 3)) & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
-            return tl.where(big, top, cut).to(dtype)
-        q = tl.where(big, v, ((w + (r >> 3)).to(tl.float32, bitcast=True) * 5.192296858534828e33))
+            cut = (t & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
+            return tl.where(tl.abs(cut) == float("inf"), cut, tl.clamp(cut, -65504.0, 65504.0)).to(dtype)
+        q = t.to(tl.float32, bitcast=True) * 5.192296858534828e33
     return q.to(dtype, fp_downcast_rounding="rtz")
 
 

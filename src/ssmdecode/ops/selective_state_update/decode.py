@@ -229,6 +229,13 @@ def _selective_state_update_kernel(
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
     if HAS_Z:
         b_z = load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p, m_vm).to(tl.float32)
+    if STOCHASTIC:
+        # Every load issued before the math: with the rounding's instructions, ptxas sank half
+        # the state rows' loads below the first rows' stores, each a memory latency the program
+        # waits out alone (SR +8 to +25% over round-to-nearest, runs 71-72; docs/numerics.md).
+        # A barrier is a fence ptxas does not move loads across; in a one-warp program it costs
+        # a few cycles.
+        tl.debug_barrier()
 
     # The same operations, in the same order, as the upstream kernel: keep them so.
     if TIE_HDIM:
