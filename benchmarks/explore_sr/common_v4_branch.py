@@ -1,0 +1,383 @@
+"""The @triton.jit helpers every kernel of the family shares, so that every mode computes each
+value with the same operations in the same order, and so keeps the same bits.
+
+The row sum over N in the upstream order
+----------------------------------------
+Upstream's default configs all hold 4 consecutive state columns a thread along N (a 16-byte
+fp32 vector, or 4 of 8 bf16 because the tile is that small), so Triton 3.6 reduces each row of
+the product state * C:
+
+1. in a thread, its 4 columns left to right, acc = p0, then acc + p1, acc + p2, acc + p3; each
+   add has a product as an operand, and with Triton's default fp fusion LLVM turns it into an
+   fma, fusing the left operand when both are products: fma(s3, C3, fma(s2, C2, fma(s0, C0,
+   p1))), only p1 = s1 * C1 rounded on its own;
+2. across the lanes of a warp that share the row, a butterfly from the widest distance: lane i
+   adds lane i ^ L/2, then i ^ L/4, ... down to i ^ 1 (L = min(N/4, 32) lanes);
+3. across warps (N = 256: two warps a row), the two partial sums.
+
+`rowsum_upstream_order` computes exactly that tree, with the fmas written out (tl.fma), and
+reshapes and splits that fix every operand whatever layout the compiler picks for the tile: a
+config with 8 elements a thread, or one warp at dstate 256, keeps the upstream bits. A tree of
+plain adds of the products is NOT layout-proof: where a layout conversion sits between the
+multiply and the add, no fma forms (seen on the H200: bits differed by layout). Nor is the state
+update s * dA + dB * x: LLVM fuses it to fma(s, dA, dB * x) in the usual layouts, but (32,1) at
+dstate 64 wrote other state bits on the H200; with the ordered sum the kernels write that fma
+out too (`state_step`). Checked on the H200 against tl.sum in the upstream layout
+(tests/test_ordered_sum.py), the golden digests (tests/test_golden.py) and the 920-point verify
+(benchmarks/results/NVIDIA_H200/verify*/).
+
+Stochastic rounding
+-------------------
+With a seed (`rand_seed`), a store of a state into a float16 or bfloat16 tensor rounds each
+element up or down at random, up with probability equal to the distance from the value below
+in units of the gap between the two, so that the rounded state is the exact one on average
+(its error unbiased, where round-to-nearest's repeats the same way step after step). The bits:
+Philox2x32 (Random123's philox2x32, `PHILOX_ROUNDS` rounds, 10 by default; each round one
+32x32 -> 64-bit multiply and one xor) keyed by the seed's two halves XORed, one call per 4
+columns of a state row: counter (row offset's low word, its next 16 bits | n // 4 << 16 |
+stream << 31), where the row offset is the offset of the row's first element in the tensor
+written (from its strides) and the stream tells the tensors of one call apart (STREAM_STATE,
+STREAM_BUFFER). Column n takes half n % 4 of the call's 2 words (word 0's low half first) as
+its 16 random bits. Every layout the kernels use holds 4 consecutive columns of a row in one
+thread, so the bits are the same whatever the launch config, no random bits move between
+threads, and the generator costs 5 instructions an element at 10 rounds. (Philox4x32 a call
+per 8 columns, the first design, needed the words of one call in two threads; run 62 measured
+it 24% slower than round-to-nearest at bs >= 64 with a bf16 state. Run 65 measured this one:
+the rounding alone costs about 1% there, each Philox round about 1.3% more; docs/numerics.md.)
+Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
+
+- bfloat16: v's bits plus the element's 16 random bits, converted toward zero (bf16 is fp32's
+  upper half, subnormals included, so that conversion cuts the low 16 bits);
+- float16: the same on v * 2^-112, whose bits hold fp16's value where fp32 holds a number's
+  (exponent, the top 10 fraction bits, and fp16's subnormals as fp32's), with the top 13 of
+  the 16 random bits, the scale undone (exactly), converted toward zero;
+- NaN, the infinities and magnitudes from the largest finite value of the type up (about
+  3.39e38 for bf16, 65504 for fp16) are converted toward zero: themselves, or that largest
+  value; float32 targets unchanged.
+
+Software only: the sm_100 instruction cvt.rs (what sglang's and vLLM's fp16 paths use) draws
+its random bits otherwise and cannot be checked on the GPUs measured here.
+
+Tiles
+-----
+The state tile is [BLOCK_M, BLOCK_N], or with the ordered row sum grouped [BLOCK_N / 4,
+BLOCK_M, 4] (groups of 4 columns, rows, a group's columns): Triton lays a tile out by
+contiguity, and the grouped tile gets upstream's layout for every state dtype (4 consecutive
+columns a thread, lanes along the groups; ties in contiguity go to the lower dim, hence the
+groups first). As a 2-D tile a bf16 state takes 8 columns a thread, a 16-byte vector, and the
+ordered sum then made the compiler hold whole rows in a thread: 255 registers, spills.
+`rows` and `cols` broadcast a vector over the rows or the columns of either tile.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ssmdecode.ops.selective_state_update.checks import interpreted
+
+__all__ = [
+    "ORDERED_MAX_N",
+    "ORDERED_MIN_N",
+    "STREAM_BUFFER",
+    "STREAM_STATE",
+    "col_offsets",
+    "cols",
+    "exp_dA",
+    "load",
+    "rows",
+    "rowsum_upstream_order",
+    "softplus",
+    "state_step",
+    "stored",
+]
+
+# The state dims (powers of two) the ordered row sum is defined for.
+ORDERED_MIN_N = 16
+ORDERED_MAX_N = 256
+
+# The Philox streams of stochastic rounding: one for the state pool (final states, per-token
+# slots, replay's flushes), one for the intermediate-state buffer.
+STREAM_STATE = tl.constexpr(0)
+STREAM_BUFFER = tl.constexpr(1)
+
+# vLLM's fast_exp: exp(x) as exp2(log2(e) * x), one ex2.approx instruction (another rounding).
+_LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _fold_half(s, R: tl.constexpr, W: tl.constexpr, L: tl.constexpr):
+    """[R, W, L] -> [R, W, L // 2]: element i plus element i + L // 2 (one butterfly level)."""
+    t = tl.permute(tl.reshape(s, (R, W, 2, L // 2)), (0, 1, 3, 2))
+    lo, hi = tl.split(t)
+    return lo + hi
+
+
+@triton.jit
+def _split4(t, shape: tl.constexpr):
+    """The columns 4g, 4g + 1, 4g + 2, 4g + 3 of t (last dim 4 G), each with last dim G."""
+    t02, t13 = tl.split(tl.reshape(t, shape))
+    t0, t2 = tl.split(t02)
+    t1, t3 = tl.split(t13)
+    return t0, t1, t2, t3
+
+
+# fmt: off
+@triton.jit
+def rowsum_upstream_order(s, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          FUSE_LEFT: tl.constexpr = True):
+    """sum(s * c[None, :], axis=1) for an fp32 tile s of BLOCK_M rows of BLOCK_N columns
+    ([BLOCK_M, BLOCK_N] or grouped [BLOCK_M, BLOCK_N / 4, 4]) and an fp32 vector c of BLOCK_N
+    ([BLOCK_N] or [BLOCK_N / 4, 4]), 16 <= BLOCK_N <= 256, in the order and with the fmas of
+    the upstream kernel's default configs (see the module docstring). FUSE_LEFT=False fuses
+    the other product of the first add instead, fma(s1, c1, s0 * c0): not upstream's; the
+    tests use it to show that they see the difference."""
+    G: tl.constexpr = BLOCK_N // 4  # groups of 4 columns, one per lane upstream
+    L: tl.constexpr = 32 if G > 32 else G  # lanes of a warp that share a row
+    W: tl.constexpr = G // L  # warps that share a row
+    s0, s1, s2, s3 = _split4(s, (BLOCK_M, G, 2, 2))
+    c0, c1, c2, c3 = _split4(c, (G, 2, 2))
+    if FUSE_LEFT:
+        acc = tl.fma(s0, c0[None, :], s1 * c1[None, :])
+    else:
+        acc = tl.fma(s1, c1[None, :], s0 * c0[None, :])
+    acc = tl.fma(s2, c2[None, :], acc)
+    acc = tl.fma(s3, c3[None, :], acc)
+    acc = tl.reshape(acc, (BLOCK_M, W, L))
+    if L >= 32:
+        acc = _fold_half(acc, BLOCK_M, W, 32)
+    if L >= 16:
+        acc = _fold_half(acc, BLOCK_M, W, 16)
+    if L >= 8:
+        acc = _fold_half(acc, BLOCK_M, W, 8)
+    if L >= 4:
+        acc = _fold_half(acc, BLOCK_M, W, 4)
+    acc = _fold_half(acc, BLOCK_M, W, 2)
+    if W == 2:
+        w0, w1 = tl.split(tl.reshape(acc, (BLOCK_M, 2)))
+        return w0 + w1
+    else:
+        return tl.reshape(acc, (BLOCK_M,))
+# fmt: on
+
+
+@triton.jit
+def load(p, mask):
+    """tl.load, masked with 0 for what lies outside, or unmasked where mask is None."""
+    if mask is None:
+        return tl.load(p)
+    else:
+        return tl.load(p, mask=mask, other=0.0)
+
+
+@triton.jit
+def rows(v, GROUPED: tl.constexpr):
+    """A [BLOCK_M] vector over the rows, broadcastable over the tile: [BLOCK_M, 1], or
+    [1, BLOCK_M, 1] for the grouped tile of the ordered sum."""
+    if GROUPED:
+        return v[None, :, None]
+    else:
+        return v[:, None]
+
+
+@triton.jit
+def cols(v, GROUPED: tl.constexpr):
+    """A vector over the columns ([BLOCK_N], or [BLOCK_N / 4, 1, 4] grouped), broadcastable
+    over the tile."""
+    if GROUPED:
+        return v
+    else:
+        return v[None, :]
+
+
+@triton.jit
+def program_tile(SLOT_MAJOR: tl.constexpr):
+    """(i_m, i_b, i_h): this program's row block, request and head. SLOT_MAJOR: grid
+    (P blocks, H, B), so that a request's [H, P, N] state is read in memory order; else
+    (P blocks, B, H), the upstream order. No runtime division finds them: at small batch a
+    program's prologue is on the critical path (docs/performance.md, "The prologue")."""
+    i_m = tl.program_id(0)
+    if SLOT_MAJOR:
+        i_h = tl.program_id(1)
+        i_b = tl.program_id(2)
+    else:
+        i_b = tl.program_id(1)
+        i_h = tl.program_id(2)
+    return i_m, i_b, i_h
+
+
+@triton.jit
+def col_offsets(BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
+    """The column indices 0 .. BLOCK_N - 1 of the tile: [BLOCK_N], or [BLOCK_N / 4, 1, 4]
+    grouped (column 4g + j at [g, 0, j])."""
+    if GROUPED:
+        return (tl.arange(0, BLOCK_N // 4)[:, None] * 4 + tl.arange(0, 4)[None, :])[:, None, :]
+    else:
+        return tl.arange(0, BLOCK_N)
+
+
+@triton.jit
+def softplus(dt):
+    """log(1 + exp(dt)) below 20, dt above: upstream's formula, rounding and all."""
+    return tl.where(dt <= 20.0, tl.log(tl.exp(dt) + 1), dt)
+
+
+@triton.jit
+def exp_dA(x, FAST_EXP: tl.constexpr):
+    """dA = exp(A * dt'): tl.exp as mamba_ssm and sglang compute it, or with FAST_EXP
+    exp2(log2(e) * x) as vLLM's kernel does (its fast_exp), which rounds differently."""
+    if FAST_EXP:
+        return tl.math.exp2(_LOG2E * x)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def state_step(b_state, b_dA, b_dB, b_x, ORDERED_SUM: tl.constexpr):
+    """s * dA + dB * x, the recurrence of one token, as upstream computes it (b_x broadcast
+    over the tile's columns): LLVM fuses it to fma(s, dA, dB * x) in upstream's layouts; with
+    the ordered sum that fma is written out, so that no other layout can change it (see the
+    module docstring)."""
+    if ORDERED_SUM:
+        return tl.fma(b_state, b_dA, b_dB * b_x)
+    else:
+        return b_state * b_dA + b_dB * b_x
+
+
+@triton.jit
+def _philox2x32(c0, c1, key, ROUNDS: tl.constexpr):
+    """Philox2x32 with ROUNDS rounds (Salmon et al., 2011): counter (c0, c1), uint32 tiles of
+    one shape, and the 32-bit key; its two output words. The 32x32-bit product is one 64-bit
+    multiply, so that each round is a wide multiply and an xor."""
+    for _ in tl.static_range(ROUNDS):
+        p = c0.to(tl.uint64) * 0xD256D193
+        c0 = (p >> 32).to(tl.uint32) ^ c1 ^ key
+        c1 = p.to(tl.uint32)
+        key = key + 0x9E3779B9
+    return c0, c1
+
+
+@triton.jit
+def _random_halves(
+    seed, o_row, BLOCK_N: tl.constexpr, STREAM: tl.constexpr, ROUNDS: tl.constexpr, GROUPED: tl.constexpr
+):
+    """16 random bits (in a uint32) for each element of the state tile ([BLOCK_M, BLOCK_N], or
+    grouped [BLOCK_N / 4, BLOCK_M, 4]) whose rows start at the offsets o_row [BLOCK_M]: one
+    Philox2x32 call per 4 columns of a row (see the module docstring), column 4g + k taking
+    half k of its 2 words (word 0's low half first). Every layout the kernels use holds 4
+    consecutive columns of a row in one thread, so a thread computes the calls of its own
+    elements and no random bits move between threads."""
+    key = (seed ^ (seed >> 32)).to(tl.uint32)
+    G: tl.constexpr = (BLOCK_N + 3) // 4
+    o = o_row.to(tl.int64)
+    if GROUPED:  # the calls [G, BLOCK_M, 1] of the tile [G, BLOCK_M, 4]
+        o = o[None, :, None]
+        g = tl.arange(0, G)[:, None, None]
+        k = tl.arange(0, 4)[None, None, :]
+    elif BLOCK_N >= 4:  # the calls [BLOCK_M, G, 1] of the tile seen as [BLOCK_M, G, 4]
+        o = o[:, None, None]
+        g = tl.arange(0, G)[None, :, None]
+        k = tl.arange(0, 4)[None, None, :]
+    else:  # fewer than 4 columns: one call, its first BLOCK_N halves
+        o = o[:, None]
+        g = tl.zeros((1, 1), tl.int32)
+        k = tl.arange(0, BLOCK_N)[None, :]
+    c0 = (o & 0xFFFFFFFF).to(tl.uint32) + 0 * g.to(tl.uint32)
+    c1 = ((o >> 32) & 0xFFFF).to(tl.uint32) | (g.to(tl.uint32) << 16) | (STREAM << 31)
+    w0, w1 = _philox2x32(c0, c1, key, ROUNDS)
+    w = tl.where(k < 2, w0, w1)
+    r = tl.where((k & 1) == 0, w & 0xFFFF, w >> 16)
+    if GROUPED or BLOCK_N < 4:
+        return r
+    else:
+        return tl.reshape(r, (r.shape[0], BLOCK_N))
+
+
+# Under Triton's interpreter a float conversion does not keep fp32's subnormals (nor convert
+# toward zero into fp16's): there the rounding cuts the bits itself, which is what the
+# conversion toward zero does on the GPU (the same bits, but for the payload of a NaN).
+_INTERPRETED = tl.constexpr(interpreted())
+
+
+@triton.jit
+def _max_abs_nan(a, b):
+    """The larger magnitude of a and b, NaN where either is NaN (a reduction's combine)."""
+    return tl.maximum(tl.abs(a), tl.abs(b), propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def tame(v, dtype: tl.constexpr):
+    """Whether the fp32 tile v holds neither NaN nor an infinity nor a magnitude from dtype's
+    largest finite value up (float16's or bfloat16's): then _stochastic_round may take TAME."""
+    if dtype == tl.bfloat16:
+        return tl.reduce(v, None, _max_abs_nan) < 3.3895313892515355e38
+    else:
+        return tl.reduce(v, None, _max_abs_nan) < 65504.0
+
+
+@triton.jit
+def _add_capped(w, r, CAP: tl.constexpr):
+    """max(m, min(m + r, CAP)) with w's sign, where m is the magnitude of the float bits w (in
+    uint32s): r added where m lies below CAP - r, the sum capped at CAP, and the magnitudes
+    past CAP (the infinities and NaN among them) left as they are. Integer ops alone: a
+    compare and select an element would hold a predicate each, more than a wide tile has."""
+    m = w & 0x7FFFFFFF
+    return tl.maximum(m, tl.minimum(m + r, CAP)) | (w & 0x80000000)
+
+
+@triton.jit
+def _stochastic_round(v, r, dtype: tl.constexpr, TAME: tl.constexpr):
+    """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with 16 random
+    bits r (in uint32s) an element: see the module docstring. TAME: v is tame (no element
+    needs the cap), and the bits are added as they are."""
+    u = v.to(tl.uint32, bitcast=True)
+    if dtype == tl.bfloat16:
+        # bf16 is fp32's upper half: the sum converted toward zero is its upper half. From the
+        # largest finite bf16 (0x7F7F0000) up to 0x7F7FFFFF the upper half is that value's,
+        # and past it (the infinities, NaN) the bits are left as they are
+        t = u + r if TAME else _add_capped(u, r, 0x7F7FFFFF)
+        if _INTERPRETED:
+            return (t >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        q = t.to(tl.float32, bitcast=True)
+    else:
+        # v * 2^-112 holds fp16's value bits where fp32 holds a number's: fp16's exponent in
+        # fp32's field, its 10 fraction bits the top of fp32's 23, and its subnormals (steps of
+        # 2^-24) fp32's (steps of 2^-149 = 2^-24 * 2^-112 / 2^13): 13 random bits added there
+        # and the scale undone (exactly), the conversion toward zero cuts the 13 bits. 65504
+        # scaled is 0x0F7FE000; from there up to 0x0F7FFFFF the conversion gives 65504
+        w = (v * 1.925929944387236e-34).to(tl.uint32, bitcast=True)
+        t = w + (r >> 3) if TAME else _add_capped(w, r >> 3, 0x0F7FFFFF)
+        q = t.to(tl.float32, bitcast=True) * 5.192296858534828e33
+        if _INTERPRETED:
+            q = (t & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
+            return tl.where(tl.abs(q) == float("inf"), q, tl.clamp(q, -65504.0, 65504.0)).to(dtype)
+    return q.to(dtype, fp_downcast_rounding="rtz")
+
+
+@triton.jit
+def stored(
+    v,
+    dtype: tl.constexpr,
+    seed,
+    o_row,
+    STREAM: tl.constexpr,
+    STOCHASTIC: tl.constexpr,
+    ROUNDS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUPED: tl.constexpr,
+):
+    """The fp32 tile v as a store into a dtype tensor writes it: rounded to nearest, or with
+    STOCHASTIC (a 16-bit dtype) rounded stochastically with the random bits of seed, the
+    offsets o_row [BLOCK_M] of the tile's rows in the tensor and STREAM (see the module
+    docstring). GROUPED: v is the ordered sum's grouped tile [BLOCK_N / 4, BLOCK_M, 4].
+
+    The random bits are drawn in each branch of the tile's check (tame): drawn before it,
+    all of them would be held across it, where one branch draws and adds them as it goes."""
+    if STOCHASTIC and dtype != tl.float32:
+        q = _stochastic_round(v, _random_halves(seed, o_row, BLOCK_N, STREAM, ROUNDS, GROUPED), dtype, True)
+        if not tame(v, dtype):
+            seed2 = tl.inline_asm_elementwise("mov.b64 $0, $1;", "=l,l", [seed], dtype=tl.int64, is_pure=False, pack=1)
+            q = _stochastic_round(v, _random_halves(seed2, o_row, BLOCK_N, STREAM, ROUNDS, GROUPED), dtype, False)
+        return q
+    else:
+        return v.to(dtype)

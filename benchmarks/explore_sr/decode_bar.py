@@ -1,0 +1,610 @@
+r"""Decode: the public selective_state_update, and its single-token kernel.
+
+For request b, head h, row p of the head dim and state index n:
+
+    dt'        = dt[b,h,p] + dt_bias[h,p]                  (if dt_bias)
+    dt'        = log(1 + exp(dt')) if dt' <= 20 else dt'   (if dt_softplus)
+    dA         = exp(A[h,p,n] * dt')                       (exp2(log2(e) * A * dt') if fast_exp)
+    s[h,p,n]   = s[h,p,n] * dA + (dt' * B[b,g,n]) * x[b,h,p]          g = h // (H / G)
+    out[b,h,p] = sum_n s[h,p,n] * C[b,g,n]  +  D[h,p] * x[b,h,p]      (D term if D)
+    out[b,h,p] = out[b,h,p] * z * sigmoid(z)                          (if z)
+
+where s is the state slot of the request: state[state_batch_indices[b]] (or state[b]). With T
+tokens a request (speculative decoding's verify step, verify.py) the same recurrence runs token
+after token on the state, in float32 registers.
+
+Shapes (B batch, T tokens, H heads, P head dim, N state dim, G groups, S state slots):
+
+    layout   state       x, dt, z, out          A          B, C             D, dt_bias
+    Mamba2   [S,H,P,N]   [B,H,P] / [B,T,H,P]    [H,P,N]    [B,G,N] / [B,T,G,N]    [H,P]
+    Mamba1   [S,P,N]     [B,P] / [B,T,P]        [P,N]      [B,N] / [B,T,N]        [P]
+
+Mamba1 is run as Mamba2 with H = G = 1. Any strides are accepted; a state pool whose rows are
+packed (stride 1 over N, stride next_power_of_2(N) over P, as engines allocate it) is addressed
+with offsets known at compile time. Real models pass dt, A, D and dt_bias as stride-0
+broadcasts over P (and N): then dt' and dA are one scalar per program (the "tied head dim" fast
+path).
+
+Written in place: the state slots named by dst_state_batch_indices (default: the slots read),
+unless disable_state_update. Rows whose state_batch_indices entry equals pad_slot_id read and
+write no slot and get out = 0.
+
+Dtypes: state float32, bfloat16 or float16; inputs float32, bfloat16 or float16. Everything is
+computed in float32 and rounded once on store (state to its dtype, out to out's dtype).
+
+Bits: the default path runs the same float32 operations in the same order as the established
+upstream Triton kernel (mamba_ssm and the copies serving engines ship): exp, not exp2; softplus
+as log(1 + exp(x)) below 20; the row sum over N of state * C, then + D * x, then * z * sigmoid(z).
+fast_exp=True takes vLLM's exp2 instead, for vLLM's bits. Launch configs only change how rows
+are cut into programs. Of a config that sums rows as its register layout falls (the row sum is
+a reduction), the GPU tuner measures whether it keeps the bits; a config with the ordered row
+sum spells upstream's reduction tree and fmas out and keeps them by construction
+(common.rowsum_upstream_order), and the tuner measures it all the same.
+
+Grid: one tile (BLOCK_M rows of one request's head, all N columns) a program, in the upstream
+order or slot-major.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmdecode.config import LaunchConfig, lookup_config
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
+from ssmdecode.ops.selective_state_update import torch_op, verify
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS, Call, check_call, ties_head_dim
+from ssmdecode.ops.selective_state_update.common import (
+    STREAM_STATE,
+    col_offsets,
+    cols,
+    exp_dA,
+    load,
+    program_tile,
+    rows,
+    rowsum_upstream_order,
+    softplus,
+    state_step,
+    stored,
+)
+from ssmdecode.ops.selective_state_update.launch import (
+    HEURISTICS,
+    Launch,
+    Variant,
+    check_ordered_sum,
+    given,
+    run_on,
+    strides,
+    tile_launch,
+)
+
+__all__ = ["Launch", "Variant", "prepare", "selective_state_update"]
+
+
+# The constexprs the kernel derives from its arguments.
+_HEURISTICS = {**HEURISTICS, **given(HAS_DST_IDX="p_dst_idx", HAS_ORDER="p_order")}
+
+
+# fmt: off
+@triton.heuristics(_HEURISTICS)
+@triton.jit
+def _selective_state_update_kernel(
+    # pointers
+    p_state, p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out,
+    p_src_idx, p_dst_idx, p_order, p_seed,
+    # sizes
+    headdim, dstate, pad_slot_id,
+    # strides, stride_<tensor>_<dim>
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_x_b, stride_x_h, stride_x_p,
+    stride_dt_b, stride_dt_h, stride_dt_p,
+    stride_dt_bias_h, stride_dt_bias_p,
+    stride_A_h, stride_A_p, stride_A_n,
+    stride_B_b, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p,
+    stride_z_b, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_h, stride_out_p,
+    stride_src_idx, stride_dst_idx, stride_order,
+    # flags
+    HEADS_PER_GROUP: tl.constexpr,  # one compile per model's value
+    DT_SOFTPLUS: tl.constexpr,
+    TIE_HDIM: tl.constexpr,  # dt, dt_bias, A are stride-0 over P (and N): one dt', dA per head
+    WRITE_STATE: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr,
+    HAS_DST_IDX: tl.constexpr,
+    HAS_ORDER: tl.constexpr,  # program k takes batch row order[k] (see batch_order)
+    EVEN_M: tl.constexpr,  # headdim % BLOCK_M == 0: no row mask
+    EVEN_N: tl.constexpr,  # dstate == BLOCK_N: no column mask
+    PACKED_ROWS: tl.constexpr,  # state rows of BLOCK_N contiguous words: compile-time offsets
+    EVEN_VECTORS: tl.constexpr,  # x, dt, D, z, out, B, C unmasked where the tile divides
+    FAST_EXP: tl.constexpr,  # dA by exp2 (vLLM's bits), else exp (mamba_ssm's and sglang's)
+    STOCHASTIC: tl.constexpr,  # a 16-bit state stored with stochastic rounding (common.py)
+    PHILOX_ROUNDS: tl.constexpr,
+    # launch knobs
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLOT_MAJOR: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
+    ORDERED_SUM: tl.constexpr,
+    PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
+):
+    # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
+    if PDL:  # the next kernel may launch at once; its own wait orders it after us
+        gdc_launch_dependents()
+    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
+    if HAS_ORDER:
+        i_b = tl.load(p_order + i_b * stride_order)
+    i_g = i_h // HEADS_PER_GROUP  # a compile-time divisor: a shift or a multiply
+    # Cache hints: each state is touched once per step, so it streams evict-first; the slot
+    # indices are read by every layer of a decode step, so they stay (evict-last), which takes
+    # the index load off HBM latency before the dependent state load.
+    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
+    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
+
+    if HAS_SRC_IDX:
+        i_src = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
+    else:
+        i_src = i_b.to(tl.int64)
+    if HAS_DST_IDX:
+        i_dst = tl.load(p_dst_idx + i_b * stride_dst_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
+    else:
+        i_dst = i_src
+
+    # The state tile: [BLOCK_M, BLOCK_N], or grouped [BLOCK_N / 4, BLOCK_M, 4] with the ordered
+    # row sum (common.py, "Tiles").
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = col_offsets(BLOCK_N, ORDERED_SUM)
+    m_m = o_m < headdim
+    m_n = o_n < dstate
+    # Masks of the vectors over rows (x, dt, D, z, out) and columns (B, C): None where the tile
+    # divides, so that no load waits on a predicate or zero-fills its registers first.
+    m_vm = None if EVEN_M and EVEN_VECTORS else m_m
+    m_vn = None if EVEN_N and EVEN_VECTORS else m_n
+    # Masks of the state tile: rows and columns only where the tile overhangs, the pad slot
+    # only with indices; None when nothing can be out of bounds (unpredicated 16-byte accesses).
+    m_tile = None
+    if not EVEN_M:
+        m_tile = rows(m_m, ORDERED_SUM)
+    if not EVEN_N:
+        m_tile = cols(m_n, ORDERED_SUM) if m_tile is None else m_tile & cols(m_n, ORDERED_SUM)
+    m_read = m_tile
+    if HAS_SRC_IDX:
+        m_read = (i_src != pad_slot_id) if m_tile is None else m_tile & (i_src != pad_slot_id)
+    m_write = m_read
+    if HAS_DST_IDX:
+        m_write = (i_dst != pad_slot_id) if m_write is None else m_write & (i_dst != pad_slot_id)
+
+    # Packed rows: one base a program (slot, head, row block) plus offsets known at compile
+    # time, which ptxas folds into each 16-byte access (2 address registers instead of 2 an
+    # access; docs/performance.md, "Packed state rows").
+    if PACKED_ROWS:
+        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
+        o_tile = rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + cols(o_n, ORDERED_SUM)
+        p_src = (p_state + (i_src * stride_state_s + o_base)) + o_tile
+        p_dst = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
+    else:
+        o_tile = (i_h * stride_state_h + rows(o_m, ORDERED_SUM) * stride_state_p
+                  + cols(o_n, ORDERED_SUM) * stride_state_n)
+        p_src = p_state + i_src * stride_state_s + o_tile
+        p_dst = p_state + i_dst * stride_state_s + o_tile
+
+    if m_read is None:
+        b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
+    else:
+        b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    if PDL:  # the slot indices and the state are in flight; the rest waits for the kernel before
+        gdc_wait()
+    b_x = load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p, m_vm).to(tl.float32)
+    if TIE_HDIM:
+        b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+        if DT_SOFTPLUS:
+            b_dt = softplus(b_dt)
+        b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+        b_dA = exp_dA(b_A * b_dt, FAST_EXP)
+    else:
+        b_dt = load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h + o_m * stride_dt_p,
+                    m_vm).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += load(p_dt_bias + i_h * stride_dt_bias_h + o_m * stride_dt_bias_p,
+                         m_vm).to(tl.float32)
+        if DT_SOFTPLUS:
+            b_dt = softplus(b_dt)
+        b_A = tl.load(p_A + i_h * stride_A_h + rows(o_m, ORDERED_SUM) * stride_A_p
+                      + cols(o_n, ORDERED_SUM) * stride_A_n,
+                      mask=rows(m_m, ORDERED_SUM) & cols(m_n, ORDERED_SUM),
+                      other=0.0).to(tl.float32)
+        b_dA = exp_dA(b_A * rows(b_dt, ORDERED_SUM), FAST_EXP)
+    b_B = load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n, m_vn).to(tl.float32)
+    b_C = load(p_C + i_b * stride_C_b + i_g * stride_C_g + o_n * stride_C_n, m_vn).to(tl.float32)
+    if HAS_D:
+        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
+    if HAS_Z:
+        b_z = load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p, m_vm).to(tl.float32)
+    if STOCHASTIC:
+        tl.debug_barrier()
+    if STOCHASTIC:
+        tl.debug_barrier()
+
+    # The same operations, in the same order, as the upstream kernel: keep them so.
+    if TIE_HDIM:
+        b_dB = b_B * b_dt
+    else:
+        b_dB = cols(b_B, ORDERED_SUM) * rows(b_dt, ORDERED_SUM)
+    b_state = state_step(b_state, b_dA, b_dB, rows(b_x, ORDERED_SUM), ORDERED_SUM)
+    if WRITE_STATE:
+        if STOCHASTIC:
+            # the rows' offsets in the pool key the random bits (common.py)
+            o_row = i_dst * stride_state_s + i_h * stride_state_h + o_m * stride_state_p
+            b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed), o_row,
+                             STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+        else:
+            b_store = b_state.to(p_state.dtype.element_ty)
+        tl.store(p_dst, b_store, mask=m_write, eviction_policy=STATE_EVICT)
+    if ORDERED_SUM:
+        b_out = rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
+    else:
+        b_out = tl.sum(b_state * b_C[None, :], axis=1)
+    if HAS_D:
+        b_out += b_x * b_D
+    if HAS_Z:
+        b_out *= b_z * tl.sigmoid(b_z)
+    if HAS_SRC_IDX:
+        b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
+    tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_vm)
+# fmt: on
+
+
+def _prepare_single(
+    call: Call,
+    config: LaunchConfig,
+    dt_softplus: bool,
+    write_state: bool,
+    pad_slot_id: int,
+    fast_exp: bool,
+    pdl: bool,
+    order: torch.Tensor | None,
+    variant: Variant,
+) -> Launch:
+    """Grid and arguments of the single-token kernel (tensors in the Mamba2 layout)."""
+    state, x = call.state, call.x
+    batch, nheads, headdim = x.shape
+    dstate = state.shape[-1]
+    block_n = triton.next_power_of_2(dstate)
+    check_ordered_sum(config, block_n, dstate)
+    args = (
+        state,
+        x,
+        call.dt,
+        call.dt_bias,
+        call.A,
+        call.B,
+        call.C,
+        call.D,
+        call.z,
+        call.out,
+        call.src_idx,
+        call.dst_idx,
+        order,
+        call.rand_seed,
+        headdim,
+        dstate,
+        pad_slot_id,
+        *state.stride(),
+        *x.stride(),
+        *call.dt.stride(),
+        *strides(call.dt_bias, 2),
+        *call.A.stride(),
+        *call.B.stride(),
+        *call.C.stride(),
+        *strides(call.D, 2),
+        *strides(call.z, 3),
+        *call.out.stride(),
+        *strides(call.src_idx, 1),
+        *strides(call.dst_idx, 1),
+        1 if order is None else order.stride(0),  # 1: a constant, no kernel argument
+    )
+    flags = dict(
+        HEADS_PER_GROUP=nheads // call.B.shape[1],
+        DT_SOFTPLUS=dt_softplus,
+        TIE_HDIM=ties_head_dim(call.dt, call.A, call.dt_bias),
+        WRITE_STATE=write_state,
+        EVEN_M=headdim % config.block_m == 0,
+        EVEN_N=dstate == block_n,
+        PACKED_ROWS=(not variant.strided_rows and state.stride(-1) == 1 and state.stride(-2) == block_n),
+        EVEN_VECTORS=not variant.masked_vectors,
+        FAST_EXP=fast_exp,
+        PHILOX_ROUNDS=call.philox_rounds if call.rand_seed is not None else 0,
+        BLOCK_M=config.block_m,
+        EVICT_FIRST=config.evict_first,
+        ORDERED_SUM=config.ordered_sum,
+        PDL=pdl,
+        SLOT_MAJOR=config.slot_major,
+        num_warps=config.num_warps,
+    )
+    return tile_launch(_selective_state_update_kernel, config, headdim, nheads, batch, args, flags, pdl)
+
+
+def prepare(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    dst_state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    out: torch.Tensor | None = None,
+    disable_state_update: bool = False,
+    config: LaunchConfig | None = None,
+    *,
+    _variant: Variant | None = None,
+    **multi: Any,
+) -> tuple[Call, Launch | None]:
+    """selective_state_update's arguments checked and its launch prepared, not run (None for
+    an empty batch): what the public function launches, and what benchmarks/compile_info.py
+    compiles for a GPU target without one. Takes the public function's keyword arguments;
+    _variant (tests, explorations) picks a kernel variant of the same bits; _round_buffer=False
+    (the sglang adapter) keeps the intermediate-state buffer's stores round-to-nearest under
+    stochastic rounding."""
+    pdl = multi.pop("pdl", False)
+    batch_order = multi.pop("batch_order", None)
+    validate_indices = multi.pop("validate_indices", None)
+    fast_exp = multi.pop("fast_exp", False)
+    rand_seed = multi.pop("rand_seed", None)
+    philox_rounds = multi.pop("philox_rounds", DEFAULT_PHILOX_ROUNDS)
+    round_buffer = multi.pop("_round_buffer", True)  # the engine adapters' convention
+    call = check_call(
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        state_batch_indices,
+        dst_state_batch_indices,
+        pad_slot_id,
+        out,
+        disable_state_update,
+        config,
+        fast_exp=fast_exp,
+        validate_indices=validate_indices,
+        batch_order=batch_order,
+        pdl=pdl,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
+        round_buffer=round_buffer,
+        **multi,
+    )
+    if call.batch == 0:
+        return call, None
+    variant = _variant or Variant()
+    pdl = pdl and call.state.device.type == "cuda"
+    if pdl and (gdc_wait is None or torch.cuda.get_device_capability(call.state.device)[0] < 9):
+        device = call.state.device
+        raise ValueError(
+            f"pdl=True needs a GPU of compute capability 9.0 or newer and Triton >= 3.3; "
+            f"got {torch.cuda.get_device_name(device)} "
+            f"({'.'.join(map(str, torch.cuda.get_device_capability(device)))}), "
+            f"Triton {triton.__version__}"
+        )
+    headdim, dstate = call.state.shape[-2:]
+    if call.multi_token:
+        if config is None:
+            config = lookup_config(
+                headdim,
+                dstate,
+                call.state.dtype,
+                call.batch,
+                call.state.device,
+                mode=call.mode,
+                tokens=call.tokens,
+            )
+        return call, verify.prepare_multi_token(
+            call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, variant
+        )
+    if config is None:
+        config = lookup_config(headdim, dstate, call.state.dtype, call.batch, call.state.device)
+    return call, _prepare_single(
+        call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, batch_order, variant
+    )
+
+
+def selective_state_update(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
+    dst_state_batch_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    out: torch.Tensor | None = None,
+    disable_state_update: bool = False,
+    config: LaunchConfig | None = None,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    intermediate_states: torch.Tensor | None = None,
+    intermediate_state_indices: torch.Tensor | None = None,
+    parent_token_indices: torch.Tensor | None = None,
+    fast_exp: bool = False,
+    validate_indices: bool | None = None,
+    pdl: bool = False,
+    batch_order: torch.Tensor | None = None,
+    rand_seed: torch.Tensor | None = None,
+    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
+) -> torch.Tensor:
+    """One decode step of a Mamba1 or Mamba2 SSM layer, one token or T tokens a request;
+    updates ``state`` in place.
+
+    Args:
+        state: the state pool, [S, H, P, N] (Mamba2) or [S, P, N] (Mamba1); float32, bfloat16
+            or float16. Updated in place.
+        x: [B, H, P] or [B, P] (one token a request); [B, T, H, P] or [B, T, P] (T tokens a
+            request, speculative decoding's verify step); or, with cu_seqlens, the tokens of
+            every request packed, [total_tokens, H, P] or [total_tokens, P].
+        dt, z: like x (z may be None: no gating). A: [H, P, N] or [P, N] (float32 as a rule).
+        B, C: [B, G, N] with G dividing H, or [B, N]; with x's token dim or packing, the same
+            leading dims as x.
+        D, dt_bias: [H, P] or [P], or None.
+        dt_softplus: apply softplus to dt + dt_bias.
+        state_batch_indices: int32/int64 [B], the slot each request reads (default: request b
+            reads slot b, which needs S >= B); or [>=B, K], a row of slots a request, whose
+            column 0 is read, or column num_accepted_tokens[b] - 1 with num_accepted_tokens.
+        dst_state_batch_indices: int32/int64 [B], the slot each request's final state is
+            written to (default: the slot it reads); or [>=B, >=T]: token t's state goes to
+            dst_state_batch_indices[b, t] (vLLM's speculative decoding), and no final state
+            is written besides.
+        pad_slot_id: a request whose read slot equals it reads and writes no slot and gets
+            zeros in out; a destination (slot, intermediate_state_indices row) equal to it is
+            not written.
+        out: preallocated, shaped like x (any strides); default: new, x's dtype.
+        disable_state_update: write no final state (the per-token writes still happen).
+        config: force a LaunchConfig; default: this device's table, else the built-in default.
+        cu_seqlens: int32/int64 [B + 1], the packed layout: request b's tokens are x[cu_seqlens
+            [b] : cu_seqlens[b + 1]] (vLLM's). A request of no tokens is left alone.
+        num_accepted_tokens: int32/int64 [B], the draft tokens the previous verify step
+            accepted: the initial state is state_batch_indices[b, max(n - 1, 0)] (vLLM's).
+        intermediate_states: [R, T_c, H, P, N] with T_c >= T, any float dtype: token t's state
+            is also written to intermediate_states[row, t], row = intermediate_state_indices[b]
+            (default: the request's read slot), as sglang's verify caches them.
+        intermediate_state_indices: int32/int64 [B], each request's row of intermediate_states.
+        parent_token_indices: int32/int64 [B, T] (EAGLE trees, sglang's retrieve_parent_token):
+            token t > 0 continues from the state of token parent[b, t] as intermediate_states
+            holds it (rounded to its dtype), not from token t - 1's; an entry outside [0, T)
+            continues from token t - 1.
+        fast_exp: compute dA as exp2(log2(e) * A * dt'), as vLLM's kernel does (its
+            fast_exp), instead of exp (mamba_ssm's and sglang's); different bits, same accuracy.
+        validate_indices: check index values: every slot inside [0, S) or pad_slot_id, and for
+            multi-token calls cu_seqlens (from 0, non-decreasing, ending at the token count),
+            num_accepted_tokens, the rows of intermediate_states, and parents before their
+            token. Off by default because it synchronizes with the GPU; the environment
+            variable SSMDECODE_VALIDATE_INDICES=1 turns it on. Unchecked slots out of range read
+            and write out of bounds. Also checks that batch_order is a permutation.
+        pdl: programmatic dependent launch (CUDA, compute capability 9.0 and newer): the kernel
+            may start while the kernel before it in the stream is still running, and loads
+            batch_order, the slot indices and the state slots before that kernel has
+            finished; everything else (x, dt, A, B, C, D, z, dt_bias, and every store) waits
+            for it. So the kernel launched just before must not write batch_order, the
+            indices or the state slots this call reads (in a model it is another op's kernel,
+            which holds; compute slot_order before the layers, not right before a call). Hides
+            the launch and the index-then-state latency at small batch. Same bits either way.
+            Ignored for CPU tensors (the interpreter runs one kernel at a time).
+        batch_order: int32/int64 [B], a permutation of the batch rows (single-token calls):
+            the kernel's programs take the rows in this order instead of 0, 1, 2, ... Same bits
+            in any order (each row's arithmetic is its own); only which state slots are read
+            side by side changes. `slot_order(state_batch_indices)`, computed once per decode
+            step and passed to every layer, has slot-major configs walk the state pool in
+            memory order, which pays when the batch fills much of the pool
+            (docs/performance.md). Checked to be a permutation only with validate_indices: any
+            other order leaves rows of out unwritten, updates a repeated row twice, and reads
+            out of bounds for entries outside [0, B).
+        rand_seed: int64 (or int32) [1] on the state's device, or None (round to nearest):
+            every store of a state into a float16 or bfloat16 tensor (the state slots, the
+            per-token slots, intermediate_states) rounds stochastically, up or down with the
+            probabilities that make it exact on average, with random bits from Philox keyed
+            by this seed and each element's offset in the tensor written (common.py has the
+            bits). Deterministic for a given seed, so refresh it every step (and give each
+            layer its own): with the same seed the same element gets the same bits every
+            step. The kernel reads it on the device, so a CUDA graph that refreshes it (e.g.
+            torch.randint(2**62, (1,), out=seed) inside the graph) replays with fresh bits.
+        philox_rounds: Philox rounds of those bits, 1 to 64 (default 4: DEFAULT_PHILOX_ROUNDS).
+
+    Returns:
+        out.
+
+    Raises:
+        TypeError / ValueError naming the argument, what it got and what was expected, before
+        anything is written.
+
+    Under torch.compile the call is one node of the graph, the custom op
+    torch.ops.ssmdecode.selective_state_update (torch_op.py): same kernels, same bits.
+    """
+    if torch.compiler.is_compiling():  # one node of the graph: torch_op.py
+        return torch_op.selective_state_update_op(
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            dt_softplus,
+            state_batch_indices,
+            dst_state_batch_indices,
+            pad_slot_id,
+            out,
+            disable_state_update,
+            config,
+            cu_seqlens=cu_seqlens,
+            num_accepted_tokens=num_accepted_tokens,
+            intermediate_states=intermediate_states,
+            intermediate_state_indices=intermediate_state_indices,
+            parent_token_indices=parent_token_indices,
+            fast_exp=fast_exp,
+            pdl=pdl,
+            batch_order=batch_order,
+            rand_seed=rand_seed,
+            philox_rounds=philox_rounds,
+        )
+    call, launch = prepare(
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        state_batch_indices,
+        dst_state_batch_indices,
+        pad_slot_id,
+        out,
+        disable_state_update,
+        config,
+        cu_seqlens=cu_seqlens,
+        num_accepted_tokens=num_accepted_tokens,
+        intermediate_states=intermediate_states,
+        intermediate_state_indices=intermediate_state_indices,
+        parent_token_indices=parent_token_indices,
+        fast_exp=fast_exp,
+        validate_indices=validate_indices,
+        pdl=pdl,
+        batch_order=batch_order,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
+    )
+    run(call, launch)
+    return call.result
+
+
+def run(call: Call, launch: Launch | None) -> None:
+    """Run a prepared launch on the device of its state (CPU tensors: the interpreter)."""
+    run_on(call.state.device, launch)
