@@ -229,13 +229,12 @@ def _selective_state_update_kernel(
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
     if HAS_Z:
         b_z = load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p, m_vm).to(tl.float32)
-    if STOCHASTIC and p_state.dtype.element_ty == tl.bfloat16:
-        # A fence ptxas does not move loads across, so that every load is issued before the
-        # math. With a bf16 state it also took the rounding kernel from 70 registers to 63 (32
-        # one-warp programs a multiprocessor instead of 28): 0.6% faster at bs 1024, equal
-        # below. With an fp16 state it took 72 registers to 80 and was 1-2% slower, so fp16
-        # goes without (run 76; docs/numerics.md, "Speed"). In a one-warp program a barrier
-        # costs a few cycles.
+    if STOCHASTIC:
+        # Every load issued before the math. With the rounding's instructions ptxas had sunk
+        # half the state rows' loads below the first rows' stores, each a memory latency the
+        # program waits out alone. A barrier is a fence ptxas does not move loads across; in a
+        # one-warp program it costs a few cycles. An fp16 state's rounding without it cost
+        # 9.3% at bs 1024 in run 78, with it 4.7% in run 76 (docs/numerics.md, "Speed").
         tl.debug_barrier()
 
     # The same operations, in the same order, as the upstream kernel: keep them so.
