@@ -77,6 +77,20 @@ def test_replay_issue_floor_counts_the_cached_tokens() -> None:
     assert abs(floors[6, 8192] / floors[6, 4096] - 2) < 0.01
 
 
+def test_stochastic_rounding_fences_its_loads() -> None:
+    """--stochastic compiles the call that rounds a 16-bit state stochastically: more
+    instructions than rounding to nearest, and the barrier that keeps ptxas from sinking the
+    state loads below the first stores (docs/performance.md, "Stochastic rounding's store"),
+    which round-to-nearest does not have."""
+    argv = ["--heads", "2", "--headdim", "8", "--dstate", "16", "--state-dtype", "bfloat16"]
+    argv += ["--config", "8,1,slot,evict,ordered"]
+    (nearest,) = _compile_info_rows(*argv)
+    (stochastic,) = _compile_info_rows(*argv, "--stochastic")
+    bar_sync, sass = 5, 9  # columns: config regs stack smem warps/SM bar.sync shfl ld.v4 cp.async SASS
+    assert int(nearest[bar_sync]) == 0 and int(stochastic[bar_sync]) == 1
+    assert int(stochastic[sass]) > int(nearest[sass])
+
+
 def _import_ptx_snapshot() -> ModuleType:
     """benchmarks/ptx_snapshot.py as a module, the environment as it was (the script drops
     TRITON_INTERPRET when it is imported)."""
