@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ssmdecode.config import LaunchConfig, TableError, load_table, nearest_bucket, table_key
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -925,6 +926,52 @@ def percent_range(values: list[float]) -> str:
     return f"{100 * min(values):.0f}-{100 * max(values):.0f}%"
 
 
+def fine_range(values: list[float]) -> str:
+    return f"{100 * min(values):.1f}-{100 * max(values):.1f}%"
+
+
+def rounding_summary(folder: Path, links_from: Path) -> tuple[str, list[dict]]:
+    """One sentence on the table's stochastic store against round-to-nearest, each 16-bit
+    state dtype, at the default Philox rounds (the bench-sr-* runs), and those runs."""
+    runs = []
+    for path in sorted(folder.glob("bench-?*/bench.json")):
+        data = load(path)
+        if is_rounding(data) and data["method"]["philox_rounds"] == DEFAULT_PHILOX_ROUNDS:
+            runs.append(data)
+    parts = []
+    for data in sorted(runs, key=lambda d: d["shape"]["state_dtype"]):
+        by = {(r["config"], r["batch"]): r for r in data["rows"]}
+        costs, ceiling, nearest = [], [], []
+        for (config, batch), near in sorted(by.items()):
+            sr = by.get((config + " sr", batch))
+            if config != "table" or sr is None or batch < ROUNDING_BAR_FROM:
+                continue
+            costs.append(sr["us"] / near["us"] - 1)
+            if batch >= 256:
+                ceiling.append(sr["fraction_of_ceiling"])
+                nearest.append(near["fraction_of_ceiling"])
+        if costs:
+            parts.append(
+                f"{data['shape']['state_dtype']} {100 * min(costs):+.1f} to {100 * max(costs):+.1f}%"
+                + (
+                    f" (at {fine_range(ceiling)} of the same-bytes ceiling from bs 256 up, "
+                    f"round-to-nearest at {fine_range(nearest)})"
+                    if ceiling
+                    else ""
+                )
+            )
+    if not parts:
+        return "", []
+    return (
+        f"A 16-bit state stored with stochastic rounding ({DEFAULT_PHILOX_ROUNDS} Philox rounds, "
+        f"the default) costs over round-to-nearest, at the table's configs from bs "
+        f"{ROUNDING_BAR_FROM} up: "
+        + "; ".join(parts)
+        + f' ([docs/numerics.md]({link(ROOT / "docs" / "numerics.md", links_from)}), "Speed").',
+        runs,
+    )
+
+
 def summary_text(folder: Path, links_from: Path) -> str:
     """The summary table, the sentences computed from the same runs, the figure and the
     provenance of every run it quotes."""
@@ -1001,12 +1048,15 @@ def summary_text(folder: Path, links_from: Path) -> str:
             + f", replay at {percent_range(replay)} of its floor; "
             f"[docs/performance.md]({performance}) says where the rest goes.",
         ]
+    rounding, rounding_runs = rounding_summary(folder, links_from)
+    if rounding:
+        text += ["", rounding]
     notes = [n for path, data in runs.values() if (n := run_note(path, data))]
     text += ["", *notes] if notes else []
     plot = folder / "summary.png"
     if plot.exists():
         text += ["", f"![summary]({plot.relative_to(links_from)})"]
-    for _, data in runs.values():
+    for data in [*(data for _, data in runs.values()), *rounding_runs]:
         text += ["", provenance(data)]
     return "\n".join(text)
 
