@@ -52,7 +52,7 @@ from ssmdecode.cli_args import (
     shapes_from_args,
 )
 from ssmdecode.models.mamba2 import Mamba2LM
-from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS, PHILOX_ROUNDS_RANGE
 from ssmdecode.shapes import dtype_name
 
 __all__ = ["add_parser", "run"]
@@ -109,7 +109,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--philox-rounds",
         type=int,
         default=DEFAULT_PHILOX_ROUNDS,
-        help="Philox rounds of the stochastic variants' rounding, 1 to 64 "
+        help="Philox rounds of the stochastic variants' rounding, "
+        f"{PHILOX_ROUNDS_RANGE[0]} to {PHILOX_ROUNDS_RANGE[1]} "
         f"(default: {DEFAULT_PHILOX_ROUNDS}, the kernels')",
     )
     add_common_arguments(
@@ -192,8 +193,9 @@ def run(args: argparse.Namespace) -> int:
     names = [BASELINE, *dict.fromkeys(n for n in args.variants if n != BASELINE)]
     variants = [VARIANTS[n] for n in names]
     sr_seed = args.seed if args.sr_seed is None else args.sr_seed
-    if not 1 <= args.philox_rounds <= 64:
-        raise _error(f"--philox-rounds is {args.philox_rounds}; expected 1 to 64")
+    lo, hi = PHILOX_ROUNDS_RANGE
+    if not lo <= args.philox_rounds <= hi:
+        raise _error(f"--philox-rounds is {args.philox_rounds}; expected {lo} to {hi}")
 
     lm = Mamba2LM(dims, layers, vocab, slots=2, device=device, seed=args.seed)
     set_decay(lm, args.decay, args.seed)

@@ -63,7 +63,7 @@ from ssmdecode.cli_args import (
     device_from_args,
     shapes_from_args,
 )
-from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS, PHILOX_ROUNDS_RANGE
 from ssmdecode.shapes import Shape
 
 __all__ = ["add_parser", "check_against_reference", "run"]
@@ -192,8 +192,9 @@ def run(args: argparse.Namespace) -> int:
             "ssmdecode bench: --rounding stochastic needs a 16-bit state (--state-dtype bfloat16 or float16)"
         )
         return 2
-    if not 1 <= args.philox_rounds <= 64:
-        print(f"ssmdecode bench: --philox-rounds is {args.philox_rounds}; expected 1 to 64")
+    lo, hi = PHILOX_ROUNDS_RANGE
+    if not lo <= args.philox_rounds <= hi:
+        print(f"ssmdecode bench: --philox-rounds is {args.philox_rounds}; expected {lo} to {hi}")
         return 2
     seed = torch.tensor([12345], dtype=torch.int64, device=device)
     kernels = {

@@ -28,6 +28,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "INDEX_DTYPES",
     "MAX_BATCH",
+    "PHILOX_ROUNDS_RANGE",
     "VALIDATE_INDICES_ENV",
     "Call",
     "check_call",
@@ -104,9 +105,10 @@ def ties_head_dim(dt: torch.Tensor, A: torch.Tensor, dt_bias: torch.Tensor | Non
 
 
 # Philox rounds of stochastic rounding's random bits unless a call says otherwise: 4, where the
-# accuracy over 4096 decode steps on the H200 is 10 rounds' (docs/numerics.md) and the bf16
-# rounding costs at most 3.8% over round-to-nearest at bs >= 64 (10 rounds: 13.7%). 10 is
-# Random123's recommendation and what the engines' adapters pass for their 0.
+# accuracy over 4096 decode steps on the H200 is 10 rounds' (docs/numerics.md) and, with the
+# store of run 65, the bf16 rounding cost at most 3.8% over round-to-nearest at bs >= 64 (10
+# rounds: 13.7%). 10 is Random123's recommendation and what the engines' adapters pass for
+# their 0 (compat.ENGINE_PHILOX_ROUNDS).
 DEFAULT_PHILOX_ROUNDS = 4
 
 

@@ -15,7 +15,16 @@ from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update.checks import interpreted
 from ssmdecode.ops.selective_state_update.common import ORDERED_MAX_N, ORDERED_MIN_N
 
-__all__ = ["HEURISTICS", "Launch", "Variant", "check_ordered_sum", "given", "strides"]
+__all__ = [
+    "HEURISTICS",
+    "Launch",
+    "Variant",
+    "check_ordered_sum",
+    "given",
+    "run_on",
+    "strides",
+    "tile_launch",
+]
 
 
 @dataclass(frozen=True)
