@@ -24,7 +24,7 @@ from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.ops.selective_state_update.common import _philox2x32, _stochastic_round
 from ssmdecode.ops.selective_state_update.naive import (
     philox2x32,
-    random_halves,
+    random_bits,
     row_offsets,
     stochastic_round,
 )
@@ -83,7 +83,7 @@ def _expected(
     """The reference's rounding of the exact states of these slots, as the kernels key it."""
     heads = torch.arange(pool.shape[1])
     rows = row_offsets(pool, (slots.long()[:, None].cpu(), heads[None, :]))
-    r = random_halves(seed, rows, pool.shape[-1], STATE, rounds)
+    r = random_bits(seed, rows, pool.shape[-1], STATE, pool.dtype, rounds)
     return stochastic_round(exact[slots.long()], r, pool.dtype)
 
 
@@ -108,8 +108,9 @@ def test_philox2x32_reference_gives_random123s_known_answers(counter, key, round
 def _word_statistics(rounds: int, n: int = 1 << 16) -> tuple[float, float, float]:
     """Of naive.philox2x32's words at these rounds, over n counters laid out as the kernels
     lay them (consecutive row offsets, the column groups in the second word): the fraction of
-    output bits a one-bit change of the counter flips (worst bit), the chi-square of the
-    16-bit halves' top 4 bits over 16 buckets, and the correlation of neighbouring rows' words."""
+    output bits a one-bit change of the counter flips (worst bit), the worst chi-square over 16
+    buckets of the top 4 bits of each field the stores take (bits 0-15 and 16-31 for bf16,
+    0-12 and 19-31 for fp16), and the correlation of neighbouring rows' words."""
     rows = np.arange(n, dtype=np.uint64) * np.uint64(128)
     c1 = (np.arange(n, dtype=np.uint64) % np.uint64(32)) << np.uint64(16)
     w = np.stack(philox2x32(99, rows, c1, rounds), axis=-1).astype(np.uint64)
@@ -118,11 +119,11 @@ def _word_statistics(rounds: int, n: int = 1 << 16) -> tuple[float, float, float
         o = np.stack(philox2x32(99, rows ^ np.uint64(1 << bit), c1, rounds), axis=-1).astype(np.uint64)
         x = w ^ o
         flips.append(sum(float(((x >> np.uint64(b)) & np.uint64(1)).sum()) for b in range(32)) / (n * 64))
-    halves = np.concatenate(
-        [(w >> np.uint64(12)) & np.uint64(15), (w >> np.uint64(28)) & np.uint64(15)], axis=None
-    )
-    counts = np.bincount(halves.astype(np.int64), minlength=16)
-    chi2 = float(((counts - halves.size / 16) ** 2 / (halves.size / 16)).sum())
+    chi2 = 0.0
+    for top in (12, 28, 9):  # the fields' top 4 bits start there (28: both high fields)
+        nibbles = ((w >> np.uint64(top)) & np.uint64(15)).reshape(-1)
+        counts = np.bincount(nibbles.astype(np.int64), minlength=16)
+        chi2 = max(chi2, float(((counts - nibbles.size / 16) ** 2 / (nibbles.size / 16)).sum()))
     a = w[:, 0].astype(np.float64)
     corr = float(np.corrcoef(a[:-1], a[1:])[0, 1])
     return max(abs(f - 0.5) for f in flips), chi2, corr
@@ -130,8 +131,8 @@ def _word_statistics(rounds: int, n: int = 1 << 16) -> tuple[float, float, float
 
 @pytest.mark.parametrize("rounds", [10, 7, 4])
 def test_philox_words_look_random_at_the_offered_rounds(rounds: int) -> None:
-    """Half the output bits flip for any one-bit change of the counter, the halves fill 16
-    buckets evenly (chi-square with 15 degrees of freedom under 50: p < 1e-5 otherwise), and
+    """Half the output bits flip for any one-bit change of the counter, each field's top bits
+    fill 16 buckets evenly (chi-square with 15 degrees of freedom under 50: p < 1e-5 otherwise), and
     neighbouring rows' words are uncorrelated (within 5 standard errors)."""
     worst_flip, chi2, corr = _word_statistics(rounds)
     assert worst_flip < 0.01 and chi2 < 50 and abs(corr) < 5 / np.sqrt(1 << 16)
@@ -146,7 +147,7 @@ def test_philox_word_statistics_catch_too_few_rounds() -> None:
 def _drift(rounds: int | None, steps: int = 1024, elements: int = 8192) -> float:
     """The relative error against float64 of a bf16 state of `elements` slow-decaying elements
     (s = 0.999 s + b x, x varying per step) after `steps` steps, each store rounded
-    stochastically with the kernels' bits (naive.random_halves, a fresh seed a step, rows of
+    stochastically with the kernels' bits (naive.random_bits, a fresh seed a step, rows of
     128 columns) at these Philox rounds, or with NumPy's generator (rounds None)."""
     rng = np.random.default_rng(0)
     rows = np.arange(elements // 128, dtype=np.int64) * 128
@@ -160,7 +161,9 @@ def _drift(rounds: int | None, steps: int = 1024, elements: int = 8192) -> float
         if rounds is None:
             r = seeds.integers(0, 1 << 16, elements).astype(np.uint32)
         else:
-            r = random_halves(int(seeds.integers(0, 2**62)), rows, 128, STATE, rounds).reshape(-1)
+            r = random_bits(int(seeds.integers(0, 2**62)), rows, 128, STATE, torch.bfloat16, rounds).reshape(
+                -1
+            )
         s = stochastic_round(v, r, torch.bfloat16)
     return float(np.linalg.norm(s.double().numpy() - s64) / np.linalg.norm(s64))
 
@@ -204,6 +207,28 @@ def test_kernel_philox_is_the_reference() -> None:
         assert np.array_equal(out.cpu().numpy().view(np.uint32), want.reshape(-1)), (seed, rounds)
 
 
+def test_each_dtype_takes_its_fields_of_the_words() -> None:
+    """naive.random_bits: column 4g + k of a row takes word k // 2 of call g, bits 0-15 / 16-31
+    of it for bf16 and bits 0-12 / 19-31 for fp16; stochastic_round refuses wider bits."""
+    rows = np.array([0, 4096, 2**33 + 128], dtype=np.int64)
+    o = rows.astype(np.uint64)[:, None]
+    c1 = ((o >> np.uint64(32)) & np.uint64(0xFFFF)) | (np.arange(3, dtype=np.uint64) << np.uint64(16))
+    w0, w1 = (
+        w.astype(np.uint64) for w in philox2x32(5, o & np.uint64(0xFFFFFFFF), c1, DEFAULT_PHILOX_ROUNDS)
+    )
+    fields = {torch.bfloat16: (0xFFFF, 16), torch.float16: (0x1FFF, 19)}
+    for dtype, (low, shift) in fields.items():
+        want = np.stack(
+            [w0 & np.uint64(low), w0 >> np.uint64(shift), w1 & np.uint64(low), w1 >> np.uint64(shift)], -1
+        )
+        got = random_bits(5, rows, 12, STATE, dtype)
+        assert np.array_equal(got, want.reshape(3, 12)), dtype
+    with pytest.raises(ValueError, match="13 random bits"):
+        stochastic_round(torch.ones(4), np.full(4, 0x2000, dtype=np.uint32), torch.float16)
+    with pytest.raises(ValueError, match="float16 and bfloat16"):
+        random_bits(5, rows, 12, STATE, torch.float32)
+
+
 @pytest.mark.parametrize("name", list(DTYPES))
 def test_special_values_round_as_the_reference(name: str) -> None:
     """The rounding alone on the values at its edges: zeros, fp16's subnormals and its smallest
@@ -215,7 +240,8 @@ def test_special_values_round_as_the_reference(name: str) -> None:
              top, -top, top * (1 - 2.0**-12), top * (1 + 2.0**-12), 3.0e38, 3.4e38, float("inf"),
              -float("inf"), float("nan"), 1e-30, -7e-9]  # fmt: skip
     v = torch.tensor(edges, dtype=torch.float32).repeat_interleave(4)
-    r = torch.tensor([0, 0xFFFF, 0x8000, 0x1234] * len(edges), dtype=torch.int32)
+    top_r = (1 << (16 if dtype == torch.bfloat16 else 13)) - 1  # the random bits a store takes
+    r = torch.tensor([0, top_r, (top_r + 1) // 2, 0x1234 & top_r] * len(edges), dtype=torch.int32)
     n = 128
     v = torch.cat([v, torch.ones(n - len(v))])
     r = torch.cat([r, torch.zeros(n - len(r), dtype=torch.int32)])
@@ -325,7 +351,7 @@ def test_verify_buffer_and_final_state(round_buffer: bool) -> None:
     t = torch.arange(tokens)
     offsets = row_offsets(buf16, (rows.long().cpu()[:, None, None], t[None, :, None], heads[None, None, :]))
     if round_buffer:
-        r = random_halves(77, offsets, buf16.shape[-1], BUFFER)
+        r = random_bits(77, offsets, buf16.shape[-1], BUFFER, dtype)
         want = stochastic_round(buf32[rows.long()], r, dtype)
     else:  # the store of a call without rand_seed (the interpreter's conversion truncates)
         plain = torch.zeros_like(buf16)

@@ -37,20 +37,22 @@ Philox2x32 (Random123's philox2x32, `PHILOX_ROUNDS` rounds, 4 by default, each r
 a state row: counter (row offset's low word, its next 16 bits | n // 4 << 16 | stream << 31),
 where the row offset is the offset of the row's first element in the tensor written (from its
 strides) and the stream tells the tensors of one call apart (STREAM_STATE, STREAM_BUFFER).
-Column n takes half n % 4 of the call's 2 words (word 0's low half first) as its 16 random
-bits. Every layout the kernels use holds 4 consecutive columns of a row in one thread, so the
-bits are the same whatever the launch config and no random bits move between threads
-(Philox4x32 a call per 8 columns, the first design, needed one call's words in two threads:
-24% slower than round-to-nearest, run 62). The store is then an add and a conversion an
-element, the random bits masked off the values of the last case below (_below); what each
-piece costs on the H200 is in docs/numerics.md.
+Column 4g + k takes its random bits from word k // 2 of call g: a bf16 element 16 (bits 0-15 of
+the word for an even k, 16-31 for an odd one), an fp16 element 13 (bits 0-12 for an even k,
+19-31 for an odd one: one mask or one shift an element, where the top 13 of the 16 took a
+shift and a mask; docs/numerics.md). Every layout the kernels use holds 4 consecutive columns
+of a row in one thread, so the bits are the same whatever the launch config and no random bits
+move between threads (Philox4x32 a call per 8 columns, the first design, needed one call's
+words in two threads: 24% slower than round-to-nearest, run 62). The store is then an add and
+a conversion an element, the random bits masked off the values of the last case below
+(_below); what each piece costs on the H200 is in docs/numerics.md.
 Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
 
 - bfloat16: v's bits plus the element's 16 random bits, converted toward zero (bf16 is fp32's
   upper half, subnormals included, so that conversion cuts the low 16 bits);
 - float16: the same on v * 2^-112, whose bits hold fp16's value where fp32 holds a number's
-  (exponent, the top 10 fraction bits, and fp16's subnormals as fp32's), with the top 13 of
-  the 16 random bits, the scale undone (exactly), converted toward zero;
+  (exponent, the top 10 fraction bits, and fp16's subnormals as fp32's), with the element's
+  13 random bits, the scale undone (exactly), converted toward zero;
 - NaN, the infinities and magnitudes from the largest finite value of the type up (about
   3.39e38 for bf16, 65504 for fp16) are converted toward zero: themselves, or that largest
   value; float32 targets unchanged.
@@ -258,15 +260,22 @@ def _philox2x32(c0, c1, key, ROUNDS: tl.constexpr):
 
 
 @triton.jit
-def _random_halves(
-    seed, o_row, BLOCK_N: tl.constexpr, STREAM: tl.constexpr, ROUNDS: tl.constexpr, GROUPED: tl.constexpr
+def _random_bits(
+    seed,
+    o_row,
+    BITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    STREAM: tl.constexpr,
+    ROUNDS: tl.constexpr,
+    GROUPED: tl.constexpr,
 ):
-    """16 random bits (in a uint32) for each element of the state tile ([BLOCK_M, BLOCK_N], or
-    grouped [BLOCK_N / 4, BLOCK_M, 4]) whose rows start at the offsets o_row [BLOCK_M]: one
-    Philox2x32 call per 4 columns of a row (see the module docstring), column 4g + k taking
-    half k of its 2 words (word 0's low half first). Every layout the kernels use holds 4
-    consecutive columns of a row in one thread, so a thread computes the calls of its own
-    elements and no random bits move between threads."""
+    """BITS (16 or 13) random bits (in a uint32) for each element of the state tile
+    ([BLOCK_M, BLOCK_N], or grouped [BLOCK_N / 4, BLOCK_M, 4]) whose rows start at the offsets
+    o_row [BLOCK_M]: one Philox2x32 call per 4 columns of a row (see the module docstring),
+    column 4g + k taking its bits from word k // 2 of the call: with 16, bits 0-15 of it for an
+    even k and 16-31 for an odd one; with 13, bits 0-12 and 19-31 (one mask or one shift
+    each). Every layout the kernels use holds 4 consecutive columns of a row in one thread, so
+    a thread computes the calls of its own elements and no random bits move between threads."""
     key = (seed ^ (seed >> 32)).to(tl.uint32)
     G: tl.constexpr = (BLOCK_N + 3) // 4
     o = o_row.to(tl.int64)
@@ -286,7 +295,10 @@ def _random_halves(
     c1 = ((o >> 32) & 0xFFFF).to(tl.uint32) | (g.to(tl.uint32) << 16) | (STREAM << 31)
     w0, w1 = _philox2x32(c0, c1, key, ROUNDS)
     w = tl.where(k < 2, w0, w1)
-    r = tl.where((k & 1) == 0, w & 0xFFFF, w >> 16)
+    if BITS == 13:
+        r = tl.where((k & 1) == 0, w & 0x1FFF, w >> 19)
+    else:
+        r = tl.where((k & 1) == 0, w & 0xFFFF, w >> 16)
     if GROUPED or BLOCK_N < 4:
         return r
     else:
@@ -320,8 +332,8 @@ def _below(v, LIMIT: tl.constexpr, LIMIT_PTX: tl.constexpr):
 
 @triton.jit
 def _stochastic_round(v, r, dtype: tl.constexpr):
-    """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with 16 random
-    bits r (in uint32s) an element: see the module docstring. NaN, the infinities and the
+    """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with random bits
+    r (uint32s, 16 bits an element for bfloat16, 13 for float16): see the module docstring. NaN, the infinities and the
     magnitudes from the type's largest finite value up take no random bits (a mask from
     _below), so that the conversion toward zero keeps them or gives the largest finite value."""
     u = v.to(tl.uint32, bitcast=True)
@@ -334,10 +346,10 @@ def _stochastic_round(v, r, dtype: tl.constexpr):
     else:
         # v * 2^-112 holds fp16's value bits where fp32 holds a number's: fp16's exponent in
         # fp32's field, its 10 fraction bits the top of fp32's 23, and its subnormals (steps of
-        # 2^-24) fp32's (steps of 2^-149 = 2^-24 * 2^-112 / 2^13): 13 random bits added there
-        # and the scale undone (exactly), the conversion toward zero cuts the 13 bits
+        # 2^-24) fp32's (steps of 2^-149 = 2^-24 * 2^-112 / 2^13): the 13 random bits added
+        # there and the scale undone (exactly), the conversion toward zero cuts the 13 bits
         w = (v * 1.925929944387236e-34).to(tl.uint32, bitcast=True)
-        t = w + ((r >> 3) & _below(v, 65504.0, "0f477FE000"))
+        t = w + (r & _below(v, 65504.0, "0f477FE000"))
         if _INTERPRETED:
             cut = (t & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
             return tl.where(tl.abs(cut) == float("inf"), cut, tl.clamp(cut, -65504.0, 65504.0)).to(dtype)
@@ -362,6 +374,7 @@ def stored(
     offsets o_row [BLOCK_M] of the tile's rows in the tensor and STREAM (see the module
     docstring). GROUPED: v is the ordered sum's grouped tile [BLOCK_N / 4, BLOCK_M, 4]."""
     if STOCHASTIC and dtype != tl.float32:
-        return _stochastic_round(v, _random_halves(seed, o_row, BLOCK_N, STREAM, ROUNDS, GROUPED), dtype)
+        r = _random_bits(seed, o_row, 16 if dtype == tl.bfloat16 else 13, BLOCK_N, STREAM, ROUNDS, GROUPED)
+        return _stochastic_round(v, r, dtype)
     else:
         return v.to(dtype)

@@ -18,7 +18,7 @@ from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 
 __all__ = [
     "philox2x32",
-    "random_halves",
+    "random_bits",
     "row_offsets",
     "selective_state_replay_reference",
     "selective_state_update_reference",
@@ -261,43 +261,65 @@ def philox2x32(seed: int, c0: np.ndarray, c1: np.ndarray, rounds: int = 10) -> t
     return c0.astype(np.uint32), c1.astype(np.uint32)
 
 
-def random_halves(
-    seed: int, rows: np.ndarray, columns: int, stream: int, rounds: int = DEFAULT_PHILOX_ROUNDS
+# The random bits an element of each 16-bit state dtype takes: bf16 cuts 16 bits of fp32, fp16 13.
+_RANDOM_BITS = {torch.bfloat16: 16, torch.float16: 13}
+
+
+def random_bits(
+    seed: int,
+    rows: np.ndarray,
+    columns: int,
+    stream: int,
+    dtype: torch.dtype,
+    rounds: int = DEFAULT_PHILOX_ROUNDS,
 ) -> np.ndarray:
-    """The 16 random bits (uint32) of each element of rows x columns: one Philox2x32 call per
-    row (its offset, int64 array) and group of 4 columns, counter (offset's low word, its
-    next 16 bits | group << 16 | stream << 31), column 4g + k taking half k of the call's words
-    (word 0's low half first)."""
+    """The random bits (uint32) that a store into dtype (bfloat16: 16, float16: 13) gives each
+    element of rows x columns: one Philox2x32 call per row (its offset, int64 array) and
+    group g of 4 columns, counter (offset's low word, its next 16 bits | g << 16 | stream <<
+    31); column 4g + k takes word k // 2 of the call, bits 0-15 of it for an even k and 16-31
+    for an odd one (bfloat16), bits 0-12 and 19-31 (float16)."""
+    if dtype not in _RANDOM_BITS:
+        raise ValueError(f"stochastic rounding is defined for float16 and bfloat16, not {dtype}")
     o = np.asarray(rows, dtype=np.int64).astype(np.uint64)[..., None]
     g = np.arange((columns + 3) // 4, dtype=np.uint64)
     c1 = ((o >> 32) & 0xFFFF) | (g << 16) | np.uint64(stream << 31)
     w0, w1 = philox2x32(seed, o & _M32, c1, rounds)
-    halves = np.stack([w0 & 0xFFFF, w0 >> 16, w1 & 0xFFFF, w1 >> 16], axis=-1)  # [..., G, 4]
-    return halves.reshape(*halves.shape[:-2], -1)[..., :columns].astype(np.uint32)
+    if _RANDOM_BITS[dtype] == 16:
+        parts = [w0 & 0xFFFF, w0 >> 16, w1 & 0xFFFF, w1 >> 16]
+    else:
+        parts = [w0 & 0x1FFF, w0 >> 19, w1 & 0x1FFF, w1 >> 19]
+    r = np.stack(parts, axis=-1)  # [..., G, 4]
+    return r.reshape(*r.shape[:-2], -1)[..., :columns].astype(np.uint32)
 
 
 def stochastic_round(v: torch.Tensor, r: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The float32 tensor v rounded to dtype (float16 or bfloat16) with 16 random bits r an
-    element; float32 returns v. NaN, the infinities and magnitudes from dtype's largest finite
-    value up are converted toward zero (themselves, or that largest value)."""
+    """The float32 tensor v rounded to dtype (float16 or bfloat16) with the random bits r of
+    each element (random_bits: 16 for bfloat16, 13 for float16); float32 returns v. NaN, the
+    infinities and magnitudes from dtype's largest finite value up are converted toward zero
+    (themselves, or that largest value)."""
     if dtype == torch.float32:
         return v.clone()
+    if dtype not in _RANDOM_BITS:
+        raise ValueError(f"stochastic rounding is defined for float16 and bfloat16, not {dtype}")
     x = v.detach().cpu().to(torch.float32).numpy()
     u = x.view(np.uint32).astype(np.uint64)
     r = np.asarray(r, dtype=np.uint64)
+    if r.size and int(r.max()) >> _RANDOM_BITS[dtype]:
+        raise ValueError(
+            f"r holds more than the {_RANDOM_BITS[dtype]} random bits an element a {dtype} store "
+            f"takes (its largest value is {int(r.max()):#x}); draw it with random_bits"
+        )
     if dtype == torch.bfloat16:
         big = ~(np.abs(x) < np.float32(3.3895313892515355e38))
         q = ((u + r) & 0xFFFF0000).astype(np.uint32).view(np.float32)
         top = np.float32(3.3895313892515355e38)
     elif dtype == torch.float16:
         # |v| * 2^-112 holds fp16's value bits where fp32 holds a number's (its subnormals
-        # too): 13 random bits added and 13 cut there, the scale undone (exact)
+        # too): the 13 random bits added and 13 cut there, the scale undone (exact)
         big = ~(np.abs(x) < np.float32(65504.0))
         w = (x * np.float32(2.0**-112)).astype(np.float32).view(np.uint32).astype(np.uint64)
-        q = ((w + (r >> 3)) & 0xFFFFE000).astype(np.uint32).view(np.float32) * np.float32(2.0**112)
+        q = ((w + r) & 0xFFFFE000).astype(np.uint32).view(np.float32) * np.float32(2.0**112)
         top = np.float32(65504.0)
-    else:
-        raise ValueError(f"stochastic rounding is defined for float16 and bfloat16, not {dtype}")
     with np.errstate(invalid="ignore"):
         clamped = np.where(np.isfinite(x), np.clip(x, -top, top), x)  # toward zero from the top
     out = np.where(big, clamped, q).astype(np.float32)
