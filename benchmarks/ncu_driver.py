@@ -1,7 +1,9 @@
 """The launches Nsight Compute profiles for docs/performance.md: selective_state_update with this
 GPU's table config at one batch, and the ceiling's Triton stream over the same bytes, each
 launched twice (a warm-up that compiles, then the profiled launch: the next slot set, or the
-same one where a single set holds 3x the L2; the stream's second buffer).
+same one where a single set holds 3x the L2; the stream's second buffer). With --rounding
+stochastic, the call rounds its 16-bit state stochastically (rand_seed; --state-dtype bfloat16
+or float16).
 
     ncu --clock-control none --kernel-name regex:'_selective_state_update_kernel|_scale_in_place' \
         --launch-skip 2 --launch-count 2 --section SpeedOfLight --section Occupancy ... \
@@ -34,19 +36,30 @@ def main() -> int:
     add_shape_arguments(p)
     add_batch_argument(p, (512,), several=False)
     p.add_argument("--device", help="torch device (default: the current CUDA device)")
+    p.add_argument(
+        "--rounding",
+        choices=("nearest", "stochastic"),
+        default="nearest",
+        help="how the call stores its state (stochastic: a 16-bit --state-dtype, rand_seed)",
+    )
     args = p.parse_args()
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
     (batch,) = batches_from_args(args, device)
+    extra: dict[str, object] = {}
+    if args.rounding == "stochastic":
+        if shape.state_dtype == torch.float32:
+            p.error("--rounding stochastic needs a 16-bit state (--state-dtype bfloat16 or float16)")
+        extra["rand_seed"] = torch.tensor([12345], dtype=torch.int64, device=device)
     inputs = timing_inputs(shape, batch, device, seed=0)
     n = -(-shape.state_bytes(batch) // 4)  # fp32 elements, as measure_ceiling counts
     streams = stream_calls("triton", torch.randn(2, n, device=device))
     for i in range(2):
-        selective_state_update(**inputs.kwargs(i))
+        selective_state_update(**inputs.kwargs(i), **extra)
         streams[i]()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    print(f"profiled: {shape.label} batch {batch}, {2 * 4 * n / 2**20:.0f} MiB moved each")
+    print(f"profiled: {shape.label} batch {batch}, {args.rounding}, {2 * 4 * n / 2**20:.0f} MiB moved each")
     return 0
 
 

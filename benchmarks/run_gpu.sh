@@ -293,17 +293,21 @@ stage_bench_sr() {
 }
 stage_ncu() {
   # NCU_BATCHES narrows the batches (default 8 512); each kernel's stall reasons per issued
-  # instruction (the Warp State section's breakdown) and its top stall sites come with it
+  # instruction (the Warp State section's breakdown), its top stall sites and its pipes'
+  # utilization come with it. NCU_ARGS goes to the driver (e.g. "--state-dtype float16
+  # --rounding stochastic") and NCU_NAME into the report's name (ncu<NAME>-bs<batch>.txt).
   local batch rc=0
   for batch in ${NCU_BATCHES:-8 512}; do
+    # shellcheck disable=SC2086
     ncu --clock-control none --kernel-name regex:'_selective_state_update_kernel|_scale_in_place' \
         --launch-skip 2 --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section SchedulerStats --section SourceCounters \
+        --section SchedulerStats --section SourceCounters --section ComputeWorkloadAnalysis \
+        --section InstructionStats \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
-        python3 benchmarks/ncu_driver.py "${HEADLINE[@]}" --batch "$batch" \
-        > "$R/ncu-bs$batch.txt" 2>&1 || rc=1
-    grep -E "==PROF==|ERR|profiled:" "$R/ncu-bs$batch.txt" | tail -4
+        python3 benchmarks/ncu_driver.py "${HEADLINE[@]}" --batch "$batch" ${NCU_ARGS:-} \
+        > "$R/ncu${NCU_NAME:-}-bs$batch.txt" 2>&1 || rc=1
+    grep -E "==PROF==|ERR|profiled:" "$R/ncu${NCU_NAME:-}-bs$batch.txt" | tail -4
   done
   return $rc
 }
