@@ -14,9 +14,10 @@ Identical PTX instructions mean identical bits and speed, so a refactor that pas
 GPU run to keep the measured tables valid. (The refactors that made, and later inlined, the
 per-tile function _ssu_tile passed on 160 combinations.) The matrix: fp32 and bf16 states;
 dstate 64, 128, 256 and an odd shape with masked tiles; tied and untied dt/A; z with separate
-write slots; no state write; a bf16 state rounded stochastically; upstream, default,
-layout-sum and ordered configs; and verify calls of 4 drafts in each mode (buffer, dst,
-replay) at three configs, with a bf16 state also stochastically rounded (195 files). PTX
+write slots; no state write; a bf16 state rounded stochastically, and an fp16 one at the
+headline shape; upstream, default, layout-sum and ordered configs (the table's
+(8,1,slot,evict,ordered) among them); and verify calls of 4 drafts in each mode (buffer, dst,
+replay) at three configs, with a bf16 state also stochastically rounded (225 files). PTX
 depends on the Triton version: a digest file only holds for the version it names.
 """
 
@@ -50,6 +51,7 @@ CONFIGS = (
     "4,8",
     "16,1,slot,evict",
     "4,1,slot,evict,ordered",
+    "8,1,slot,evict,ordered",
     "16,1,slot,evict,ordered",
     "2,1,slot,evict,ordered",
     "8,2,slot,evict,ordered",
@@ -83,6 +85,9 @@ def _inputs() -> Iterator[tuple[str, dict]]:
                     yield f"{name}-nowrite", {**kw, "disable_state_update": True}
                     if sdt != torch.float32:  # stochastic rounding of the final store
                         yield f"{name}-sr", {**kw, "rand_seed": torch.tensor([1234], dtype=torch.int64)}
+    # fp16's stochastic store (its own scale and bits), at the headline shape
+    inp = make_inputs(4, 16, 64, 128, 1, torch.float16, torch.bfloat16, 8, "cpu", 0, tie=True)
+    yield "float16-P64-N128-sr", {**inp.kwargs(0), "rand_seed": torch.tensor([1234], dtype=torch.int64)}
 
 
 # The verify modes: each with round-to-nearest and (16-bit states) stochastic rounding.

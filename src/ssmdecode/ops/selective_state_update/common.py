@@ -333,9 +333,10 @@ def _below(v, LIMIT: tl.constexpr, LIMIT_PTX: tl.constexpr):
 @triton.jit
 def _stochastic_round(v, r, dtype: tl.constexpr):
     """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with random bits
-    r (uint32s, 16 bits an element for bfloat16, 13 for float16): see the module docstring. NaN, the infinities and the
-    magnitudes from the type's largest finite value up take no random bits (a mask from
-    _below), so that the conversion toward zero keeps them or gives the largest finite value."""
+    r (uint32s, 16 bits an element for bfloat16, 13 for float16): see the module docstring.
+    NaN, the infinities and the magnitudes from the type's largest finite value up take no
+    random bits (a mask from _below), so that the conversion toward zero keeps them or gives
+    the largest finite value."""
     u = v.to(tl.uint32, bitcast=True)
     if dtype == tl.bfloat16:
         # bf16 is fp32's upper half: the sum converted toward zero is its upper half
