@@ -295,10 +295,8 @@ def _random_bits(
     c1 = ((o >> 32) & 0xFFFF).to(tl.uint32) | (g.to(tl.uint32) << 16) | (STREAM << 31)
     w0, w1 = _philox2x32(c0, c1, key, ROUNDS)
     w = tl.where(k < 2, w0, w1)
-    if BITS == 13:
-        r = tl.where((k & 1) == 0, w & 0x1FFF, w >> 19)
-    else:
-        r = tl.where((k & 1) == 0, w & 0xFFFF, w >> 16)
+    LOW: tl.constexpr = (1 << BITS) - 1  # an even column's field: the word's low BITS bits
+    r = tl.where((k & 1) == 0, w & LOW, w >> (32 - BITS))  # an odd one's: its top BITS bits
     if GROUPED or BLOCK_N < 4:
         return r
     else:

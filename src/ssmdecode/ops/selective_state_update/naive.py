@@ -284,11 +284,9 @@ def random_bits(
     g = np.arange((columns + 3) // 4, dtype=np.uint64)
     c1 = ((o >> 32) & 0xFFFF) | (g << 16) | np.uint64(stream << 31)
     w0, w1 = philox2x32(seed, o & _M32, c1, rounds)
-    if _RANDOM_BITS[dtype] == 16:
-        parts = [w0 & 0xFFFF, w0 >> 16, w1 & 0xFFFF, w1 >> 16]
-    else:
-        parts = [w0 & 0x1FFF, w0 >> 19, w1 & 0x1FFF, w1 >> 19]
-    r = np.stack(parts, axis=-1)  # [..., G, 4]
+    bits = _RANDOM_BITS[dtype]
+    low, high = np.uint32((1 << bits) - 1), np.uint32(32 - bits)  # an even column's, an odd one's
+    r = np.stack([w0 & low, w0 >> high, w1 & low, w1 >> high], axis=-1)  # [..., G, 4]
     return r.reshape(*r.shape[:-2], -1)[..., :columns].astype(np.uint32)
 
 
