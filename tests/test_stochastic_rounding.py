@@ -21,7 +21,7 @@ from ssmdecode.compat import sglang, vllm
 from ssmdecode.numerics import bits
 from ssmdecode.ops.selective_state_update import replay_flush
 from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
-from ssmdecode.ops.selective_state_update.common import _philox2x32, _stochastic_round
+from ssmdecode.ops.selective_state_update.common import _philox2x32, _stochastic_round, _stochastic_round_f16
 from ssmdecode.ops.selective_state_update.naive import (
     philox2x32,
     random_bits,
@@ -257,6 +257,56 @@ def test_special_values_round_as_the_reference(name: str) -> None:
     # past the largest finite value the rounding saturates; the infinities stay
     assert bool((got[torch.isfinite(v) & (v.abs() >= top)].abs() == top).all())
     assert bool(torch.isinf(got[torch.isinf(v)]).all())
+
+
+@triton.jit
+def _pair_rounding_kernel(p_out, p_v, p_w, M: tl.constexpr, N: tl.constexpr, GROUPED: tl.constexpr):
+    G: tl.constexpr = N // 4
+    call = tl.arange(0, M)[:, None] * G + tl.arange(0, G)[None, :]  # [M, G]
+    w0 = tl.load(p_w + 2 * call).to(tl.uint32, bitcast=True)
+    w1 = tl.load(p_w + 2 * call + 1).to(tl.uint32, bitcast=True)
+    if GROUPED:  # the ordered sum's tile [G, M, 4]
+        o = tl.arange(0, G)[:, None, None] * 4 + tl.arange(0, M)[None, :, None] * N
+        o += tl.arange(0, 4)[None, None, :]
+        w0, w1 = tl.trans(w0)[:, :, None], tl.trans(w1)[:, :, None]
+        h = _stochastic_round_f16(tl.load(p_v + o), w0, w1, N, True)
+    else:
+        o = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
+        h = _stochastic_round_f16(tl.load(p_v + o), w0[:, :, None], w1[:, :, None], N, False)
+    tl.store(p_out + o, h)
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["tile", "grouped"])
+def test_fp16_store_masks_a_pair_at_a_time_as_the_reference(grouped: bool) -> None:
+    """The fp16 store of the kernels (a mask a pair of columns, from their Philox word) on the
+    edge values beside ordinary ones, in every position of a pair and of a call, with words of
+    all ones, all zeros and random ones: the bits of naive.stochastic_round with the fields of
+    the words (bits 0-12 of word k // 2 for an even column k of a call, 19-31 for an odd one).
+    Between 65504 and 65520 an element takes its random bits, which cannot carry it past the
+    largest finite value toward zero: the reference's bits, which take none there."""
+    rows, n = 8, 16
+    edges = [0.0, -0.0, 2.0**-24, 3 * 2.0**-26, 2.0**-14 - 2.0**-30, 2.0**-14, 1 + 2.0**-9, -1.5, 65472.0,
+             65500.0, 65504.0, -65504.0, 65510.0, 65519.99, 65520.0, -65530.0, 70000.0, 3.4e38,
+             float("inf"), -float("inf"), float("nan"), 1e-30, -7e-9]  # fmt: skip
+    gen = torch.Generator().manual_seed(18)
+    v = torch.randn(rows * n, generator=gen) * 3  # an ordinary value beside each edge value
+    v[0 : 2 * len(edges) : 2] = torch.tensor(edges)  # an even column, then an odd one
+    v[65 : 65 + 2 * len(edges) : 2] = torch.tensor(edges)
+    v = v.reshape(rows, n)
+    k = np.arange(n) % 4
+    for fill in ("ones", "zeros", "random"):
+        words = torch.randint(-(2**31), 2**31, (rows, n // 4, 2), generator=gen, dtype=torch.int64)
+        if fill != "random":
+            words.fill_(-1 if fill == "ones" else 0)
+        words = words.to(torch.int32)
+        out = torch.empty(rows, n, dtype=torch.float16, device=DEVICE)
+        _pair_rounding_kernel[(1,)](out, v.to(DEVICE), words.to(DEVICE), M=rows, N=n, GROUPED=grouped)
+        word = words.numpy().view(np.uint32).astype(np.uint64)[:, np.arange(n) // 4, k // 2]  # a column's
+        want = stochastic_round(v, np.where(k % 2 == 0, word & 0x1FFF, word >> 19), torch.float16)
+        got = out.cpu()
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan), fill
+        assert torch.equal(bits(got[~nan]), bits(want[~nan])), fill
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label)

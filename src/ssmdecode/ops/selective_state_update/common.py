@@ -260,22 +260,21 @@ def _philox2x32(c0, c1, key, ROUNDS: tl.constexpr):
 
 
 @triton.jit
-def _random_bits(
+def _random_words(
     seed,
     o_row,
-    BITS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     STREAM: tl.constexpr,
     ROUNDS: tl.constexpr,
     GROUPED: tl.constexpr,
 ):
-    """BITS (16 or 13) random bits (in a uint32) for each element of the state tile
-    ([BLOCK_M, BLOCK_N], or grouped [BLOCK_N / 4, BLOCK_M, 4]) whose rows start at the offsets
-    o_row [BLOCK_M]: one Philox2x32 call per 4 columns of a row (see the module docstring),
-    column 4g + k taking its bits from word k // 2 of the call: with 16, bits 0-15 of it for an
-    even k and 16-31 for an odd one; with 13, bits 0-12 and 19-31 (one mask or one shift
-    each). Every layout the kernels use holds 4 consecutive columns of a row in one thread, so
-    a thread computes the calls of its own elements and no random bits move between threads."""
+    """The two Philox2x32 words of each call of the state tile whose rows start at the offsets
+    o_row [BLOCK_M] (one call per 4 columns of a row, see the module docstring), and the
+    column k (0-3) of each element in its call's group: w0, w1 [BLOCK_M, G, 1] and k [1, 1, 4]
+    (grouped: [G, BLOCK_M, 1] and k [1, 1, 4]; fewer than 4 columns: [BLOCK_M, 1] and k
+    [1, BLOCK_N]). Every layout the kernels use holds 4 consecutive columns of a row in one
+    thread, so a thread computes the calls of its own elements and no random bits move between
+    threads."""
     key = (seed ^ (seed >> 32)).to(tl.uint32)
     G: tl.constexpr = (BLOCK_N + 3) // 4
     o = o_row.to(tl.int64)
@@ -294,6 +293,25 @@ def _random_bits(
     c0 = (o & 0xFFFFFFFF).to(tl.uint32) + 0 * g.to(tl.uint32)
     c1 = ((o >> 32) & 0xFFFF).to(tl.uint32) | (g.to(tl.uint32) << 16) | (STREAM << 31)
     w0, w1 = _philox2x32(c0, c1, key, ROUNDS)
+    return w0, w1, k
+
+
+@triton.jit
+def _random_bits(
+    seed,
+    o_row,
+    BITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    STREAM: tl.constexpr,
+    ROUNDS: tl.constexpr,
+    GROUPED: tl.constexpr,
+):
+    """BITS (16 or 13) random bits (in a uint32) for each element of the state tile
+    ([BLOCK_M, BLOCK_N], or grouped [BLOCK_N / 4, BLOCK_M, 4]) whose rows start at the offsets
+    o_row [BLOCK_M]: column 4g + k takes its bits from word k // 2 of call g (_random_words);
+    with 16, bits 0-15 of it for an even k and 16-31 for an odd one; with 13, bits 0-12 and
+    19-31 (one mask or one shift each)."""
+    w0, w1, k = _random_words(seed, o_row, BLOCK_N, STREAM, ROUNDS, GROUPED)
     w = tl.where(k < 2, w0, w1)
     LOW: tl.constexpr = (1 << BITS) - 1  # an even column's field: the word's low BITS bits
     r = tl.where((k & 1) == 0, w & LOW, w >> (32 - BITS))  # an odd one's: its top BITS bits
@@ -357,6 +375,65 @@ def _stochastic_round(v, r, dtype: tl.constexpr):
 
 
 @triton.jit
+def _finite_f16_pairs(ve, vo):
+    """For each pair of elements (ve, vo), an even column and the odd one beside it, a uint32
+    that is 0xFFFF in its low half where ve rounds to a finite fp16 (|ve| < 65520) and in its
+    high half where vo does, zero elsewhere and at NaN: the mask of the pair's Philox word,
+    whose low half holds the even column's random bits and whose high half the odd one's. On
+    the GPU one packed conversion and one packed compare a pair (cvt.rn.f16x2.f32, then set on
+    |h| < inf), where a compare and a select an element took twice the instructions."""
+    if _INTERPRETED:
+        return (_below(ve, 65520.0, "0f477FF000") & 0xFFFF) | (_below(vo, 65520.0, "0f477FF000") & 0xFFFF0000)
+    return tl.inline_asm_elementwise(
+        "{ .reg .b32 h, a, inf; cvt.rn.f16x2.f32 h, $2, $1; abs.f16x2 a, h; "
+        "mov.b32 inf, 0x7C007C00; set.lt.u32.f16x2 $0, a, inf; }",
+        "=r,r,r",
+        [ve, vo],
+        dtype=tl.uint32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _f16_toward_zero(t):
+    """fp16 from t, the bits of a value times 2^-112 (see _stochastic_round): the scale undone
+    (exactly) and converted toward zero, which cuts t's 13 low bits."""
+    if _INTERPRETED:
+        cut = (t & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
+        return tl.where(tl.abs(cut) == float("inf"), cut, tl.clamp(cut, -65504.0, 65504.0)).to(tl.float16)
+    q = t.to(tl.float32, bitcast=True) * 5.192296858534828e33
+    return q.to(tl.float16, fp_downcast_rounding="rtz")
+
+
+@triton.jit
+def _stochastic_round_f16(v, w0, w1, BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
+    """The fp32 tile v ([BLOCK_M, BLOCK_N], or grouped [BLOCK_N / 4, BLOCK_M, 4]; BLOCK_N a
+    multiple of 4) rounded to float16 stochastically with its calls' Philox words w0, w1
+    (_random_words): the bits of _stochastic_round with _random_bits' 13 bits, an element's
+    random bits masked a pair at a time (_finite_f16_pairs). Columns 4g, 4g + 1 take word w0
+    of call g, 4g + 2, 4g + 3 word w1: the tile is split into its even and odd columns, so that
+    each pair meets its word whatever the layout."""
+    G: tl.constexpr = BLOCK_N // 4
+    if GROUPED:
+        a: tl.constexpr = G
+        b: tl.constexpr = v.shape[1]
+    else:
+        a: tl.constexpr = v.shape[0]
+        b: tl.constexpr = G
+    ve, vo = tl.split(tl.reshape(v, (a, b, 2, 2)))  # [a, b, 2]: pair j of each call
+    w = tl.join(tl.reshape(w0, (a, b)), tl.reshape(w1, (a, b)))  # [a, b, 2]: pair j's word
+    m = w & _finite_f16_pairs(ve, vo)
+    te = (ve * 1.925929944387236e-34).to(tl.uint32, bitcast=True) + (m & 0x1FFF)  # bits 0-12
+    to = (vo * 1.925929944387236e-34).to(tl.uint32, bitcast=True) + (m >> 19)  # bits 19-31
+    h = tl.reshape(tl.join(_f16_toward_zero(te), _f16_toward_zero(to)), (a, b, 4))
+    if GROUPED:
+        return h
+    else:
+        return tl.reshape(h, (a, BLOCK_N))
+
+
+@triton.jit
 def stored(
     v,
     dtype: tl.constexpr,
@@ -373,6 +450,9 @@ def stored(
     offsets o_row [BLOCK_M] of the tile's rows in the tensor and STREAM (see the module
     docstring). GROUPED: v is the ordered sum's grouped tile [BLOCK_N / 4, BLOCK_M, 4]."""
     if STOCHASTIC and dtype != tl.float32:
+        if dtype == tl.float16 and BLOCK_N % 4 == 0:
+            w0, w1, _ = _random_words(seed, o_row, BLOCK_N, STREAM, ROUNDS, GROUPED)
+            return _stochastic_round_f16(v, w0, w1, BLOCK_N, GROUPED)
         r = _random_bits(seed, o_row, 16 if dtype == tl.bfloat16 else 13, BLOCK_N, STREAM, ROUNDS, GROUPED)
         return _stochastic_round(v, r, dtype)
     else:
