@@ -1,5 +1,5 @@
 """The launches Nsight Compute profiles for docs/performance.md: selective_state_update with this
-GPU's table config at one batch, and the ceiling's Triton stream over the same bytes, each
+GPU's table config (or --config) at one batch, and the ceiling's Triton stream over the same bytes, each
 launched twice (a warm-up that compiles, then the profiled launch: the next slot set, or the
 same one where a single set holds 3x the L2; the stream's second buffer). With --rounding
 stochastic, the call rounds its 16-bit state stochastically (rand_seed; --state-dtype bfloat16
@@ -19,7 +19,7 @@ import argparse
 
 import torch
 
-from ssmdecode import selective_state_update
+from ssmdecode import LaunchConfig, selective_state_update
 from ssmdecode.bench.calls import timing_inputs
 from ssmdecode.bench.ceiling import stream_calls
 from ssmdecode.cli_args import (
@@ -36,6 +36,7 @@ def main() -> int:
     add_shape_arguments(p)
     add_batch_argument(p, (512,), several=False)
     p.add_argument("--device", help="torch device (default: the current CUDA device)")
+    p.add_argument("--config", type=LaunchConfig.parse, help="a launch config (default: this GPU's table)")
     p.add_argument(
         "--rounding",
         choices=("nearest", "stochastic"),
@@ -55,7 +56,7 @@ def main() -> int:
     n = -(-shape.state_bytes(batch) // 4)  # fp32 elements, as measure_ceiling counts
     streams = stream_calls("triton", torch.randn(2, n, device=device))
     for i in range(2):
-        selective_state_update(**inputs.kwargs(i), **extra)
+        selective_state_update(**inputs.kwargs(i), config=args.config, **extra)
         streams[i]()
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -62,6 +62,14 @@
 #           default). ACCURACY_ARGS adds options (e.g. "--decay init", "--philox-rounds 4"),
 #           ACCURACY_NAME names the folder (default accuracy). 96 s on the H200 (run 63): eager
 #           steps, launch-bound (about 1000 small kernels a step)
+#   explore_sr_pairs  (one-off, runs 88-89) the fp16 store masked a pair at a time against the
+#           one masked an element (OLD_SRC), fp16 bench, the table and three capped configs
+#   tune_sr  ssmdecode tune --rounding stochastic, headline shape, fp16 and bf16 states
+#           (SR_TUNE_DTYPES): the entries of calls that round stochastically (key "...
+#           rounding=stochastic") added to the shipped table (as tune_shapes); SR_TUNE_CONFIGS
+#           the candidates
+#   verify_sr  ssmdecode verify --rounding stochastic of those entries against upstream's
+#           config, each dtype (SR_VERIFY_ARGS narrows the grid)
 #   bench_sr  ssmdecode bench --rounding nearest stochastic, headline shape, bf16 and fp16
 #           states: upstream's config and the table's, each rounded to nearest and
 #           stochastically, bs 8 64 256 1024 (SR_BATCHES), same run, at the kernels' default
@@ -290,6 +298,46 @@ stage_bench_sr() {
           --out "$R/bench-sr-$dtype-r$rounds" || return
     done
   done
+}
+# Stochastic rounding's candidates: the one-warp ordered tiles (the 16-bit table's picks), with
+# the register caps that compile without spilling an fp16 stochastic store (sm_90, offline:
+# (8,1,...) 72 registers uncapped and 56 under regs56, 28 and 32 warps an SM; (16,1,...) 128,
+# and 104 / 110 under regs104 / regs112), and the bs-1 entry's (8,8,slot,evict).
+SR_CONFIGS=(4,1,slot,evict,ordered 8,1,slot,evict,ordered 8,1,slot,evict,ordered,regs56
+            16,1,slot,evict,ordered 16,1,slot,evict,ordered,regs104 16,1,slot,evict,ordered,regs112
+            8,8,slot,evict)
+if [ -n "${SR_TUNE_CONFIGS:-}" ]; then IFS=' ' read -ra SR_CONFIGS <<< "$SR_TUNE_CONFIGS"; fi
+stage_explore_sr_pairs() {
+  # runs 88-89, issue 18: the fp16 store masked a pair at a time (e6c133c) against the store
+  # masked an element (84d85dc's source in $OLD_SRC, an untracked copy: `git archive 84d85dc
+  # src | tar -x -C .old_src`), each timed rounding to nearest and stochastically in its own
+  # call; `python benchmarks/sr_variants.py <folder> --base element` prints the table
+  local d=$R/explorations/sr-pairs
+  local args=(bench "${HEADLINE[@]}" --state-dtype float16 --rounding nearest stochastic
+              --batch 64 256 1024 --config table 8,1,slot,evict,ordered,regs56
+              16,1,slot,evict,ordered,regs104 16,1,slot,evict,ordered,regs112)
+  PYTHONPATH=${OLD_SRC:-$PWD/.old_src/src}:$PYTHONPATH SSMDECODE_GIT_COMMIT=84d85dc \
+    "${SSM[@]}" "${args[@]}" --out "$d/element-float16" &&
+  "${SSM[@]}" "${args[@]}" --out "$d/pair-float16"
+}
+stage_tune_sr() {
+  local dtype
+  tables_from_package
+  for dtype in ${SR_TUNE_DTYPES:-float16 bfloat16}; do
+    "${SSM[@]}" tune "${HEADLINE[@]}" --state-dtype "$dtype" --rounding stochastic \
+        --config "${SR_CONFIGS[@]}" --batch 1 8 64 256 1024 --leaders 2 --rounds 2 \
+        --out-dir "$R/configs" --out "$R/tune-sr-$dtype" || return
+  done
+  tables_into_package
+}
+stage_verify_sr() {
+  local dtype rc=0
+  for dtype in ${SR_TUNE_DTYPES:-float16 bfloat16}; do
+    # shellcheck disable=SC2086
+    "${SSM[@]}" verify --state-dtype "$dtype" --rounding stochastic ${SR_VERIFY_ARGS:-} \
+        --out "$R/verify-sr-$dtype" || rc=1
+  done
+  return $rc
 }
 stage_ncu() {
   # NCU_BATCHES narrows the batches (default 8 512); each kernel's stall reasons per issued

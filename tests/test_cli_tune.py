@@ -148,6 +148,50 @@ def test_slot_order_times_calls_with_batch_order(tmp_path: Path, monkeypatch) ->
     assert ordered and not any(ordered)
 
 
+def test_stochastic_tune_writes_its_own_key_admitting_by_rounded_bits(tmp_path: Path, monkeypatch) -> None:
+    """--rounding stochastic: the key of stochastic calls, timed with a seed, and a config whose
+    rounded state alone differs from upstream's (its round-to-nearest bits the same) rejected."""
+    f16 = ["--state-dtype", "float16"]
+    bad, good = LaunchConfig(2, 2), LaunchConfig(4, 1)
+    real = tune.selective_state_update
+
+    def rounds_otherwise(*args, config=None, rand_seed=None, **kwargs):
+        out = real(*args, config=config, rand_seed=rand_seed, **kwargs)
+        if config == bad and rand_seed is not None:
+            kwargs["state"].view(torch.int16).view(-1)[0] ^= 1  # one bit of the pool
+        return out
+
+    monkeypatch.setattr(tune, "selective_state_update", rounds_otherwise)
+    seeds: list[bool] = []
+
+    def fake_time(inputs, config: LaunchConfig, device, fn=None, slot_ordered=False) -> Timing:
+        seeds.append(fn is not None and fn.keywords.get("rand_seed") is not None)
+        us = {bad: 1.0, good: 5.0}.get(config, 10.0)  # bad would win by far
+        return Timing(us, (us,), 1, 1, 1, False)
+
+    monkeypatch.setattr(tune, "time_config", fake_time)
+    argv = ["tune", *TINY, *f16, "--batch", "2", "--config", "4,1", "2,2", "--rounding", "stochastic"]
+    assert cli.main([*argv, "--out-dir", str(tmp_path), "--out", str(tmp_path)]) == 0
+    sr = table_key(4, 8, torch.float16, rounding="stochastic")
+    assert load_table("cpu", tmp_path) == {sr: {2: good}}
+    assert seeds and all(seeds)
+    report = json.loads((tmp_path / "tune.json").read_text())
+    (bucket,) = report["keys"][sr]
+    assert list(bucket["rejected"]) == ["(2,2)"] and bucket["rejected"]["(2,2)"]["rounding"] == "stochastic"
+    assert not bucket["rejected"]["(2,2)"]["state"]["identical"]
+    assert report["method"]["rounding"] == "stochastic"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [([], "needs a 16-bit state"), (["--state-dtype", "float16", "--tokens", "2"], "single-token")],
+)
+def test_stochastic_tune_refuses_what_it_cannot_tune(tmp_path: Path, extra: list[str], message: str) -> None:
+    argv = ["tune", *TINY, "--batch", "1", "--rounding", "stochastic", *extra]
+    with pytest.raises(SystemExit, match=message):
+        cli.main([*argv, "--out-dir", str(tmp_path)])
+
+
 def test_tune_groups_shapes_of_one_key_and_keeps_other_keys(tmp_path: Path, monkeypatch) -> None:
     other = table_key(64, 128, torch.float32)
     write_table("cpu", {other: {8: LaunchConfig(8, 1)}}, {"made_by": "earlier"}, tmp_path)

@@ -112,6 +112,35 @@ def test_verify_catches_a_tampered_table(tmp_path: Path, monkeypatch) -> None:
     assert json.loads((tmp_path / "verify.json").read_text())["first_failure"]["a"] == "(4,2)"
 
 
+def test_verify_stochastic_takes_the_tables_stochastic_entries(tmp_path: Path, monkeypatch) -> None:
+    """--rounding stochastic: 'table' names the stochastic key's config, both configs round with
+    the point's seed, and a config whose rounded state alone differs fails."""
+    bad = LaunchConfig(4, 2)
+    keys = {r: table_key(4, 8, torch.float16, rounding=r) for r in ("nearest", "stochastic")}
+    entries = {keys["nearest"]: {1: LaunchConfig(4, 1)}, keys["stochastic"]: {1: bad}}
+    write_table("cpu", entries, {"made_by": "test"}, tmp_path / "configs")
+    monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path / "configs"))
+    argv = ["verify", *TINY, "--state-dtype", "float16", "--heads", "2", "--batch", "1"]
+    argv += ["--out", str(tmp_path)]
+    assert cli.main([*argv, "--rounding", "stochastic"]) == 0
+    data = json.loads((tmp_path / "verify.json").read_text())
+    assert data["results"][0]["a"] == "(4,2)" and data["method"]["rounding"] == "stochastic"
+    real = verify.selective_state_update
+
+    def rounds_otherwise(*args, config=None, rand_seed=None, **kwargs):
+        out = real(*args, config=config, rand_seed=rand_seed, **kwargs)
+        if config == bad and rand_seed is not None:
+            kwargs["state"].view(torch.int16).view(-1)[0] ^= 1
+        return out
+
+    monkeypatch.setattr(verify, "selective_state_update", rounds_otherwise)
+    assert cli.main(argv) == 0  # rounding to nearest: the nearest key's (4,1), no seed
+    assert cli.main([*argv, "--rounding", "stochastic"]) == 1
+    first = json.loads((tmp_path / "verify.json").read_text())["first_failure"]
+    assert not first["result"]["state"]["identical"]
+    assert cli.main(["verify", *TINY, "--rounding", "stochastic", "--out", str(tmp_path)]) == 2  # fp32
+
+
 def test_verify_tolerance_mode_against_float64(tmp_path: Path, monkeypatch) -> None:
     args = [
         "verify",

@@ -136,6 +136,48 @@ def test_table_key() -> None:
     assert table_key(128, 64, "bfloat16") == "headdim=128 dstate=64 state=bfloat16"
     with pytest.raises(ValueError, match="state dtype 'float64'"):
         table_key(64, 128, torch.float64)
+    sr = "headdim=64 dstate=128 state=float16 rounding=stochastic"
+    assert table_key(64, 128, torch.float16, rounding="stochastic") == sr
+    assert table_key(64, 128, "bfloat16", "buffer", 4, "stochastic") == (
+        "headdim=64 dstate=128 state=bfloat16 mode=buffer tokens=4 rounding=stochastic"
+    )
+    with pytest.raises(ValueError, match="needs a 16-bit state"):
+        table_key(64, 128, torch.float32, rounding="stochastic")
+    with pytest.raises(ValueError, match="rounding 'down'"):
+        table_key(64, 128, torch.float16, rounding="down")
+
+
+def test_stochastic_calls_take_their_entries_then_round_to_nearests(table_dir: Path) -> None:
+    f16, sr = table_key(64, 128, torch.float16), table_key(64, 128, torch.float16, rounding="stochastic")
+    buf, buf_sr = (table_key(64, 128, torch.float16, "buffer", 4, r) for r in ("nearest", "stochastic"))
+    nearest, stochastic = LaunchConfig(8, 1), LaunchConfig(16, 1, max_registers=112)
+    _write(
+        table_dir,
+        _table(
+            {
+                f16: {"8": nearest.to_dict()},
+                sr: {"256": stochastic.to_dict()},
+                buf: {"8": nearest.to_dict()},
+                buf_sr: {"8": stochastic.to_dict()},
+            }
+        ),
+    )
+    assert lookup_config(64, 128, torch.float16, 8) == nearest
+    assert lookup_config(64, 128, torch.float16, 8, stochastic=True) == stochastic
+    assert lookup_config(64, 128, torch.float16, 8, mode="buffer", tokens=4) == nearest
+    assert lookup_config(64, 128, torch.float16, 8, mode="buffer", tokens=2, stochastic=True) == stochastic
+    # a shape or a mode without entries of its own: round-to-nearest's, then the default
+    assert lookup_config(64, 128, torch.bfloat16, 8, stochastic=True) == default_config(128, torch.bfloat16)
+    assert lookup_config(64, 128, torch.float16, 8, mode="dst", tokens=4, stochastic=True) == default_config(
+        128, torch.float16
+    )
+    _write(table_dir, _table({f16: {"8": nearest.to_dict()}}))
+    clear_config_cache()
+    assert lookup_config(64, 128, torch.float16, 8, stochastic=True) == nearest
+    # float32 stores never round stochastically: the table's key of float32
+    _write(table_dir, _table({KEY: {"8": nearest.to_dict()}}))
+    clear_config_cache()
+    assert lookup_config(64, 128, torch.float32, 8, stochastic=True) == nearest
 
 
 def test_lookup_uses_table_then_default(table_dir: Path) -> None:
@@ -180,6 +222,7 @@ def test_cpu_has_no_table() -> None:
         (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "prefetch": 2}}}), "unknown LaunchConfig field"),
         (_table({KEY: {"8": {"block_m": 8, "num_warps": 1, "stages": 2}}}), "unknown LaunchConfig field"),
         (_table({KEY: {"8": [8, 1]}}), "expected a config object"),
+        (_table({f"{KEY} rounding=stochastic": {"8": {"block_m": 8, "num_warps": 1}}}), "a 16-bit DTYPE"),
     ],
 )
 def test_malformed_table_names_file_and_field(table_dir: Path, data: object, message: str) -> None:

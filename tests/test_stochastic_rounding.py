@@ -642,11 +642,12 @@ def _real_inputs(dtype: torch.dtype, batch: int = 8):
 
 
 def _gpu_configs(dtype: torch.dtype) -> list[LaunchConfig]:
-    """Every config this GPU's table picks for the shape, the default and upstream's."""
-    from ssmdecode.config import default_config, device_key, load_table, table_key, upstream_config
+    """Every config this GPU's table picks for the shape (rounding to nearest and
+    stochastically), the default and upstream's."""
+    from ssmdecode.config import ROUNDINGS, default_config, device_key, load_table, table_key, upstream_config
 
     table = load_table(device_key()) or {}
-    picks = set(table.get(table_key(64, 128, dtype), {}).values())
+    picks = {c for r in ROUNDINGS for c in table.get(table_key(64, 128, dtype, rounding=r), {}).values()}
     return sorted(picks | {default_config(128, dtype), upstream_config(128)}, key=lambda c: c.label)
 
 

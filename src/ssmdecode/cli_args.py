@@ -197,17 +197,31 @@ class ConfigSpec:
         return cls(text)
 
     def resolve(
-        self, shape: Shape, batch: int, device: torch.device, mode: str = "single", tokens: int = 0
+        self,
+        shape: Shape,
+        batch: int,
+        device: torch.device,
+        mode: str = "single",
+        tokens: int = 0,
+        stochastic: bool = False,
     ) -> LaunchConfig:
         """The config this spec names for a call of this shape and batch; mode and tokens:
-        a multi-token or replay call's table entry (see lookup_config)."""
+        a multi-token or replay call's table entry, stochastic: a call that rounds its 16-bit
+        state stochastically (see lookup_config)."""
         if self.text == "default":
             return default_config(shape.dstate, shape.state_dtype)
         if self.text == "upstream":
             return upstream_config(shape.dstate)
         if self.text == "table":
             return lookup_config(
-                shape.headdim, shape.dstate, shape.state_dtype, batch, device, mode=mode, tokens=tokens
+                shape.headdim,
+                shape.dstate,
+                shape.state_dtype,
+                batch,
+                device,
+                mode=mode,
+                tokens=tokens,
+                stochastic=stochastic,
             )
         return LaunchConfig.parse(self.text)
 

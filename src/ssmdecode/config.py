@@ -250,29 +250,45 @@ def _cuda_device_key(index: int) -> str:
 MODES = ("single", "final", "buffer", "dst", "replay")
 
 
+# How a call rounds its 16-bit state stores: to nearest, or stochastically (rand_seed). Calls that
+# round stochastically run more instructions an element, so their best config can differ: a
+# table may hold entries of their own for them (key suffix " rounding=stochastic").
+ROUNDINGS = ("nearest", "stochastic")
+
+
 def table_key(
-    headdim: int, dstate: int, state_dtype: torch.dtype | str, mode: str = "single", tokens: int = 0
+    headdim: int,
+    dstate: int,
+    state_dtype: torch.dtype | str,
+    mode: str = "single",
+    tokens: int = 0,
+    rounding: str = "nearest",
 ) -> str:
     """The readable entry key of a shape: "headdim=64 dstate=128 state=float32" for
     single-token decode; multi-token calls add their mode and token count,
-    "headdim=64 dstate=128 state=float32 mode=buffer tokens=4"."""
+    "headdim=64 dstate=128 state=float32 mode=buffer tokens=4"; the entries of calls that round
+    a 16-bit state stochastically add " rounding=stochastic"."""
     name = state_dtype if isinstance(state_dtype, str) else str(state_dtype).removeprefix("torch.")
     if name not in _STATE_DTYPES:
         raise ValueError(f"state dtype {name!r} is not one of {sorted(_STATE_DTYPES)}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding {rounding!r} is not one of {ROUNDINGS}")
+    if rounding == "stochastic" and name == "float32":
+        raise ValueError("rounding 'stochastic' needs a 16-bit state (bfloat16 or float16), got float32")
     key = f"headdim={headdim} dstate={dstate} state={name}"
-    if mode == "single":
-        return key
-    if mode not in MODES or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(
-            f"mode {mode!r} with tokens {tokens!r}: expected one of {MODES} and "
-            "tokens >= 1 (or mode 'single')"
-        )
-    return f"{key} mode={mode} tokens={tokens}"
+    if mode != "single":
+        if mode not in MODES or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(
+                f"mode {mode!r} with tokens {tokens!r}: expected one of {MODES} and "
+                "tokens >= 1 (or mode 'single')"
+            )
+        key = f"{key} mode={mode} tokens={tokens}"
+    return key if rounding == "nearest" else f"{key} rounding={rounding}"
 
 
 _KEY_RE = re.compile(
     r"^headdim=(\d+) dstate=(\d+) state=(float32|bfloat16|float16)"
-    r"(?: mode=(final|buffer|dst|replay) tokens=([1-9]\d*))?$"
+    r"(?: mode=(final|buffer|dst|replay) tokens=([1-9]\d*))?(?: rounding=(stochastic))?$"
 )
 
 
@@ -323,11 +339,12 @@ def _validate_table(path: Path, data: Any) -> Table:
         raise fail("entries", "expected a non-empty object of shape keys")
     table: Table = {}
     for key, buckets in entries.items():
-        if not _KEY_RE.match(key):
+        if not (match := _KEY_RE.match(key)) or (match.group(6) and match.group(3) == "float32"):
             raise fail(
                 f"entries.{key}",
-                "key must read 'headdim=P dstate=N state=DTYPE', then "
-                "optionally ' mode=final|buffer|dst|replay tokens=T'",
+                "key must read 'headdim=P dstate=N state=DTYPE', then optionally "
+                "' mode=final|buffer|dst|replay tokens=T', then optionally ' rounding=stochastic' "
+                "(a 16-bit DTYPE)",
             )
         if not isinstance(buckets, dict) or not buckets:
             raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
@@ -399,12 +416,38 @@ def lookup_config(
     device: torch.device | int | str | None = None,
     mode: str = "single",
     tokens: int = 0,
+    stochastic: bool = False,
 ) -> LaunchConfig:
     """The table's config for this shape and batch on this device, else default_config.
     Multi-token calls (mode final, buffer or dst, tokens T) take the entry of their mode with
     the token count nearest to T (log2 distance; ties to the smaller), then the nearest batch
-    bucket; a mode the table does not hold falls back to default_config."""
-    return _lookup(headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()), mode, tokens)
+    bucket; a mode the table does not hold falls back to default_config. stochastic: a call
+    that rounds a 16-bit state stochastically takes the entries of its rounding where the
+    table has them for its shape (and mode), else those of round-to-nearest."""
+    return _lookup(
+        headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()), mode, tokens, stochastic
+    )
+
+
+def _buckets(
+    table: Table, headdim: int, dstate: int, state_dtype: torch.dtype, mode: str, tokens: int, rounding: str
+) -> dict[int, TableEntry] | None:
+    """The entries of one rounding's key for this shape and mode (the token count nearest to
+    tokens for multi-token modes), or None."""
+    if mode == "single":
+        return table.get(table_key(headdim, dstate, state_dtype, rounding=rounding))
+    base = table_key(headdim, dstate, state_dtype)
+    counts = [
+        int(m.group(5))
+        for k in table
+        if (m := _KEY_RE.match(k))
+        and m.group(4) == mode
+        and (m.group(6) or "nearest") == rounding
+        and k.startswith(base + " ")
+    ]
+    if not counts:
+        return None
+    return table[table_key(headdim, dstate, state_dtype, mode, nearest_bucket(counts, tokens), rounding)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -417,27 +460,17 @@ def _lookup(
     directory: str,
     mode: str,
     tokens: int,
+    stochastic: bool,
 ) -> LaunchConfig:
     # Cached: a decode step calls this once per layer, so no file system work on the hot path.
     # write_table clears it; so does clear_config_cache() for a table edited by hand.
     table = load_table_entries(device, Path(directory))
     if table is not None:
-        if mode == "single":
-            buckets = table.get(table_key(headdim, dstate, state_dtype))
-        else:
-            counts = [
-                int(m.group(5))
-                for k in table
-                if (m := _KEY_RE.match(k))
-                and m.group(4) == mode
-                and k.startswith(table_key(headdim, dstate, state_dtype) + " ")
-            ]
-            buckets = None
-            if counts:
-                nearest = nearest_bucket(counts, tokens)
-                buckets = table[table_key(headdim, dstate, state_dtype, mode, nearest)]
-        if buckets:
-            return buckets[nearest_bucket(list(buckets), batch)].config
+        roundings = ("stochastic", "nearest") if stochastic and state_dtype != torch.float32 else ("nearest",)
+        for rounding in roundings:
+            buckets = _buckets(table, headdim, dstate, state_dtype, mode, tokens, rounding)
+            if buckets:
+                return buckets[nearest_bucket(list(buckets), batch)].config
     return default_config(dstate, state_dtype)
 
 

@@ -9,7 +9,8 @@ call's own slots, what their places in the pool allow.
 
 With --rounding nearest stochastic (a 16-bit state), every config is timed both ways in the
 same run: round-to-nearest stores, and stochastic rounding (rand_seed; the seed is fixed, which
-costs what a fresh one does).
+costs what a fresh one does); 'table' then names each rounding's entries (a table's
+"rounding=stochastic" entries for the stochastic calls, where it has them).
 
 With --tokens T (speculative decoding's verify step, T draft tokens a request) and --mode
 (buffer: sglang's intermediate-state buffer; dst: vLLM's per-token slots with accepted counts;
@@ -92,7 +93,7 @@ def check_against_reference(
     want = reference_result(inputs)
     results = []
     for spec, (rounding, fn) in itertools.product(specs, (kernels or {"": None}).items()):
-        config = spec.resolve(shape, batch, device)
+        config = spec.resolve(shape, batch, device, stochastic=rounding == "stochastic")
         checks = against_reference(inputs, config, want, fn=fn)
         out, state = checks["out"], checks["state"]
         results.append(
@@ -223,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
             inputs.state, inputs.slot_sets, call_orders(inputs, args.slot_order)
         )
         for spec, rounding in itertools.product(args.config, args.rounding):
-            config = spec.resolve(shape, batch, device)
+            config = spec.resolve(shape, batch, device, stochastic=rounding == "stochastic")
             timing = time_config(inputs, config, device, kernels[rounding], args.slot_order)
             rows.append(
                 {

@@ -17,6 +17,13 @@ and state dtype, are tuned together) and each batch bucket:
    previous bucket's choice is within noise of this choice, keep the previous bucket's, so
    neighbouring buckets do not flap between configs that measure the same.
 
+With --rounding stochastic (a 16-bit state) the run tunes the entries of calls that round the
+state stochastically (key "... rounding=stochastic", which such calls take before the
+round-to-nearest entries): each candidate is admitted as above and, besides, only if its
+stochastically rounded out and state are bit-identical to upstream_config's with the same seed;
+it is timed rounding stochastically (a fixed seed, the default Philox rounds). Such a store
+runs more instructions an element, so its best config can differ from round-to-nearest's.
+
 Why --in-model: back to back, each call streams its state through an L2 that holds nothing
 else; in a model the same call shares it with the step's other kernels, and on the H200 the
 two rankings differ (docs/performance.md, "Cache hints in a model": evict-first hints gain
@@ -71,6 +78,7 @@ from ssmdecode.cli_args import (
 )
 from ssmdecode.config import (
     PACKAGE_CONFIG_DIR,
+    ROUNDINGS,
     LaunchConfig,
     TableEntry,
     candidate_configs,
@@ -81,6 +89,8 @@ from ssmdecode.config import (
     upstream_config,
     write_table,
 )
+from ssmdecode.ops.selective_state_update import selective_state_update
+from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.shapes import Shape
 
 __all__ = ["Measured", "choose"]
@@ -177,6 +187,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         f"{NOISE_FLOOR[True]} with --in-model)",
     )
     p.add_argument(
+        "--rounding",
+        choices=ROUNDINGS,
+        default="nearest",
+        help="the state stores of the calls tuned (default nearest); stochastic: a 16-bit "
+        "state's entries for calls with rand_seed, timed and admitted rounding stochastically",
+    )
+    p.add_argument(
         "--slot-order",
         action="store_true",
         help="time calls with batch_order=slot_order(slots), as an engine that "
@@ -221,11 +238,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_common_arguments(p, "folder for tune.json and tune.md (default benchmarks/results/<device_key>/)")
 
 
+def _kernel(args: argparse.Namespace, device: torch.device) -> Callable[..., torch.Tensor] | None:
+    """The kernel the run times and admits by: None (ssmdecode's, rounding to nearest), or with
+    --rounding stochastic ssmdecode's with a fixed seed at the default Philox rounds."""
+    if args.rounding == "nearest":
+        return None
+    seed = torch.tensor([args.seed], dtype=torch.int64, device=device)
+    return functools.partial(selective_state_update, rand_seed=seed, philox_rounds=DEFAULT_PHILOX_ROUNDS)
+
+
 def _timers(
     shapes: list[Shape], bucket: int, args: argparse.Namespace, device: torch.device, tokens: int = 0
 ) -> list[Callable[[LaunchConfig], Timing]]:
-    """One timer a shape: a config's call by the bench method, or with --in-model its decode
-    step of args.layers Mamba2 layers; with tokens, a verify call of args.mode."""
+    """One timer a shape: a config's call by the bench method (with --rounding stochastic, a
+    stochastically rounding call), or with --in-model its decode step of args.layers Mamba2
+    layers; with tokens, a verify call of args.mode."""
     if tokens:
         specs = [
             make_spec_inputs(shape, bucket, tokens, args.mode, device, args.seed, window=args.window)
@@ -234,8 +261,10 @@ def _timers(
         return [functools.partial(time_spec_config, sp, device=device) for sp in specs]
     if not args.in_model:
         inputs = [timing_inputs(shape, bucket, device, args.seed) for shape in shapes]
+        fn = _kernel(args, device)
         return [
-            functools.partial(time_config, i, device=device, slot_ordered=args.slot_order) for i in inputs
+            functools.partial(time_config, i, device=device, fn=fn, slot_ordered=args.slot_order)
+            for i in inputs
         ]
     benches = [
         StepBench.build(model_dims(shape, args.d_model, device), args.layers, bucket, device, args.seed)
@@ -284,6 +313,18 @@ def _tune_bucket(
             if not comparison.identical:
                 admitted.remove(config)
                 rejected[config.label] = {"shape": shape.label, **comparison.to_dict()}
+        if args.rounding == "stochastic":  # and the same random bits and rounding as upstream's
+            fn = _kernel(args, device)
+            for config, comparison in compare_to(
+                upstream, admitted, shape, bucket, device, args.seed, fn=fn
+            ).items():
+                if not comparison.identical:
+                    admitted.remove(config)
+                    rejected[config.label] = {
+                        "shape": shape.label,
+                        "rounding": "stochastic",
+                        **comparison.to_dict(),
+                    }
         progress.update()
     baseline = default_config(first.dstate, first.state_dtype)
     if baseline not in admitted:
@@ -344,6 +385,17 @@ def run(args: argparse.Namespace) -> int:
     args.layers = int_option(args, "layers", STEP_LAYERS, device, "tune")
     shapes = shapes_from_args(args, device)
     buckets = sorted(set(batches_from_args(args, device)))
+    if args.rounding == "stochastic":
+        if args.tokens or args.in_model:
+            raise SystemExit(
+                "ssmdecode tune: --rounding stochastic tunes single-token calls timed back to back "
+                "(not with --tokens or --in-model)"
+            )
+        if any(shape.state_dtype == torch.float32 for shape in shapes):
+            raise SystemExit(
+                "ssmdecode tune: --rounding stochastic needs a 16-bit state "
+                "(--state-dtype bfloat16 or float16)"
+            )
     if device.type != "cuda":
         if args.out_dir is None:
             raise SystemExit(
@@ -359,7 +411,7 @@ def run(args: argparse.Namespace) -> int:
             key = (
                 table_key(shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens)
                 if tokens
-                else table_key(shape.headdim, shape.dstate, shape.state_dtype)
+                else table_key(shape.headdim, shape.dstate, shape.state_dtype, rounding=args.rounding)
             )
             groups.setdefault(key, []).append(shape)
             key_tokens[key] = tokens
@@ -425,7 +477,10 @@ def run(args: argparse.Namespace) -> int:
         "method": {
             **method(),
             "admission": "bit-identical to upstream_config (out and whole "
-            "state pool) on this device at the bucket, on every shape of the key",
+            "state pool) on this device at the bucket, on every shape of the key"
+            + ("" if args.rounding == "nearest" else ", rounding to nearest and stochastically (one seed)"),
+            "rounding": args.rounding,
+            "philox_rounds": DEFAULT_PHILOX_ROUNDS if args.rounding == "stochastic" else None,
             "leaders": args.leaders,
             "rounds": args.rounds,
             "noise_floor": args.noise_floor,

@@ -11,12 +11,17 @@ its max abs diff and max ULP distance.
 --tolerance compares one config against the float64 reference (ssmdecode.reference) within
 the tolerances of ssmdecode.numerics instead.
 
+--rounding stochastic (a 16-bit --state-dtype): every call rounds its state stochastically,
+both configs with the point's seed, and 'table' names the table's entries for such calls
+(key "... rounding=stochastic", or round-to-nearest's where the table has none).
+
 The comparisons are ssmdecode.bench.compare's, which sweep and tune admit configs by too.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from dataclasses import asdict
 
@@ -46,7 +51,9 @@ from ssmdecode.cli_args import (
     batches_from_args,
     device_from_args,
 )
+from ssmdecode.config import ROUNDINGS
 from ssmdecode.numerics import TOLERANCES
+from ssmdecode.ops.selective_state_update import selective_state_update
 from ssmdecode.shapes import Shape, dtype_name, parse_dtype
 
 __all__ = ["add_parser", "run"]
@@ -84,6 +91,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--tolerance",
         action="store_true",
         help="compare --a against the float64 reference within per-dtype tolerances instead of against --b",
+    )
+    p.add_argument(
+        "--rounding",
+        choices=ROUNDINGS,
+        default="nearest",
+        help="the state stores (default nearest); stochastic: every call with rand_seed, the point's "
+        "seed (a 16-bit --state-dtype, single-token calls)",
     )
     p.add_argument(
         "--heads",
@@ -206,6 +220,13 @@ def _describe(point: dict[str, object]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
+    stochastic = args.rounding == "stochastic"
+    if stochastic and (args.tokens or args.state_dtype == torch.float32):
+        print(
+            "ssmdecode verify: --rounding stochastic compares single-token calls with a 16-bit "
+            "state (--state-dtype bfloat16 or float16, no --tokens)"
+        )
+        return 2
     shapes = _grid(args, device)
     batches = batches_from_args(args, device)
     points: list[dict[str, object]] = []
@@ -226,17 +247,21 @@ def run(args: argparse.Namespace) -> int:
                 progress.set_postfix(failing=len(failing))
                 continue
             inputs = fresh_inputs(shape, batch, device, seed)
-            cfg_a = args.a.resolve(shape, batch, device)
+            cfg_a = args.a.resolve(shape, batch, device, stochastic=stochastic)
             point: dict[str, object] = {"heads": shape.nheads, "batch": batch, "seed": seed, "a": cfg_a.label}
+            fn = None
+            if stochastic:
+                rand_seed = torch.tensor([seed], dtype=torch.int64, device=device)
+                fn = functools.partial(selective_state_update, rand_seed=rand_seed)
             if args.tolerance:
-                checks = against_reference(inputs, cfg_a, reference_result(inputs), last=True)
+                checks = against_reference(inputs, cfg_a, reference_result(inputs), last=True, fn=fn)
                 ok = all(c.within for c in checks.values())
                 point["result"] = {"ok": ok, **{k: asdict(c) for k, c in checks.items()}}
             else:
-                cfg_b = args.b.resolve(shape, batch, device)
+                cfg_b = args.b.resolve(shape, batch, device, stochastic=stochastic)
                 comparison = compare_results(
-                    run_config(inputs, cfg_a, out_dtype=args.out_dtype),
-                    run_config(inputs, cfg_b, last=True, out_dtype=args.out_dtype),
+                    run_config(inputs, cfg_a, out_dtype=args.out_dtype, fn=fn),
+                    run_config(inputs, cfg_b, last=True, out_dtype=args.out_dtype, fn=fn),
                 )
                 ok = comparison.identical
                 point["b"] = cfg_b.label
@@ -258,6 +283,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.tokens:
         what += f" (verify calls, mode {args.mode}, T {' '.join(map(str, args.tokens))})"
+    if stochastic:
+        what += " (stochastic rounding, each point's seed)"
     grid = {
         "heads": [s.nheads for s in shapes],
         "batches": list(batches),
@@ -275,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
             "check": what,
             "a": args.a.text,
             "b": None if args.tolerance else args.b.text,
+            "rounding": args.rounding,
             "tolerances": ({dtype_name(d): t for d, t in TOLERANCES.items()} if args.tolerance else None),
             "compared": "out and the whole state pool after one call"
             + (" (and the intermediate-state buffer or the rings)" if args.tokens else ""),

@@ -419,12 +419,20 @@ def prepare(
                 call.state.device,
                 mode=call.mode,
                 tokens=call.tokens,
+                stochastic=call.rand_seed is not None,
             )
         return call, verify.prepare_multi_token(
             call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, variant
         )
     if config is None:
-        config = lookup_config(headdim, dstate, call.state.dtype, call.batch, call.state.device)
+        config = lookup_config(
+            headdim,
+            dstate,
+            call.state.dtype,
+            call.batch,
+            call.state.device,
+            stochastic=call.rand_seed is not None,
+        )
     return call, _prepare_single(
         call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, batch_order, variant
     )

@@ -566,7 +566,14 @@ def prepare(
     headdim, dstate = state.shape[-2:]
     if config is None:
         config = lookup_config(
-            headdim, dstate, state.dtype, batch, state.device, mode="replay", tokens=tokens
+            headdim,
+            dstate,
+            state.dtype,
+            batch,
+            state.device,
+            mode="replay",
+            tokens=tokens,
+            stochastic=rand_seed is not None,
         )
     block_n = triton.next_power_of_2(dstate)
     check_ordered_sum(config, block_n, dstate)
