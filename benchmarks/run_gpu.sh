@@ -67,7 +67,8 @@
 #   tune_sr  ssmdecode tune --rounding stochastic, headline shape, fp16 and bf16 states
 #           (SR_TUNE_DTYPES): the entries of calls that round stochastically (key "...
 #           rounding=stochastic") added to the shipped table (as tune_shapes); SR_TUNE_CONFIGS
-#           the candidates
+#           the candidates, SR_TUNE_ROUNDS the leaders' rounds (default 4: at bs 1024 these
+#           stores run at the power cap, and their times move with what ran before, run 89)
 #   verify_sr  ssmdecode verify --rounding stochastic of those entries against upstream's
 #           config, each dtype (SR_VERIFY_ARGS narrows the grid)
 #   bench_sr  ssmdecode bench --rounding nearest stochastic, headline shape, bf16 and fp16
@@ -325,7 +326,7 @@ stage_tune_sr() {
   tables_from_package
   for dtype in ${SR_TUNE_DTYPES:-float16 bfloat16}; do
     "${SSM[@]}" tune "${HEADLINE[@]}" --state-dtype "$dtype" --rounding stochastic \
-        --config "${SR_CONFIGS[@]}" --batch 1 8 64 256 1024 --leaders 2 --rounds 2 \
+        --config "${SR_CONFIGS[@]}" --batch 1 8 64 256 1024 --leaders 2 --rounds "${SR_TUNE_ROUNDS:-4}" \
         --out-dir "$R/configs" --out "$R/tune-sr-$dtype" || return
   done
   tables_into_package

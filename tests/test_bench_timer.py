@@ -15,7 +15,7 @@ from ssmdecode.bench import ceiling as ceiling_module
 from ssmdecode.bench.ceiling import bandwidth_tbps, measure_ceiling, measure_peak
 from ssmdecode.bench.inputs import PAD_SLOT_ID, make_inputs
 from ssmdecode.bench.report import markdown_table, plot_vs_batch, write_outputs
-from ssmdecode.bench.timer import COLD_L2_FACTOR, MIN_CALLS, cold_rotation, l2_bytes, time_cold
+from ssmdecode.bench.timer import COLD_L2_FACTOR, MIN_CALLS, cold_rotation, interleaved, l2_bytes, time_cold
 from ssmdecode.shapes import PRESETS, Shape, parse_dtype, per_rank
 
 CPU = torch.device("cpu")
@@ -315,3 +315,16 @@ def test_markdown_json_and_plot(tmp_path) -> None:
     assert "mean nothing" in paths[1].read_text()
     png = plot_vs_batch(tmp_path / "p.png", "t", {"c": {1: 1.0, 4: 2.0}}, {1: 3.0, 4: 3.5}, 4.0)
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_interleaved_rounds_vary_the_first_item_and_each_items_predecessor() -> None:
+    seen: list[str] = []
+    results = interleaved(["a", "b", "c", "d"], lambda item: seen.append(item) or len(seen), 4)
+    assert {k: len(v) for k, v in results.items()} == {"a": 4, "b": 4, "c": 4, "d": 4}
+    rounds = [seen[i : i + 4] for i in range(0, 16, 4)]
+    assert all(sorted(r) == ["a", "b", "c", "d"] for r in rounds)
+    assert len({r[0] for r in rounds}) > 2  # not always the same item first
+    for item in "abcd":
+        before = {r[r.index(item) - 1] for r in rounds if r.index(item) > 0}
+        assert len(before) > 1, item  # nor always after the same one
+    assert results["a"] == [1 + 4 * r + rounds[r].index("a") for r in range(4)]  # in round order
