@@ -68,7 +68,7 @@
 #           (SR_TUNE_DTYPES): the entries of calls that round stochastically (key "...
 #           rounding=stochastic") added to the shipped table (as tune_shapes); SR_TUNE_CONFIGS
 #           the candidates, SR_TUNE_ROUNDS the leaders' rounds (default 4: at bs 1024 these
-#           stores run at the power cap, and their times move with what ran before, run 89)
+#           stores run at the power cap, and their times move with what ran before, runs 89-92)
 #   verify_sr  ssmdecode verify --rounding stochastic of those entries against upstream's
 #           config, each dtype (SR_VERIFY_ARGS narrows the grid)
 #   bench_sr  ssmdecode bench --rounding nearest stochastic, headline shape, bf16 and fp16

@@ -213,10 +213,8 @@ def interleaved(
     """Each item measured once a round for `rounds` rounds, so drift over the run hits every
     item alike: round 2k starts at item k mod n and goes round, round 2k + 1 goes the same
     round backwards, so that no item always runs first and no item always runs after the same
-    one. (A GPU at its power cap runs a kernel faster right after a kernel that drew less
-    power: on the H200, a stochastic store at bs 1024 timed after upstream's slow config in
-    every round measured 5% under its own bench time, run 89.) Returns each item's
-    measurements in round order."""
+    one (a GPU at its power cap runs a kernel faster right after one that drew less power:
+    ssmdecode tune, run 90). Returns each item's measurements in round order."""
     order = list(items)
     results: dict[Item, list[Result]] = {item: [] for item in order}
     for r in range(rounds):

@@ -9,7 +9,9 @@ and state dtype, are tuned together) and each batch bucket:
    of 5 repeats), summed over the key's shapes; with --in-model, a decode step of a Mamba2
    layer stack at each shape instead (the `e2e` step, every layer's call with the config);
 3. re-time the leaders (the 3 fastest, the baseline and the previous bucket's choice)
-   interleaved over several rounds, so drift hits them alike; each one's time is the median
+   interleaved over several rounds, so drift hits them alike, each timing after an untimed
+   run of the same config (so that it does not inherit the power state the previous
+   config left); each one's time is the median
    of its rounds, its noise the spread of its rounds or of the repeats inside a round,
    whichever is larger, and never less than --noise-floor;
 4. choose: keep the baseline (default_config, or upstream_config where default_config is not
@@ -351,7 +353,16 @@ def _tune_bucket(
     leaders = list(
         dict.fromkeys([*ranked[: args.leaders], baseline, *([previous] if previous in screen else [])])
     )
-    rounds = interleaved(leaders, measure, args.rounds)
+
+    def settled(config: LaunchConfig) -> tuple[float, float]:
+        """measure, after the config has run once untimed: a GPU at its power cap runs a kernel
+        faster right after one that drew less power (run 90, bs 1024: the rounds that timed a
+        stochastic store right after upstream's slow (4,4) gave 142.8 and 143.0 us, its other
+        rounds 144.0 and 148.6)."""
+        measure(config)
+        return measure(config)
+
+    rounds = interleaved(leaders, settled, args.rounds)
     progress.update()
     measured = {c: Measured.from_rounds(c, rounds[c]) for c in leaders}
 
