@@ -967,7 +967,10 @@ def rounding_summary(folder: Path, links_from: Path) -> tuple[str, list[dict]]:
         f"the default) costs over round-to-nearest, at the table's configs from bs "
         f"{ROUNDING_BAR_FROM} up: "
         + "; ".join(parts)
-        + f' ([docs/numerics.md]({link(ROOT / "docs" / "numerics.md", links_from)}), "Speed").',
+        + f' ([docs/numerics.md]({link(ROOT / "docs" / "numerics.md", links_from)}), "Speed"; '
+        f"at bs 1024 the cost moves with the machine's power headroom: "
+        f"[docs/performance.md]({link(ROOT / 'docs' / 'performance.md', links_from)}), "
+        '"The bar across runs").',
         runs,
     )
 

@@ -62,8 +62,6 @@
 #           default). ACCURACY_ARGS adds options (e.g. "--decay init", "--philox-rounds 4"),
 #           ACCURACY_NAME names the folder (default accuracy). 96 s on the H200 (run 63): eager
 #           steps, launch-bound (about 1000 small kernels a step)
-#   explore_sr_pairs  (one-off, runs 88-89) the fp16 store masked a pair at a time against the
-#           one masked an element (OLD_SRC), fp16 bench, the table and three capped configs
 #   tune_sr  ssmdecode tune --rounding stochastic, headline shape, fp16 and bf16 states
 #           (SR_TUNE_DTYPES): the entries of calls that round stochastically (key "...
 #           rounding=stochastic") added to the shipped table (as tune_shapes); SR_TUNE_CONFIGS
@@ -308,19 +306,6 @@ SR_CONFIGS=(4,1,slot,evict,ordered 8,1,slot,evict,ordered 8,1,slot,evict,ordered
             16,1,slot,evict,ordered 16,1,slot,evict,ordered,regs104 16,1,slot,evict,ordered,regs112
             8,8,slot,evict)
 if [ -n "${SR_TUNE_CONFIGS:-}" ]; then IFS=' ' read -ra SR_CONFIGS <<< "$SR_TUNE_CONFIGS"; fi
-stage_explore_sr_pairs() {
-  # runs 88-89, issue 18: the fp16 store masked a pair at a time (e6c133c) against the store
-  # masked an element (84d85dc's source in $OLD_SRC, an untracked copy: `git archive 84d85dc
-  # src | tar -x -C .old_src`), each timed rounding to nearest and stochastically in its own
-  # call; `python benchmarks/sr_variants.py <folder> --base element` prints the table
-  local d=$R/explorations/sr-pairs
-  local args=(bench "${HEADLINE[@]}" --state-dtype float16 --rounding nearest stochastic
-              --batch 64 256 1024 --config table 8,1,slot,evict,ordered,regs56
-              16,1,slot,evict,ordered,regs104 16,1,slot,evict,ordered,regs112)
-  PYTHONPATH=${OLD_SRC:-$PWD/.old_src/src}:$PYTHONPATH SSMDECODE_GIT_COMMIT=84d85dc \
-    "${SSM[@]}" "${args[@]}" --out "$d/element-float16" &&
-  "${SSM[@]}" "${args[@]}" --out "$d/pair-float16"
-}
 stage_tune_sr() {
   local dtype
   tables_from_package

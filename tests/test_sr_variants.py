@@ -35,6 +35,9 @@ def test_variants_are_held_against_rtn_and_the_base(tmp_path: Path) -> None:
     assert lines[0].startswith("| variant | state | batch |")
     assert lines[2] == "| old | float16 | 256 | 11.00 | +10.0% | +0.0% | 90.9 | 100.0 |"
     assert lines[3] == "| mixed | float16 | 256 | 10.45 | +4.5% | -5.0% | 95.7 | 105.3 |"
+    both = sr_variants.table(tmp_path, "old", ["table", "table"])
+    assert both[0].startswith("| config | variant |") and both[2] == "| table " + lines[2]
+    assert len(both) == 6
 
 
 def test_clocks_keep_busy_samples_and_count_the_power_cap(tmp_path: Path) -> None:
@@ -51,6 +54,24 @@ def test_clocks_keep_busy_samples_and_count_the_power_cap(tmp_path: Path) -> Non
     lines = sr_variants.clocks(tmp_path)
     assert lines[2] == "| old-float16-nearest | 1 | 1965 | 1965 | 694 | 694 | 100% |"
     assert lines[3] == "| smi-old | 2 | 1980 | 1875 | 667 | 667 | 50% |"
+
+
+def test_bench_runs_side_by_side_name_their_run_and_configs(tmp_path: Path) -> None:
+    _bench(tmp_path, "a", {1024: (10.0, 11.0)})
+    data = json.loads((tmp_path / "a" / "bench.json").read_text())
+    data["environment"] = {"git_commit": "abc1234", "date_utc": "2026-12-01T17:04:12+00:00"}
+    data["shape"] = {"state_dtype": "float16"}
+    for row in data["rows"]:
+        row["launch"] = "(8,1,regs56)" if row["config"].endswith(" sr") else "(8,1)"
+    (tmp_path / "a" / "bench.json").write_text(json.dumps(data))
+    lines = sr_variants.benches([tmp_path / "a"], "table")
+    assert lines[0].startswith("| run | state | batch | RTN config | SR config |")
+    assert lines[2] == (
+        "| abc1234 2026-12-01T17:04 | float16 | 1024 | (8,1) | (8,1,regs56) | 10.00 | 11.00 | +10.0% | 100.0 "
+        "| 90.9 | 100.0 |"
+    )
+    with pytest.raises(SystemExit, match=r"no bench\.json"):
+        sr_variants.benches([tmp_path / "missing"], "table")
 
 
 def test_empty_folders_say_so(tmp_path: Path) -> None:

@@ -44,8 +44,10 @@ shift and a mask; docs/numerics.md). Every layout the kernels use holds 4 consec
 of a row in one thread, so the bits are the same whatever the launch config and no random bits
 move between threads (Philox4x32 a call per 8 columns, the first design, needed one call's
 words in two threads: 24% slower than round-to-nearest, run 62). The store is then an add and
-a conversion an element, the random bits masked off the values of the last case below
-(_below); what each piece costs on the H200 is in docs/numerics.md.
+a conversion an element, the random bits masked off the values of the last case below: a
+compare an element for bf16 (_below), a packed compare a pair for fp16, whose two columns of
+a word are masked together (_finite_f16_pairs); what each piece costs on the H200 is in
+docs/numerics.md.
 Rounding the fp32 value v (naive.stochastic_round reproduces it bit for bit):
 
 - bfloat16: v's bits plus the element's 16 random bits, converted toward zero (bf16 is fp32's
