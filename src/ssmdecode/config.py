@@ -9,7 +9,8 @@ bits from the upstream (4,4) at dstate 128 (docs/measuring.md). So no config is 
 to be identical: a table entry is written only by `ssmdecode tune`, after the config was
 compared bit for bit with `upstream_config` on the GPU.
 
-Lookup order for a call: `config=` argument, then the device's table, then `default_config`.
+Lookup order for a call: `config=` argument, then the device's table (for a call that rounds
+its 16-bit state stochastically, the entries of its rounding first), then `default_config`.
 Tables live in `configs/selective_state_update/<device_key>.json` inside the package, or in
 the folder named by the environment variable SSMDECODE_CONFIG_DIR.
 """

@@ -349,31 +349,43 @@ def _below(v, LIMIT: tl.constexpr, LIMIT_PTX: tl.constexpr):
 
 
 @triton.jit
+def _f16_scaled(v):
+    """The bits of v * 2^-112 (exact where fp16 has a value: see _stochastic_round)."""
+    return (v * 1.925929944387236e-34).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _f16_toward_zero(t):
+    """fp16 from t, the bits of a value times 2^-112 (see _stochastic_round): the scale undone
+    (exactly) and converted toward zero, which cuts t's 13 low bits."""
+    if _INTERPRETED:
+        cut = (t & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
+        return tl.where(tl.abs(cut) == float("inf"), cut, tl.clamp(cut, -65504.0, 65504.0)).to(tl.float16)
+    q = t.to(tl.float32, bitcast=True) * 5.192296858534828e33
+    return q.to(tl.float16, fp_downcast_rounding="rtz")
+
+
+@triton.jit
 def _stochastic_round(v, r, dtype: tl.constexpr):
     """The fp32 tile v rounded to dtype (float16 or bfloat16) stochastically with random bits
     r (uint32s, 16 bits an element for bfloat16, 13 for float16): see the module docstring.
     NaN, the infinities and the magnitudes from the type's largest finite value up take no
     random bits (a mask from _below), so that the conversion toward zero keeps them or gives
     the largest finite value."""
-    u = v.to(tl.uint32, bitcast=True)
     if dtype == tl.bfloat16:
         # bf16 is fp32's upper half: the sum converted toward zero is its upper half
-        t = u + (r & _below(v, 3.3895313892515355e38, "0f7F7F0000"))
+        t = v.to(tl.uint32, bitcast=True) + (r & _below(v, 3.3895313892515355e38, "0f7F7F0000"))
         if _INTERPRETED:
-            return (t >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-        q = t.to(tl.float32, bitcast=True)
+            h = (t >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        else:
+            h = t.to(tl.float32, bitcast=True).to(dtype, fp_downcast_rounding="rtz")
     else:
         # v * 2^-112 holds fp16's value bits where fp32 holds a number's: fp16's exponent in
         # fp32's field, its 10 fraction bits the top of fp32's 23, and its subnormals (steps of
         # 2^-24) fp32's (steps of 2^-149 = 2^-24 * 2^-112 / 2^13): the 13 random bits added
         # there and the scale undone (exactly), the conversion toward zero cuts the 13 bits
-        w = (v * 1.925929944387236e-34).to(tl.uint32, bitcast=True)
-        t = w + (r & _below(v, 65504.0, "0f477FE000"))
-        if _INTERPRETED:
-            cut = (t & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
-            return tl.where(tl.abs(cut) == float("inf"), cut, tl.clamp(cut, -65504.0, 65504.0)).to(dtype)
-        q = t.to(tl.float32, bitcast=True) * 5.192296858534828e33
-    return q.to(dtype, fp_downcast_rounding="rtz")
+        h = _f16_toward_zero(_f16_scaled(v) + (r & _below(v, 65504.0, "0f477FE000")))
+    return h
 
 
 @triton.jit
@@ -398,17 +410,6 @@ def _finite_f16_pairs(ve, vo):
 
 
 @triton.jit
-def _f16_toward_zero(t):
-    """fp16 from t, the bits of a value times 2^-112 (see _stochastic_round): the scale undone
-    (exactly) and converted toward zero, which cuts t's 13 low bits."""
-    if _INTERPRETED:
-        cut = (t & 0xFFFFE000).to(tl.float32, bitcast=True) * 5.192296858534828e33
-        return tl.where(tl.abs(cut) == float("inf"), cut, tl.clamp(cut, -65504.0, 65504.0)).to(tl.float16)
-    q = t.to(tl.float32, bitcast=True) * 5.192296858534828e33
-    return q.to(tl.float16, fp_downcast_rounding="rtz")
-
-
-@triton.jit
 def _stochastic_round_f16(v, w0, w1, BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
     """The fp32 tile v ([BLOCK_M, BLOCK_N], or grouped [BLOCK_N / 4, BLOCK_M, 4]; BLOCK_N a
     multiple of 4) rounded to float16 stochastically with its calls' Philox words w0, w1
@@ -426,8 +427,8 @@ def _stochastic_round_f16(v, w0, w1, BLOCK_N: tl.constexpr, GROUPED: tl.constexp
     ve, vo = tl.split(tl.reshape(v, (a, b, 2, 2)))  # [a, b, 2]: pair j of each call
     w = tl.join(tl.reshape(w0, (a, b)), tl.reshape(w1, (a, b)))  # [a, b, 2]: pair j's word
     m = w & _finite_f16_pairs(ve, vo)
-    te = (ve * 1.925929944387236e-34).to(tl.uint32, bitcast=True) + (m & 0x1FFF)  # bits 0-12
-    to = (vo * 1.925929944387236e-34).to(tl.uint32, bitcast=True) + (m >> 19)  # bits 19-31
+    te = _f16_scaled(ve) + (m & 0x1FFF)  # the even column's bits 0-12
+    to = _f16_scaled(vo) + (m >> 19)  # the odd one's bits 19-31
     h = tl.reshape(tl.join(_f16_toward_zero(te), _f16_toward_zero(to)), (a, b, 4))
     if GROUPED:
         return h
