@@ -409,29 +409,20 @@ def prepare(
             f"Triton {triton.__version__}"
         )
     headdim, dstate = call.state.shape[-2:]
-    if call.multi_token:
-        if config is None:
-            config = lookup_config(
-                headdim,
-                dstate,
-                call.state.dtype,
-                call.batch,
-                call.state.device,
-                mode=call.mode,
-                tokens=call.tokens,
-                stochastic=call.rand_seed is not None,
-            )
-        return call, verify.prepare_multi_token(
-            call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, variant
-        )
-    if config is None:
+    if config is None:  # a single-token call's mode is "single", its tokens 0
         config = lookup_config(
             headdim,
             dstate,
             call.state.dtype,
             call.batch,
             call.state.device,
+            mode=call.mode,
+            tokens=call.tokens,
             stochastic=call.rand_seed is not None,
+        )
+    if call.multi_token:
+        return call, verify.prepare_multi_token(
+            call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, variant
         )
     return call, _prepare_single(
         call, config, dt_softplus, not disable_state_update, pad_slot_id, fast_exp, pdl, batch_order, variant
