@@ -27,10 +27,14 @@ import argparse
 import csv
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from ssmdecode.bench.spec import call as spec_call
+from ssmdecode.bench.spec import make_spec_inputs
+from ssmdecode.bench.spec_step import SpecStepBench
 from ssmdecode.bench.step import StepBench, model_dims
 from ssmdecode.cli_args import (
     STEP_LAYERS,
@@ -43,17 +47,28 @@ from ssmdecode.cli_args import (
     shapes_from_args,
 )
 from ssmdecode.config import KERNEL, LABEL_SYNTAX, LaunchConfig
+from ssmdecode.models.mamba2 import Mamba2Dims
+from ssmdecode.shapes import Shape
 
 _METRICS = {
     "gpu__time_duration.sum": "us",
     "dram__bytes_read.sum": "read MiB",
     "dram__bytes_write.sum": "write MiB",
+    # what the SM side asks of L2, and how much of it L2 holds (verify steps: every program
+    # reads its tokens' B and C, which the state's stream competes with)
+    "lts__t_sectors_srcunit_tex_op_read.sum": "L2 rd MiB",
+    "lts__t_sector_op_read_hit_rate.pct": "L2 rd hit%",
 }
 _SCALE = {
     "gpu__time_duration.sum": 1e-3,
     "dram__bytes_read.sum": 2.0**-20,
     "dram__bytes_write.sum": 2.0**-20,
-}  # ns -> us, bytes -> MiB (units printed as base)
+    "lts__t_sectors_srcunit_tex_op_read.sum": 32 * 2.0**-20,
+    "lts__t_sector_op_read_hit_rate.pct": 1.0,
+}  # ns -> us, bytes and 32-byte sectors -> MiB (units printed as base)
+# Metrics an older export may lack (read as 0): the first three are required.
+_OPTIONAL = ("lts__t_sectors_srcunit_tex_op_read.sum", "lts__t_sector_op_read_hit_rate.pct")
+METRIC_LIST = ",".join(_METRICS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,24 +77,69 @@ def run(args: argparse.Namespace) -> int:
     (batch,) = batches_from_args(args, device)
     layers = int_option(args, "layers", STEP_LAYERS, device, "ncu_model")
     dims = model_dims(shape, None, device)  # the preset's width; on CPU the interpreter's tiny one
+    config = None if args.config == "table" else LaunchConfig.parse(args.config)
+    if args.spec is not None:
+        return _run_spec(args, dims, shape, batch, layers, config, device)
     # each step on its own slot set: the two warm-up steps', then the profiled ones'
     bench = StepBench.build(dims, layers, batch, device, args.seed, min_sets=2 + args.steps)
     stack, hidden, slot_sets = bench.stack, bench.hidden, bench.slot_sets
-    cuda = device.type == "cuda"
-    config = None if args.config == "table" else LaunchConfig.parse(args.config)
-    for i in range(2):  # compile every kernel outside the profiled range
-        stack.step(hidden, slot_sets[i], config)
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.cudart().cudaProfilerStart()
-    for i in range(args.steps):
-        stack.step(hidden, slot_sets[2 + i], config)
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.cudart().cudaProfilerStop()
+    _profiled(lambda i: stack.step(hidden, slot_sets[i], config), args.steps, device)
     print(
         f"profiled: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, batch "
         f"{batch}, config {args.config}, {args.steps} steps",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _profiled(step: Callable[[int], object], steps: int, device: torch.device) -> None:
+    """Two warm-up steps (every kernel compiled outside the profiled range), then `steps`
+    steps between cudaProfilerStart and Stop; step i on working set i."""
+    cuda = device.type == "cuda"
+    for i in range(2):
+        step(i)
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.cudart().cudaProfilerStart()
+    for i in range(steps):
+        step(2 + i)
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+def _run_spec(
+    args: argparse.Namespace,
+    dims: Mamba2Dims,
+    shape: Shape,
+    batch: int,
+    layers: int,
+    config: LaunchConfig | None,
+    device: torch.device,
+) -> int:
+    """--spec T: verify steps of the stack on the buffer path with their acceptance (`e2e
+    --spec`), or with --alone the same verify calls back to back on cold slot sets (`bench
+    --tokens T --mode buffer`), `layers` calls a step."""
+    tokens = args.spec
+    if args.alone:
+        spec = make_spec_inputs(shape, batch, tokens, "buffer", device, args.seed, rotation=2 + args.steps)
+
+        def step(i: int) -> None:
+            for _ in range(layers):
+                spec_call(spec, i, config)
+
+    else:
+        bench = SpecStepBench.build(dims, layers, batch, tokens, "buffer", device, args.seed)
+
+        def step(i: int) -> None:
+            bench.step(i, config)
+
+    with torch.inference_mode():
+        _profiled(step, args.steps, device)
+    where = "back to back" if args.alone else "in the model"
+    print(
+        f"profiled: {dims.shape.label}, verify calls T = {tokens} {where}, batch {batch}, "
+        f"config {args.config}, {args.steps} steps of {layers} calls",
         file=sys.stderr,
     )
     return 0
@@ -96,6 +156,8 @@ def read_kernels(path: Path) -> list[tuple[str, dict[str, float]]]:
             values = {}
             for metric in _METRICS:
                 text = row.get(metric, "").replace(",", "").strip()
+                if not text and metric in _OPTIONAL:
+                    text = "0"
                 if not text:
                     raise ValueError(f"{path}: kernel {row['ID']} has no {metric} value")
                 values[metric] = float(text) * _SCALE[metric]
@@ -139,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     add_batch_argument(r, (512,), several=False)
     add_layers_argument(r)
     r.add_argument("--steps", type=int, default=2)
+    r.add_argument("--spec", type=int, metavar="T", help="verify steps of T tokens (buffer path)")
+    r.add_argument(
+        "--alone", action="store_true", help="with --spec: the verify calls back to back, no model"
+    )
     r.add_argument("--config", default="table", help=f"a launch config, {LABEL_SYNTAX}, or table")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--device", help="torch device (default: the current CUDA device, else cpu)")

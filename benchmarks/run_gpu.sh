@@ -54,7 +54,16 @@
 #   (SPEC_MODES narrows the modes of these three, e.g. "replay"; bench_spec then writes
 #           bench-spec-<modes>/)
 #   e2e_spec  ssmdecode e2e --spec 4: the Mamba2 stack's verify steps, intermediate-state path at
-#           upstream's config and at the table's, and replay; and the greedy identity of the three
+#           upstream's config and at the table's, and replay (3 interleaved repeats); and the
+#           greedy identity of the three
+#   tune_dense  ssmdecode tune --tokens --params dense of modes buffer and dst (DENSE_MODES): the
+#           entries of verify calls whose A (D, dt_bias) is dense, into the shipped table
+#   bench_params  ssmdecode bench --tokens T --params tied dense, one run a T in 2 4 8, modes
+#           buffer and dst, bs 8 64 512, the table beside (4,4), (8,1), (4,1), (16,4), 3 rounds
+#   tune_spec_model  ssmdecode tune --tokens 4 --mode buffer --in-model: the T = 4 buffer
+#           entries timed as verify steps of the Mamba2 stack, into the shipped table
+#   ncu_spec  Nsight Compute of the T = 4 buffer call at bs 512 in the model and back to back,
+#           two configs (benchmarks/ncu_model.py run --spec 4 [--alone])
 # Accuracy of 16-bit states:
 #   accuracy  ssmdecode accuracy, headline shape: 4096 decode steps of a 4-layer random-weight LM
 #           (8 teacher-forced and 8 free-running rows) with fp32, bf16 and fp16 states, rounded
@@ -278,8 +287,64 @@ stage_verify_spec() {
   done
   return $rc
 }
+# A dense A (and D, dt_bias): the verify entries of such calls (key "... params=dense"), and
+# the bench of both layouts a T, every config of a point in 3 interleaved rounds.
+DENSE_TUNE_CONFIGS=(4,1 4,1,slot,evict 4,1,slot,evict,ordered 2,1,slot,evict,ordered
+                    8,1,slot,evict,ordered)
+IFS=' ' read -ra DENSE_MODES <<< "${DENSE_MODES:-buffer dst}"
+stage_tune_dense() {
+  local mode
+  tables_from_package
+  for mode in "${DENSE_MODES[@]}"; do
+    "${SSM[@]}" tune "${HEADLINE[@]}" --tokens "${SPEC_TOKENS[@]}" --mode "$mode" --params dense \
+        --batch "${SPEC_TUNE_BATCHES[@]}" --config "${DENSE_TUNE_CONFIGS[@]}" --leaders 2 --rounds 1 \
+        --out-dir "$R/configs" --out "$R/tune-dense-$mode" || return
+  done
+  tables_into_package
+}
+stage_bench_params() {
+  # one run a T, each with its own streams: the table against the upstream-grid configs,
+  # A tied and dense, buffer and dst
+  local t
+  for t in "${SPEC_TOKENS[@]}"; do
+    "${SSM[@]}" bench "${HEADLINE[@]}" --tokens "$t" --mode buffer dst --params tied dense \
+        --batch 8 64 512 --config upstream 8,1 4,1 16,4 table --rounds 3 \
+        --out "$R/bench-params-t$t" || return
+  done
+}
+# The T = 4 buffer entries timed inside the model (the verify step of `e2e --spec 4`): there
+# the kernel bench's ranking of the table's configs does not hold (docs/performance.md,
+# "The verify step in the model").
+MODEL_SPEC_CONFIGS=(8,1,slot 8,1,slot,evict 4,1,slot,evict,ordered 2,1,slot,evict,ordered)
+stage_tune_spec_model() {
+  tables_from_package
+  "${SSM[@]}" tune "${HEADLINE[@]}" --tokens 4 --mode buffer --in-model --batch 8 64 512 \
+      --config "${MODEL_SPEC_CONFIGS[@]}" --leaders 2 --rounds 1 \
+      --out-dir "$R/configs" --out "$R/tune-spec-model" || return
+  tables_into_package
+}
+stage_ncu_spec() {
+  # the verify call at two configs, in the model and back to back, under Nsight Compute with
+  # the L2 as the previous kernel left it: time, DRAM bytes, L2 reads and their hit rate
+  local config name where rc=0
+  local metrics
+  metrics=$(python3 -c 'import runpy; print(runpy.run_path("benchmarks/ncu_model.py")["METRIC_LIST"])')
+  for config in 2,1,slot,evict,ordered 8,1,slot; do
+    for where in model alone; do
+      name="$R/ncu-spec-$where-${config//,/_}"
+      ncu --clock-control none --cache-control none --profile-from-start off \
+          -k regex:selective_state --metrics "$metrics" -f -o "$name" \
+          python3 benchmarks/ncu_model.py run "${HEADLINE[@]}" --batch 512 --spec 4 \
+          $([ $where = alone ] && echo --alone) --steps 1 --config "$config" \
+          > "$name.log" 2>&1 || { rc=1; tail -5 "$name.log"; continue; }
+      ncu --import "$name.ncu-rep" --csv --page raw --print-units base > "$name.csv" || rc=1
+    done
+  done
+  python3 benchmarks/ncu_model.py summarize --steps 1 "$R"/ncu-spec-*.csv || rc=1
+  return $rc
+}
 stage_e2e_spec() {
-  "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --batch 8 64 128 512 --out "$R/e2e-spec" &&
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --batch 8 64 128 512 --repeats 3 --out "$R/e2e-spec" &&
   "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --greedy --new-tokens 256 --out "$R/e2e-spec-greedy"
 }
 stage_accuracy() {

@@ -204,10 +204,12 @@ class ConfigSpec:
         mode: str = "single",
         tokens: int = 0,
         stochastic: bool = False,
+        dense: bool = False,
     ) -> LaunchConfig:
         """The config this spec names for a call of this shape and batch; mode and tokens:
         a multi-token or replay call's table entry, stochastic: a call that rounds its 16-bit
-        state stochastically (see lookup_config)."""
+        state stochastically, dense: a multi-token call whose dt, A or dt_bias is not tied
+        over the head dim (see lookup_config)."""
         if self.text == "default":
             return default_config(shape.dstate, shape.state_dtype)
         if self.text == "upstream":
@@ -222,6 +224,7 @@ class ConfigSpec:
                 mode=mode,
                 tokens=tokens,
                 stochastic=stochastic,
+                dense=dense,
             )
         return LaunchConfig.parse(self.text)
 

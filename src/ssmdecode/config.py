@@ -251,6 +251,14 @@ def _cuda_device_key(index: int) -> str:
 MODES = ("single", "final", "buffer", "dst", "replay")
 
 
+# How a multi-token call's dt, A and dt_bias come: tied over the head dim (stride 0 over P, and
+# N for A: one dt' and one dA a head, as Mamba2 layers pass them), or dense (Mamba1-style
+# layouts, or an engine that materializes A): then every token computes dA element by element,
+# and the verify kernel's best config differs (docs/performance.md, "A dense in the verify
+# kernel"): a table may hold entries of their own for them (key suffix " params=dense").
+PARAMS = ("tied", "dense")
+
+
 # How a call rounds its 16-bit state stores: to nearest, or stochastically (rand_seed). Calls that
 # round stochastically run more instructions an element, so their best config can differ: a
 # table may hold entries of their own for them (key suffix " rounding=stochastic").
@@ -264,11 +272,13 @@ def table_key(
     mode: str = "single",
     tokens: int = 0,
     rounding: str = "nearest",
+    params: str = "tied",
 ) -> str:
     """The readable entry key of a shape: "headdim=64 dstate=128 state=float32" for
     single-token decode; multi-token calls add their mode and token count,
-    "headdim=64 dstate=128 state=float32 mode=buffer tokens=4"; the entries of calls that round
-    a 16-bit state stochastically add " rounding=stochastic"."""
+    "headdim=64 dstate=128 state=float32 mode=buffer tokens=4", and " params=dense" where dt, A
+    or dt_bias is not tied over the head dim; the entries of calls that round a 16-bit state
+    stochastically add " rounding=stochastic"."""
     name = state_dtype if isinstance(state_dtype, str) else str(state_dtype).removeprefix("torch.")
     if name not in _STATE_DTYPES:
         raise ValueError(f"state dtype {name!r} is not one of {sorted(_STATE_DTYPES)}")
@@ -284,12 +294,22 @@ def table_key(
                 "tokens >= 1 (or mode 'single')"
             )
         key = f"{key} mode={mode} tokens={tokens}"
+    if params not in PARAMS:
+        raise ValueError(f"params {params!r} is not one of {PARAMS}")
+    if params == "dense":
+        if mode not in ("final", "buffer", "dst"):
+            raise ValueError(
+                "params 'dense' keys the verify kernel's entries (modes final, buffer, dst), "
+                f"got mode {mode!r}"
+            )
+        key = f"{key} params=dense"
     return key if rounding == "nearest" else f"{key} rounding={rounding}"
 
 
 _KEY_RE = re.compile(
-    r"^headdim=(\d+) dstate=(\d+) state=(float32|bfloat16|float16)"
-    r"(?: mode=(final|buffer|dst|replay) tokens=([1-9]\d*))?(?: rounding=(stochastic))?$"
+    r"^headdim=(\d+) dstate=(\d+) state=(?P<state>float32|bfloat16|float16)"
+    r"(?: mode=(?P<mode>final|buffer|dst|replay) tokens=(?P<tokens>[1-9]\d*)(?: params=(?P<params>dense))?)?"
+    r"(?: rounding=(?P<rounding>stochastic))?$"
 )
 
 
@@ -340,12 +360,16 @@ def _validate_table(path: Path, data: Any) -> Table:
         raise fail("entries", "expected a non-empty object of shape keys")
     table: Table = {}
     for key, buckets in entries.items():
-        if not (match := _KEY_RE.match(key)) or (match.group(6) and match.group(3) == "float32"):
+        if (
+            not (match := _KEY_RE.match(key))
+            or (match["rounding"] and match["state"] == "float32")
+            or (match["params"] and match["mode"] == "replay")
+        ):
             raise fail(
                 f"entries.{key}",
                 "key must read 'headdim=P dstate=N state=DTYPE', then optionally "
-                "' mode=final|buffer|dst|replay tokens=T', then optionally ' rounding=stochastic' "
-                "(a 16-bit DTYPE)",
+                "' mode=final|buffer|dst|replay tokens=T' (then optionally ' params=dense', not "
+                "for replay), then optionally ' rounding=stochastic' (a 16-bit DTYPE)",
             )
         if not isinstance(buckets, dict) or not buckets:
             raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
@@ -418,37 +442,60 @@ def lookup_config(
     mode: str = "single",
     tokens: int = 0,
     stochastic: bool = False,
+    dense: bool = False,
 ) -> LaunchConfig:
     """The table's config for this shape and batch on this device, else default_config.
     Multi-token calls (mode final, buffer or dst, tokens T) take the entry of their mode with
     the token count nearest to T (log2 distance; ties to the smaller), then the nearest batch
     bucket; a mode the table does not hold falls back to default_config. stochastic: a call
     that rounds a 16-bit state stochastically takes the entries of its rounding where the
-    table has them for its shape (and mode), else those of round-to-nearest."""
+    table has them for its shape (and mode), else those of round-to-nearest. dense: a
+    multi-token call whose dt, A or dt_bias is not tied over the head dim takes the entries
+    keyed " params=dense" where the table has them, else the tied ones."""
     return _lookup(
-        headdim, dstate, state_dtype, batch, device_key(device), str(config_dir()), mode, tokens, stochastic
+        headdim,
+        dstate,
+        state_dtype,
+        batch,
+        device_key(device),
+        str(config_dir()),
+        mode,
+        tokens,
+        stochastic,
+        dense,
     )
 
 
 def _buckets(
-    table: Table, headdim: int, dstate: int, state_dtype: torch.dtype, mode: str, tokens: int, rounding: str
+    table: Table,
+    headdim: int,
+    dstate: int,
+    state_dtype: torch.dtype,
+    mode: str,
+    tokens: int,
+    rounding: str,
+    params: str,
 ) -> dict[int, TableEntry] | None:
-    """The entries of one rounding's key for this shape and mode (the token count nearest to
-    tokens for multi-token modes), or None."""
+    """The entries of one rounding's and one params layout's key for this shape and mode (the
+    token count nearest to tokens for multi-token modes), or None."""
     if mode == "single":
+        if params != "tied":  # the single-token kernel's best config does not move with it
+            return None
         return table.get(table_key(headdim, dstate, state_dtype, rounding=rounding))
     base = table_key(headdim, dstate, state_dtype)
     counts = [
-        int(m.group(5))
+        int(m["tokens"])
         for k in table
         if (m := _KEY_RE.match(k))
-        and m.group(4) == mode
-        and (m.group(6) or "nearest") == rounding
+        and m["mode"] == mode
+        and (m["rounding"] or "nearest") == rounding
+        and (m["params"] or "tied") == params
         and k.startswith(base + " ")
     ]
     if not counts:
         return None
-    return table[table_key(headdim, dstate, state_dtype, mode, nearest_bucket(counts, tokens), rounding)]
+    key = table_key(headdim, dstate, state_dtype, mode, nearest_bucket(counts, tokens), rounding, params)
+    return table[key]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -462,16 +509,19 @@ def _lookup(
     mode: str,
     tokens: int,
     stochastic: bool,
+    dense: bool,
 ) -> LaunchConfig:
     # Cached: a decode step calls this once per layer, so no file system work on the hot path.
     # write_table clears it; so does clear_config_cache() for a table edited by hand.
     table = load_table_entries(device, Path(directory))
     if table is not None:
         roundings = ("stochastic", "nearest") if stochastic and state_dtype != torch.float32 else ("nearest",)
-        for rounding in roundings:
-            buckets = _buckets(table, headdim, dstate, state_dtype, mode, tokens, rounding)
-            if buckets:
-                return buckets[nearest_bucket(list(buckets), batch)].config
+        layouts = ("dense", "tied") if dense and mode in ("final", "buffer", "dst") else ("tied",)
+        for params in layouts:  # the layout first: it moves the time more than the rounding
+            for rounding in roundings:
+                buckets = _buckets(table, headdim, dstate, state_dtype, mode, tokens, rounding, params)
+                if buckets:
+                    return buckets[nearest_bucket(list(buckets), batch)].config
     return default_config(dstate, state_dtype)
 
 

@@ -122,6 +122,7 @@ def make_inputs(
     has_dt_bias: bool = True,
     softplus: bool = True,
     layout: str = "mamba2",
+    params: str = "tied",
 ) -> DecodeInputs:
     """Random inputs for one decode step of batch requests on a pool of slots.
 
@@ -133,8 +134,12 @@ def make_inputs(
     slot b). pad_rows: rows whose slot is PAD_SLOT_ID in every set. dst: separate destination
     slots. has_D, has_z, has_dt_bias: whether D, z and dt_bias are given (z is not by
     default: Mamba2 gates in its norm). layout: "mamba2", or "mamba1" (nheads = ngroups = 1,
-    whose dims are dropped).
+    whose dims are dropped). params: "tied", or "dense": with tie, A [H, P, N], D and dt_bias
+    [H, P] as contiguous tensors of the same values (dt and the rest stay as with tie), the
+    layout of an engine or a Mamba1-style caller that materializes A.
     """
+    if params not in ("tied", "dense"):
+        raise ValueError(f"params {params!r}: expected 'tied' or 'dense'")
     if batch < 1:
         raise ValueError(f"need batch >= 1, got {batch}")
     sets_per = 2 if dst else 1  # slot sets a call needs: read, and written where dst
@@ -183,6 +188,8 @@ def make_inputs(
         A = (-uniform(1.0, 16.0, H))[:, None, None].expand(H, P, N)
         D = normal(H)[:, None].expand(H, P)
         dt_bias = draw_dt_bias(H)[:, None].expand(H, P)
+        if params == "dense":
+            A, D, dt_bias = A.contiguous(), D.contiguous(), dt_bias.contiguous()
     else:
         x = normal(*lead, H, P, dt=dtype)
         B = normal(*lead, G, N, dt=dtype)

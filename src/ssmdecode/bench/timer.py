@@ -225,6 +225,15 @@ def interleaved(
     return results
 
 
+def median_timing(timings: Sequence[Timing]) -> Timing:
+    """Of one config's interleaved rounds, the round whose time is the median (the lower of
+    the two middle ones for an even count), so that its repeats and rotation go with it."""
+    if not timings:
+        raise ValueError("no timings")
+    ranked = sorted(timings, key=lambda t: t.us)
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def round_spread(rounds_us: Iterable[Sequence[float]]) -> str:
     """How far each candidate's interleaved rounds lie apart (max / min - 1), as one line: the
     median and the largest over the candidates."""

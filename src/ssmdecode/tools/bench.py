@@ -53,7 +53,7 @@ from ssmdecode.bench.spec import (
     time_spec_advance,
     time_spec_config,
 )
-from ssmdecode.bench.timer import Timing, method
+from ssmdecode.bench.timer import Timing, interleaved, median_timing, method
 from ssmdecode.cli_args import (
     ConfigSpec,
     add_batch_argument,
@@ -64,6 +64,7 @@ from ssmdecode.cli_args import (
     device_from_args,
     shapes_from_args,
 )
+from ssmdecode.config import PARAMS
 from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS, PHILOX_ROUNDS_RANGE
 from ssmdecode.shapes import Shape
 
@@ -163,6 +164,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "disable_state_update), dst (vLLM's per-token slots, num_accepted_tokens, "
         "cu_seqlens), replay (selective_state_replay, steady state); several in one "
         "run (default buffer)",
+    )
+    s.add_argument(
+        "--params",
+        choices=PARAMS,
+        nargs="+",
+        default=["tied"],
+        help="how dt, A (and D, dt_bias) come: tied over the head dim as Mamba2 layers pass them "
+        "(A [H] expanded over P and N), or dense [H, P, N] / [H, P] tensors of the same values "
+        "(Mamba1-style layouts, engines that materialize A); several in one run (default tied)",
+    )
+    s.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time the configs of each point in this many interleaved rounds (odd rounds "
+        "backwards) and report each one's median (default 1)",
     )
     s.add_argument(
         "--window",
@@ -333,79 +350,103 @@ def run_spec(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     (shape,) = shapes_from_args(args, device)
     batches = batches_from_args(args, device)
-    if min(args.tokens) < 1 or args.window < 1:
-        raise SystemExit("ssmdecode bench: --tokens and --window must be >= 1")
+    if min(args.tokens) < 1 or args.window < 1 or args.rounds < 1:
+        raise SystemExit("ssmdecode bench: --tokens, --window and --rounds must be >= 1")
+    if "dense" in args.params and "replay" in args.mode:
+        raise SystemExit("ssmdecode bench: replay takes dt, A and dt_bias tied (not --params dense)")
     if device.type != "cuda":
         print(MEANINGLESS)
-    for mode in args.mode:  # correctness before speed, at the smallest batch
-        for tokens in args.tokens:
+    points = list(itertools.product(args.mode, args.tokens, args.params))
+    for mode, tokens, params in points:  # correctness before speed, at the smallest batch
+        spec = make_spec_inputs(
+            shape,
+            min(batches),
+            tokens,
+            mode,
+            device,
+            args.seed,
+            rotation=1,
+            window=args.window,
+            params=params,
+        )
+        for cs in args.config:
+            config = cs.resolve(shape, min(batches), device, mode, tokens, dense=params == "dense")
+            ok, line = check_spec_against_reference(spec, config)
+            print(f"{'ok  ' if ok else 'FAIL'} {mode} T={tokens} {params} {cs.text} {config.label}: {line}")
+            if not ok:
+                print("the kernel disagrees with the float64 reference: not timing it")
+                return 1
+    rows: list[dict[str, object]] = []
+    for mode, tokens, params in points:
+        for batch in batches:
             spec = make_spec_inputs(
-                shape, min(batches), tokens, mode, device, args.seed, rotation=1, window=args.window
+                shape, batch, tokens, mode, device, args.seed, window=args.window, params=params
+            )
+            streams = measure_spec_ceiling(spec, device)
+            flush = flush_fraction(spec) if mode == "replay" else None
+            advance = time_spec_advance(spec, device) if mode == "replay" else None
+            moved = spec_bytes(shape, batch, tokens, mode, flush or 0.0, args.window)
+            if mode == "replay":
+                read, rw = streams["read"].us, streams["read_write"].us
+                rings = moved - shape.state_bytes(batch) * (1 + flush)
+                ceiling_us = read + flush * (rw - read) + rings / (2 * shape.state_bytes(batch)) * rw
+            else:
+                ceiling_us = streams["fanout"].us
+            configs = {
+                cs: cs.resolve(shape, batch, device, mode, tokens, dense=params == "dense")
+                for cs in args.config
+            }
+            rounds = interleaved(
+                list(args.config),
+                lambda cs, spec=spec, configs=configs: time_spec_config(spec, configs[cs], device),
+                args.rounds,
             )
             for cs in args.config:
-                config = cs.resolve(shape, min(batches), device, mode, tokens)
-                ok, line = check_spec_against_reference(spec, config)
-                print(f"{'ok  ' if ok else 'FAIL'} {mode} T={tokens} {cs.text} {config.label}: {line}")
-                if not ok:
-                    print("the kernel disagrees with the float64 reference: not timing it")
-                    return 1
-    rows: list[dict[str, object]] = []
-    for mode in args.mode:
-        for tokens in args.tokens:
-            for batch in batches:
-                spec = make_spec_inputs(shape, batch, tokens, mode, device, args.seed, window=args.window)
-                streams = measure_spec_ceiling(spec, device)
-                flush = flush_fraction(spec) if mode == "replay" else None
-                advance = time_spec_advance(spec, device) if mode == "replay" else None
-                moved = spec_bytes(shape, batch, tokens, mode, flush or 0.0, args.window)
-                if mode == "replay":
-                    read, rw = streams["read"].us, streams["read_write"].us
-                    rings = moved - shape.state_bytes(batch) * (1 + flush)
-                    ceiling_us = read + flush * (rw - read) + rings / (2 * shape.state_bytes(batch)) * rw
-                else:
-                    ceiling_us = streams["fanout"].us
-                for cs in args.config:
-                    config = cs.resolve(shape, batch, device, mode, tokens)
-                    timing = time_spec_config(spec, config, device)
-                    rows.append(
-                        {
-                            "mode": mode,
-                            "tokens": tokens,
-                            "batch": batch,
-                            "config": cs.text,
-                            "launch": config.label,
-                            "launch_config": config.to_dict(),
-                            "upstream_grid": config.upstream_grid,
-                            "us": timing.us,
-                            "bytes_moved": moved,
-                            "tbps": moved / (timing.us * 1e-6) / 1e12,
-                            "ceiling_us": ceiling_us,
-                            "fraction_of_ceiling": ceiling_us / timing.us,
-                            "streams": {k: t.to_dict() for k, t in streams.items()},
-                            "flush_fraction": flush,
-                            # the step's bookkeeping alone, inside "us" (replay)
-                            "advance_us": None if advance is None else advance.us,
-                            "window": args.window if mode == "replay" else None,
-                            "timing": timing.to_dict(),
-                        }
-                    )
-                    log.info(
-                        "%s T=%d %s %s batch %d: %.2f us (ceiling %.2f)",
-                        mode,
-                        tokens,
-                        cs.text,
-                        config.label,
-                        batch,
-                        timing.us,
-                        ceiling_us,
-                    )
-                del spec
+                config = configs[cs]
+                timing = median_timing(rounds[cs])
+                rows.append(
+                    {
+                        "mode": mode,
+                        "tokens": tokens,
+                        "params": params,
+                        "batch": batch,
+                        "config": cs.text,
+                        "launch": config.label,
+                        "launch_config": config.to_dict(),
+                        "upstream_grid": config.upstream_grid,
+                        "us": timing.us,
+                        "bytes_moved": moved,
+                        "tbps": moved / (timing.us * 1e-6) / 1e12,
+                        "ceiling_us": ceiling_us,
+                        "fraction_of_ceiling": ceiling_us / timing.us,
+                        "streams": {k: t.to_dict() for k, t in streams.items()},
+                        "flush_fraction": flush,
+                        # the step's bookkeeping alone, inside "us" (replay)
+                        "advance_us": None if advance is None else advance.us,
+                        "window": args.window if mode == "replay" else None,
+                        "timing": timing.to_dict(),
+                        "rounds_us": [t.us for t in rounds[cs]],
+                    }
+                )
+                log.info(
+                    "%s T=%d %s %s %s batch %d: %.2f us (ceiling %.2f)",
+                    mode,
+                    tokens,
+                    params,
+                    cs.text,
+                    config.label,
+                    batch,
+                    timing.us,
+                    ceiling_us,
+                )
+            del spec
     for row in rows:  # against the fastest upstream-grid config of its (mode, T, batch)
         peers = [
             r["us"]
             for r in rows
             if r["upstream_grid"]
-            and (r["mode"], r["tokens"], r["batch"]) == (row["mode"], row["tokens"], row["batch"])
+            and (r["mode"], r["tokens"], r["params"], r["batch"])
+            == (row["mode"], row["tokens"], row["params"], row["batch"])
         ]
         row["best_upstream_grid_us"] = min(peers) if peers else None
         row["vs_best_upstream_grid"] = min(peers) / row["us"] if peers else None
@@ -426,51 +467,54 @@ def run_spec(args: argparse.Namespace) -> int:
             "replay: read-only stream + flush fraction x (read-write - read-only) + the "
             "rings' bytes at the read-write stream's rate",
             "window": args.window,
+            "params": "tied: dt [B, T, H], A [H], D [H], dt_bias [H] expanded over the head dim "
+            "(and N for A); dense: A [H, P, N], D and dt_bias [H, P] contiguous, the same values, "
+            "dt still tied",
+            "rounds": f"each point's configs timed in {args.rounds} interleaved rounds, the median",
             "seed": args.seed,
         },
         "shape": shape.to_dict(),
         "rows": rows,
     }
     markdown = f"Shape: {shape.label}. Verify calls, T draft tokens a request.\n\n"
-    for mode in args.mode:
-        for tokens in args.tokens:
-            sub = [r for r in rows if r["mode"] == mode and r["tokens"] == tokens]
-            markdown += (
-                f"### mode {mode}, T = {tokens}\n\n"
-                + markdown_table(
+    for mode, tokens, params in points:
+        sub = [r for r in rows if (r["mode"], r["tokens"], r["params"]) == (mode, tokens, params)]
+        markdown += (
+            f"### mode {mode}, T = {tokens}, params {params}\n\n"
+            + markdown_table(
+                [
+                    "config",
+                    "launch",
+                    "batch",
+                    "us",
+                    "ceiling us",
+                    "% of ceiling",
+                    "x best upstream-grid",
+                    "flush",
+                    "of which bookkeeping, us",
+                ],
+                [
                     [
-                        "config",
-                        "launch",
-                        "batch",
-                        "us",
-                        "ceiling us",
-                        "% of ceiling",
-                        "x best upstream-grid",
-                        "flush",
-                        "of which bookkeeping, us",
-                    ],
-                    [
-                        [
-                            r["config"],
-                            r["launch"],
-                            r["batch"],
-                            r["us"],
-                            r["ceiling_us"],
-                            100 * r["fraction_of_ceiling"],
-                            r["vs_best_upstream_grid"],
-                            r["flush_fraction"],
-                            r["advance_us"],
-                        ]
-                        for r in sub
-                    ],
-                )
-                + "\n"
+                        r["config"],
+                        r["launch"],
+                        r["batch"],
+                        r["us"],
+                        r["ceiling_us"],
+                        100 * r["fraction_of_ceiling"],
+                        r["vs_best_upstream_grid"],
+                        r["flush_fraction"],
+                        r["advance_us"],
+                    ]
+                    for r in sub
+                ],
             )
+            + "\n"
+        )
     out_dir = results_dir(args.out, device)
     paths = write_outputs(out_dir, "bench", data, markdown)
     series: dict[str, dict[int, float]] = {}
     for r in rows:
-        series.setdefault(f"{r['mode']} T={r['tokens']} {r['config']}", {})[r["batch"]] = r[
+        series.setdefault(f"{r['mode']} T={r['tokens']} {r['params']} {r['config']}", {})[r["batch"]] = r[
             "fraction_of_ceiling"
         ]
     paths.append(

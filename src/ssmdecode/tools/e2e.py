@@ -66,7 +66,7 @@ from ssmdecode.bench.step import (
     profile_step,
     step_options,
 )
-from ssmdecode.bench.timer import method
+from ssmdecode.bench.timer import interleaved, median_timing, method
 from ssmdecode.cli_args import (
     STEP_LAYERS,
     ConfigSpec,
@@ -165,6 +165,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=8,
         help="replay: cached tokens a ring holds besides the T drafts (default 8)",
+    )
+    v.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="time the ways of each batch in this many interleaved rounds (odd rounds "
+        "backwards) and report each one's median (default 1)",
     )
     add_common_arguments(
         p, "folder for e2e.json/.md/.png or e2e-greedy.json/.md (default benchmarks/results/<device_key>/)"
@@ -453,11 +460,27 @@ def _spec_config(
 def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
     tokens = args.spec
     rows: list[dict[str, object]] = []
+    if args.repeats < 1:
+        raise SystemExit("ssmdecode e2e: --repeats must be >= 1")
     for batch in batches_from_args(args, device):
+        # Every way's stack built first, then the ways timed in interleaved rounds, so that
+        # drift over the run hits them alike.
+        benches = {
+            name: SpecStepBench.build(dims, layers, batch, tokens, path, device, args.seed, args.window)
+            for name, path, _ in SPEC_WAYS
+        }
+        configs = {
+            name: _spec_config(spec_text, dims, batch, path, tokens, device)
+            for name, path, spec_text in SPEC_WAYS
+        }
+        rounds = interleaved(
+            [name for name, _, _ in SPEC_WAYS],
+            lambda w, benches=benches, configs=configs: benches[w].time(configs[w][0]),
+            args.repeats,
+        )
         for name, path, spec_text in SPEC_WAYS:
-            bench = SpecStepBench.build(dims, layers, batch, tokens, path, device, args.seed, args.window)
-            config, resolved = _spec_config(spec_text, dims, batch, path, tokens, device)
-            timing = bench.time(config)
+            bench, (config, resolved) = benches[name], configs[name]
+            timing = median_timing(rounds[name])
             share = bench.profile(config)
             gained = bench.mean_accepted()
             rows.append(
@@ -469,6 +492,7 @@ def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, de
                     "batch": batch,
                     "tokens": tokens,
                     "step_us": timing.us,
+                    "rounds_us": [t.us for t in rounds[name]],
                     "mean_accepted": gained,
                     "tokens_per_s": batch * gained / (timing.us * 1e-6),
                     **share,
@@ -476,7 +500,7 @@ def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, de
                 }
             )
             log.info("%s batch %d: %.2f us a step", name, batch, timing.us)
-            del bench
+        del benches
         first = next(r for r in rows if r["batch"] == batch and r["way"] == SPEC_WAYS[0][0])
         for r in rows:
             if r["batch"] == batch:
@@ -490,6 +514,7 @@ def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, de
             "accepted": "uniform in 1 .. T, a request and step",
             "window": args.window,
             "tokens_per_s": "batch x mean accepted / step time",
+            "repeats": f"the ways of a batch timed in {args.repeats} interleaved rounds, the median",
             "ssm_share": f"device time of kernels named *{SSM_KERNELS}* / all kernels'",
         },
         "shape": dims.shape.to_dict(),

@@ -26,6 +26,12 @@ stochastically rounded out and state are bit-identical to upstream_config's with
 it is timed rounding stochastically (a fixed seed, the default Philox rounds). Such a store
 runs more instructions an element, so its best config can differ from round-to-nearest's.
 
+With --tokens and --params dense the run tunes the verify entries of calls whose dt, A or
+dt_bias is not tied over the head dim (key "... params=dense"): each token then computes dA
+element by element, and the configs that are fastest with tied parameters are the slowest
+there (docs/performance.md, "A dense in the verify kernel"). With --tokens and --in-model, each
+candidate is timed as a verify step of the Mamba2 stack with its acceptance (`e2e --spec`).
+
 Why --in-model: back to back, each call streams its state through an L2 that holds nothing
 else; in a model the same call shares it with the step's other kernels, and on the H200 the
 two rankings differ (docs/performance.md, "Cache hints in a model": evict-first hints gain
@@ -64,6 +70,7 @@ from ssmdecode.bench.spec import (
     make_spec_inputs,
     time_spec_config,
 )
+from ssmdecode.bench.spec_step import SpecStepBench
 from ssmdecode.bench.step import StepBench, model_dims
 from ssmdecode.bench.timer import Timing, interleaved, method
 from ssmdecode.cli_args import (
@@ -80,6 +87,7 @@ from ssmdecode.cli_args import (
 )
 from ssmdecode.config import (
     PACKAGE_CONFIG_DIR,
+    PARAMS,
     ROUNDINGS,
     LaunchConfig,
     TableEntry,
@@ -237,6 +245,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_WINDOW,
         help=f"replay: the ring's window (default {DEFAULT_WINDOW})",
     )
+    v.add_argument(
+        "--params",
+        choices=PARAMS,
+        default="tied",
+        help="dt, A (and D, dt_bias) tied over the head dim, or dense tensors of the same "
+        "values: the entries of such calls (key '... params=dense', modes buffer and dst; "
+        "default tied)",
+    )
     add_common_arguments(p, "folder for tune.json and tune.md (default benchmarks/results/<device_key>/)")
 
 
@@ -255,9 +271,26 @@ def _timers(
     """One timer a shape: a config's call by the bench method (with --rounding stochastic, a
     stochastically rounding call), or with --in-model its decode step of args.layers Mamba2
     layers; with tokens, a verify call of args.mode."""
+    if tokens and args.in_model:  # the verify step of the Mamba2 stack (`e2e --spec`)
+        spec_benches = [
+            SpecStepBench.build(
+                model_dims(shape, args.d_model, device),
+                args.layers,
+                bucket,
+                tokens,
+                args.mode,
+                device,
+                args.seed,
+                args.window,
+            )
+            for shape in shapes
+        ]
+        return [functools.partial(_time_spec_step, b) for b in spec_benches]
     if tokens:
         specs = [
-            make_spec_inputs(shape, bucket, tokens, args.mode, device, args.seed, window=args.window)
+            make_spec_inputs(
+                shape, bucket, tokens, args.mode, device, args.seed, window=args.window, params=args.params
+            )
             for shape in shapes
         ]
         return [functools.partial(time_spec_config, sp, device=device) for sp in specs]
@@ -273,6 +306,11 @@ def _timers(
         for shape in shapes
     ]
     return [functools.partial(_time_step, b, slot_ordered=args.slot_order) for b in benches]
+
+
+def _time_spec_step(bench: SpecStepBench, config: LaunchConfig) -> Timing:
+    with torch.inference_mode():
+        return bench.time(config)
 
 
 def _time_step(bench: StepBench, config: LaunchConfig, slot_ordered: bool) -> Timing:
@@ -301,7 +339,15 @@ def _tune_bucket(
     for shape in shapes:
         if tokens:
             fresh = make_spec_inputs(
-                shape, bucket, tokens, args.mode, device, args.seed, rotation=1, window=args.window
+                shape,
+                bucket,
+                tokens,
+                args.mode,
+                device,
+                args.seed,
+                rotation=1,
+                window=args.window,
+                params=args.params,
             )
             same = compare_spec_configs(fresh, upstream, admitted)
             for config, identical in same.items():
@@ -407,6 +453,16 @@ def run(args: argparse.Namespace) -> int:
                 "ssmdecode tune: --rounding stochastic needs a 16-bit state "
                 "(--state-dtype bfloat16 or float16)"
             )
+    if args.params == "dense" and (not args.tokens or args.mode == "replay" or args.in_model):
+        raise SystemExit(
+            "ssmdecode tune: --params dense tunes verify calls of modes buffer and dst timed "
+            "back to back (--tokens, not replay, not --in-model)"
+        )
+    if args.in_model and args.tokens and args.mode == "dst":
+        raise SystemExit(
+            "ssmdecode tune: --in-model times verify steps of the Mamba2 stack, whose paths are "
+            "buffer and replay (not dst)"
+        )
     if device.type != "cuda":
         if args.out_dir is None:
             raise SystemExit(
@@ -420,7 +476,9 @@ def run(args: argparse.Namespace) -> int:
     for shape in dict.fromkeys(shapes):
         for tokens in args.tokens or [0]:
             key = (
-                table_key(shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens)
+                table_key(
+                    shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens, params=args.params
+                )
                 if tokens
                 else table_key(shape.headdim, shape.dstate, shape.state_dtype, rounding=args.rounding)
             )
@@ -497,8 +555,12 @@ def run(args: argparse.Namespace) -> int:
             "noise_floor": args.noise_floor,
             "slot_order": args.slot_order,
             "seed": args.seed,
+            "params": args.params,
             "timed": (
-                f"a decode step of {args.layers} Mamba2 layers "
+                f"a verify step of {args.layers} Mamba2 layers and its acceptance "
+                f"(ssmdecode.models.mamba2_spec, path {args.mode}), every layer's call with the config"
+                if args.in_model and args.tokens
+                else f"a decode step of {args.layers} Mamba2 layers "
                 "(ssmdecode.models.mamba2), every layer's call with the config"
                 if args.in_model
                 else "one call, back to back"

@@ -419,6 +419,7 @@ def prepare(
             mode=call.mode,
             tokens=call.tokens,
             stochastic=call.rand_seed is not None,
+            dense=call.multi_token and not ties_head_dim(call.dt, call.A, call.dt_bias),
         )
     if call.multi_token:
         return call, verify.prepare_multi_token(
