@@ -70,7 +70,11 @@ def conv_verify(
     conv_state.index_copy_(0, slots, seq)
     windows = seq.unfold(2, width, 1)  # [B, X, T, W]
     out = (windows.float() * weight.float()[:, None, :]).sum(-1) + bias.float()[:, None]
-    return F.silu(out).transpose(1, 2).to(xbc.dtype)
+    # Token-major, as engines' conv kernels write it ([B, T, X] rows of one token each, so that
+    # x, B and C are views of one row a token): the transposed view itself (stride 1 over T, T
+    # over X) compiled the verify kernel into 68 registers instead of 58, and ran it 24% slower
+    # at bs 512 (docs/performance.md, "The verify step in the model").
+    return F.silu(out).to(xbc.dtype).transpose(1, 2).contiguous()
 
 
 class Mamba2VerifyStack:
