@@ -29,7 +29,13 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_out, require_tensors, stochastic_rounding
+from ssmdecode.compat import (
+    engine_names,
+    require_out,
+    require_supported_state,
+    require_tensors,
+    stochastic_rounding,
+)
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import decode
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
@@ -49,6 +55,11 @@ _OPTIONAL = (
     "retrieve_parent_token",
     "intermediate_state_indices",
 )
+# ssmdecode's names of the arguments sglang calls otherwise, for the messages (engine_names)
+_NAMES = {
+    "intermediate_states": "intermediate_states_buffer",
+    "parent_token_indices": "retrieve_parent_token",
+}
 
 
 def _buffer(buffer: torch.Tensor, cache_steps: int | None, state: torch.Tensor) -> torch.Tensor:
@@ -138,6 +149,7 @@ def selective_state_update(
         retrieve_parent_token=retrieve_parent_token,
         intermediate_state_indices=intermediate_state_indices,
     )
+    require_supported_state(_ENGINE, state)
     rand_seed, philox_rounds = stochastic_rounding(
         _ENGINE, state, enable_stochastic_rounding, cache_philox_rounds
     )
@@ -173,14 +185,16 @@ def selective_state_update(
         config=config,
         **multi,
     )
-    if rand_seed is None:
-        _selective_state_update(state, x, dt, A, B, C, **kwargs)
-    else:  # the slots' stores only: the buffer's stay round-to-nearest
+    with engine_names(_ENGINE, _NAMES):
+        if rand_seed is None:
+            _selective_state_update(state, x, dt, A, B, C, **kwargs)
+            return
+        # the slots' stores only: the buffer's stay round-to-nearest
         call, launch = decode.prepare(
             state, x, dt, A, B, C, **kwargs, rand_seed=rand_seed, philox_rounds=philox_rounds,
             _round_buffer=False,
         )  # fmt: skip
-        decode.run(call, launch)
+    decode.run(call, launch)
 
 
 def _four_dims(t: torch.Tensor) -> torch.Tensor:
