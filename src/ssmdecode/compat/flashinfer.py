@@ -30,7 +30,12 @@ read, and notes that the release branches v0.6.16 to v0.6.18 revert it to an old
 - a request whose slot is pad_slot_id reads and writes no slot and no ring; flashinfer leaves
   its out rows as they were, ssmdecode writes zeros there (engines discard both);
 - stochastic rounding (rand_seed, with philox_rounds) and block-scaled int8 / fp8 states
-  (state_scale) are not supported yet: NotImplementedError naming the argument;
+  (state_scale, or an int8 / fp8 state) are not supported yet: NotImplementedError naming the
+  argument;
+- errors name flashinfer's arguments (prev_num_accepted_tokens, enable_pdl) where ssmdecode's
+  checks know them as num_cached and pdl; the value checks (cu_seqlens, slots, the
+  bookkeeping inside the window) run with SSMDECODE_VALIDATE_INDICES=1, flashinfer's
+  signature having no validate_indices;
 - flashinfer's algorithm choices have no meaning here and are accepted and ignored, after
   flashinfer's own checks of them: algorithm ("auto", "monolith", "two-kernel"), the
   two-kernel scratch trio cb_scaled / cumAdt_vec / cb_old (all or none; "two-kernel" needs

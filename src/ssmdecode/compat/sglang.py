@@ -10,8 +10,10 @@ mamba_ssm.py (read at commit 05f4e1676f82; docs/compat.md maps each argument):
 - disable_state_update computes out without writing the final state (verify);
 - intermediate_states_buffer with cache_steps: every token's state is written to the buffer,
   row intermediate_state_indices[b] (default: the request's slot), step t;
-- retrieve_parent_token [B, T] (EAGLE trees): token t continues from its parent token's state
-  as the buffer holds it;
+- retrieve_parent_token [B, T] (EAGLE trees): token t > 0 continues from its parent token's
+  state as the buffer holds it where 0 <= parent < T, and from token t - 1's where the entry is
+  outside [0, T), as sglang's kernel reads it (with SSMDECODE_VALIDATE_INDICES=1 an entry in
+  [t, T), a buffer row not written yet, is refused);
 - enable_stochastic_rounding, cache_philox_rounds (sglang's later signature; fp16 states
   only, ValueError otherwise, rounds >= 0 with 0 meaning 10): the state slots' stores round
   stochastically, with a seed drawn for the call; the intermediate-state buffer's stay
@@ -20,6 +22,9 @@ mamba_ssm.py (read at commit 05f4e1676f82; docs/compat.md maps each argument):
 
 Bits: sglang's kernel computes dA with exp, as ssmdecode's default path does: the same bits
 (tests/test_compat_upstream.py holds the adapter against sglang's kernel on the GPU).
+
+Errors name sglang's arguments (intermediate_states_buffer, retrieve_parent_token) where
+ssmdecode's checks know them by other names; an int8 / fp8 state raises NotImplementedError.
 
 `config` is ssmdecode's own keyword-only addition: a LaunchConfig to force, None for the
 device's table. sglang never passes it.

@@ -30,6 +30,9 @@ Bits: vLLM's kernel computes dA as exp2(log2(e) * A * dt) (its fast_exp), which 
 differently from exp: the adapter runs ssmdecode's kernels with fast_exp=True, so that its
 out and states are vLLM's kernel's bit for bit (tests/test_compat_upstream.py, on the GPU).
 
+Errors name vLLM's null_block_id where ssmdecode's checks say pad_slot_id; an int8 / fp8
+state raises NotImplementedError.
+
 `config` is ssmdecode's own keyword-only addition: a LaunchConfig to force, None for the
 device's table. vLLM never passes it.
 """

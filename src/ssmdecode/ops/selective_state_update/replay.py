@@ -755,8 +755,12 @@ def selective_state_replay(
         cu_seqlens, max_seqlen: the packed layout (int32/int64 [B + 1]) and the most drafts a
             request, the T of the flush rule.
         fast_exp: dA as exp2(log2(e) * A * dt'), vLLM's rounding (see selective_state_update).
-        validate_indices: check slots and each slot's bookkeeping (synchronizes; also the
-            environment variable SSMDECODE_VALIDATE_INDICES=1).
+        validate_indices: check index values (synchronizes; also the environment variable
+            SSMDECODE_VALIDATE_INDICES=1): slots inside [0, S) or pad_slot_id, each used
+            slot's ring_start inside [0, R) and num_cached inside [0, R - T], and cu_seqlens
+            from 0, non-decreasing, ending at the drafts of x, none past max_seqlen. Types and
+            shapes are checked always (with cu_seqlens, x may pack at most B * max_seqlen
+            drafts).
         pdl: programmatic dependent launch, as selective_state_update's.
         rand_seed, philox_rounds: a 16-bit checkpoint written with stochastic rounding, as
             selective_state_update's (refresh the seed every step).
