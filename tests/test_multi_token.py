@@ -436,12 +436,12 @@ BAD_VALUES = {
     "request-too-long": (
         Verify(mode="dst", lengths=(2, 5, 1)),
         lambda kw: None,  # dst cut to 4 below
-        r"request 1 has 5 tokens; the per-token state writes .* hold 4",
+        r"cu_seqlens gives request 1 5 tokens; the per-token state writes .* hold 4",
     ),
     "parent-after-token": (
         Verify(mode="buffer", parents=True),
         lambda kw: kw["parent_token_indices"].__setitem__((1, 2), 2),
-        r"parent_token_indices\[1, 2\] = 2; expected -1 or a token before 2",
+        r"parent_token_indices\[1, 2\] = 2; expected a token before 2",
     ),
     "accepted-past-columns": (
         Verify(mode="dst", accepted=True),

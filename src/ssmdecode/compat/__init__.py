@@ -14,16 +14,25 @@ per-token recurrence's bits, which flashinfer's matmul form does not. Stochastic
 (sglang's and vLLM's enable_stochastic_rounding, cache_philox_rounds) follows each engine's
 rules: fp16 states, the state slots' stores, a fresh seed a call (`stochastic_rounding`); its
 random bits are ssmdecode's own, not the engines' (docs/numerics.md). Arguments of features
-ssmdecode does not implement yet (flashinfer's stochastic rounding, int8 / fp8 states) raise
-NotImplementedError naming the argument: an adapter never drops an argument that would change
-what the engine computes. Every tensor argument is checked to be a tensor (or None where
-optional) before anything is touched. docs/compat.md maps every argument and names the engine
-file and version it was read from.
+ssmdecode does not implement yet (flashinfer's stochastic rounding, int8 / fp8 states, in every
+adapter) raise NotImplementedError naming the argument: an adapter never drops an argument that
+would change what the engine computes. Every tensor argument is checked to be a tensor (or None
+where optional) before anything is touched, and every error names the caller's argument: where
+an adapter passes an argument on under ssmdecode's name (flashinfer's
+prev_num_accepted_tokens is replay's num_cached), its messages are given the engine's name
+(`engine_names`). docs/compat.md maps every argument and names the engine file and version it
+was read from.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
+
+from ssmdecode.ops.selective_state_update.checks import QUANTIZED_DTYPES
 
 __all__: list[str] = []  # the adapters live in the submodules; below, helpers they share
 
@@ -65,6 +74,35 @@ def unsupported(engine: str, argument: str, feature: str) -> NotImplementedError
         f"ssmdecode.compat.{engine}: {argument} ({feature}) is not supported by ssmdecode yet; "
         "call the engine's own kernel for this case"
     )
+
+
+def require_supported_state(engine: str, state: torch.Tensor) -> None:
+    """A quantized state (int8 / fp8, which the engines pair with a block scale) is a feature
+    ssmdecode does not implement yet: NotImplementedError, in every adapter, before anything is
+    read."""
+    if state.dtype in QUANTIZED_DTYPES:
+        raise unsupported(engine, "state", f"a quantized {state.dtype} state")
+
+
+@contextmanager
+def engine_names(engine: str, names: dict[str, str]) -> Iterator[None]:
+    """Inside: a ValueError, TypeError or NotImplementedError raised by ssmdecode's checks gets
+    the engine's argument names (names: ssmdecode's name -> the engine's, whole words only) and
+    the adapter's prefix, so that it names what the caller passed. The exception itself (its
+    type, its traceback) is re-raised, not replaced."""
+    where = f"ssmdecode.compat.{engine}: "
+    try:
+        yield
+    except (ValueError, TypeError, NotImplementedError) as err:
+        if not err.args or not isinstance(err.args[0], str):
+            raise
+        message = err.args[0]
+        for ours, theirs in names.items():
+            message = re.sub(rf"\b{re.escape(ours)}\b", theirs, message)
+        if not message.startswith("ssmdecode.compat."):
+            message = where + message
+        err.args = (message, *err.args[1:])
+        raise
 
 
 def require_tensors(engine: str, optional: tuple[str, ...], **tensors: object) -> None:

@@ -30,7 +30,12 @@ read, and notes that the release branches v0.6.16 to v0.6.18 revert it to an old
 - a request whose slot is pad_slot_id reads and writes no slot and no ring; flashinfer leaves
   its out rows as they were, ssmdecode writes zeros there (engines discard both);
 - stochastic rounding (rand_seed, with philox_rounds) and block-scaled int8 / fp8 states
-  (state_scale) are not supported yet: NotImplementedError naming the argument;
+  (state_scale, or an int8 / fp8 state) are not supported yet: NotImplementedError naming the
+  argument;
+- errors name flashinfer's arguments (prev_num_accepted_tokens, enable_pdl) where ssmdecode's
+  checks know them as num_cached and pdl; the value checks (cu_seqlens, slots, the
+  bookkeeping inside the window) run with SSMDECODE_VALIDATE_INDICES=1, flashinfer's
+  signature having no validate_indices;
 - flashinfer's algorithm choices have no meaning here and are accepted and ignored, after
   flashinfer's own checks of them: algorithm ("auto", "monolith", "two-kernel"), the
   two-kernel scratch trio cb_scaled / cumAdt_vec / cb_old (all or none; "two-kernel" needs
@@ -51,7 +56,7 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_tensors, unsupported
+from ssmdecode.compat import engine_names, require_supported_state, require_tensors, unsupported
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update.replay import selective_state_replay
 
@@ -73,7 +78,8 @@ _OPTIONAL = (
     "cumAdt_vec",
     "cb_old",
 )
-_QUANTIZED = tuple(getattr(torch, n) for n in ("int8", "float8_e4m3fn") if hasattr(torch, n))
+# ssmdecode's names of the arguments flashinfer calls otherwise, for the messages (engine_names)
+_NAMES = {"num_cached": "prev_num_accepted_tokens", "pdl": "enable_pdl"}
 _PACKED = ("x", "dt", "B", "C", "z", "out")  # (1, total_tokens, ...) with cu_seqlens
 
 
@@ -142,11 +148,6 @@ def _unpack(
     if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
         raise ValueError(
             _error(f"cu_seqlens must be (batch + 1,) with batch >= 1, got shape {tuple(cu_seqlens.shape)}")
-        )
-    batch, total = cu_seqlens.shape[0] - 1, views["x"].shape[0]
-    if total > batch * max_seqlen:
-        raise ValueError(
-            _error(f"x packs {total} tokens, more than {batch} requests of at most max_seqlen = {max_seqlen}")
         )
     return views
 
@@ -238,34 +239,34 @@ def checkpointing_ssu(
         raise unsupported(_ENGINE, "rand_seed", "stochastic rounding of the state with Philox")
     if state_scale is not None:
         raise unsupported(_ENGINE, "state_scale", "block-scaled int8 / fp8 states")
-    if state.dtype in _QUANTIZED:
-        raise unsupported(_ENGINE, "state", f"a quantized {state.dtype} state with state_scale")
+    require_supported_state(_ENGINE, state)
     kernel_out = out
     if cu_seqlens is not None:
         views = _unpack(dict(x=x, dt=dt, B=B, C=C, z=z, out=out), cu_seqlens, max_seqlen)
         x, dt, B, C, z, kernel_out = (views[name] for name in _PACKED)
-    selective_state_replay(
-        state,
-        x_cache,
-        B_cache,
-        dt_cache,
-        ring_start,
-        prev_num_accepted_tokens,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        state_batch_indices=state_batch_indices,
-        pad_slot_id=pad_slot_id,
-        out=kernel_out,
-        config=config,
-        cu_seqlens=cu_seqlens,
-        max_seqlen=max_seqlen,
-        pdl=enable_pdl,
-    )
+    with engine_names(_ENGINE, _NAMES):
+        selective_state_replay(
+            state,
+            x_cache,
+            B_cache,
+            dt_cache,
+            ring_start,
+            prev_num_accepted_tokens,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D=D,
+            z=z,
+            dt_bias=dt_bias,
+            dt_softplus=dt_softplus,
+            state_batch_indices=state_batch_indices,
+            pad_slot_id=pad_slot_id,
+            out=kernel_out,
+            config=config,
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            pdl=enable_pdl,
+        )
     return out

@@ -10,8 +10,10 @@ mamba_ssm.py (read at commit 05f4e1676f82; docs/compat.md maps each argument):
 - disable_state_update computes out without writing the final state (verify);
 - intermediate_states_buffer with cache_steps: every token's state is written to the buffer,
   row intermediate_state_indices[b] (default: the request's slot), step t;
-- retrieve_parent_token [B, T] (EAGLE trees): token t continues from its parent token's state
-  as the buffer holds it;
+- retrieve_parent_token [B, T] (EAGLE trees): token t > 0 continues from its parent token's
+  state as the buffer holds it where 0 <= parent < T, and from token t - 1's where the entry is
+  outside [0, T), as sglang's kernel reads it (with SSMDECODE_VALIDATE_INDICES=1 an entry in
+  [t, T), a buffer row not written yet, is refused);
 - enable_stochastic_rounding, cache_philox_rounds (sglang's later signature; fp16 states
   only, ValueError otherwise, rounds >= 0 with 0 meaning 10): the state slots' stores round
   stochastically, with a seed drawn for the call; the intermediate-state buffer's stay
@@ -21,6 +23,9 @@ mamba_ssm.py (read at commit 05f4e1676f82; docs/compat.md maps each argument):
 Bits: sglang's kernel computes dA with exp, as ssmdecode's default path does: the same bits
 (tests/test_compat_upstream.py holds the adapter against sglang's kernel on the GPU).
 
+Errors name sglang's arguments (intermediate_states_buffer, retrieve_parent_token) where
+ssmdecode's checks know them by other names; an int8 / fp8 state raises NotImplementedError.
+
 `config` is ssmdecode's own keyword-only addition: a LaunchConfig to force, None for the
 device's table. sglang never passes it.
 """
@@ -29,7 +34,13 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_out, require_tensors, stochastic_rounding
+from ssmdecode.compat import (
+    engine_names,
+    require_out,
+    require_supported_state,
+    require_tensors,
+    stochastic_rounding,
+)
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import decode
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
@@ -49,6 +60,11 @@ _OPTIONAL = (
     "retrieve_parent_token",
     "intermediate_state_indices",
 )
+# ssmdecode's names of the arguments sglang calls otherwise, for the messages (engine_names)
+_NAMES = {
+    "intermediate_states": "intermediate_states_buffer",
+    "parent_token_indices": "retrieve_parent_token",
+}
 
 
 def _buffer(buffer: torch.Tensor, cache_steps: int | None, state: torch.Tensor) -> torch.Tensor:
@@ -138,6 +154,7 @@ def selective_state_update(
         retrieve_parent_token=retrieve_parent_token,
         intermediate_state_indices=intermediate_state_indices,
     )
+    require_supported_state(_ENGINE, state)
     rand_seed, philox_rounds = stochastic_rounding(
         _ENGINE, state, enable_stochastic_rounding, cache_philox_rounds
     )
@@ -173,14 +190,16 @@ def selective_state_update(
         config=config,
         **multi,
     )
-    if rand_seed is None:
-        _selective_state_update(state, x, dt, A, B, C, **kwargs)
-    else:  # the slots' stores only: the buffer's stay round-to-nearest
+    with engine_names(_ENGINE, _NAMES):
+        if rand_seed is None:
+            _selective_state_update(state, x, dt, A, B, C, **kwargs)
+            return
+        # the slots' stores only: the buffer's stay round-to-nearest
         call, launch = decode.prepare(
             state, x, dt, A, B, C, **kwargs, rand_seed=rand_seed, philox_rounds=philox_rounds,
             _round_buffer=False,
         )  # fmt: skip
-        decode.run(call, launch)
+    decode.run(call, launch)
 
 
 def _four_dims(t: torch.Tensor) -> torch.Tensor:

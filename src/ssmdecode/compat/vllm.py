@@ -30,6 +30,9 @@ Bits: vLLM's kernel computes dA as exp2(log2(e) * A * dt) (its fast_exp), which 
 differently from exp: the adapter runs ssmdecode's kernels with fast_exp=True, so that its
 out and states are vLLM's kernel's bit for bit (tests/test_compat_upstream.py, on the GPU).
 
+Errors name vLLM's null_block_id where ssmdecode's checks say pad_slot_id; an int8 / fp8
+state raises NotImplementedError.
+
 `config` is ssmdecode's own keyword-only addition: a LaunchConfig to force, None for the
 device's table. vLLM never passes it.
 """
@@ -38,7 +41,13 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.compat import require_out, require_tensors, stochastic_rounding
+from ssmdecode.compat import (
+    engine_names,
+    require_out,
+    require_supported_state,
+    require_tensors,
+    stochastic_rounding,
+)
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
 
@@ -49,6 +58,8 @@ NULL_BLOCK_ID = 0
 
 _ENGINE = "vllm"
 _OPTIONAL = ("z", "state_batch_indices", "dst_state_batch_indices", "num_accepted_tokens", "cu_seqlens")
+# ssmdecode's names of the arguments vLLM calls otherwise, for the messages (engine_names)
+_NAMES = {"pad_slot_id": "null_block_id"}
 
 
 def _rows(name: str, indices: torch.Tensor | None, batch: int) -> torch.Tensor | None:
@@ -132,6 +143,7 @@ def selective_state_update(
             f"ssmdecode.compat.vllm: null_block_id must be an int, got "
             f"{type(null_block_id).__name__} {null_block_id!r}"
         )
+    require_supported_state(_ENGINE, state)
     rand_seed, philox_rounds = stochastic_rounding(
         _ENGINE, state, enable_stochastic_rounding, cache_philox_rounds
     )
@@ -150,25 +162,26 @@ def selective_state_update(
     else:  # column 0 is read, and the final state is written to dst column 0
         src = None if src is None else src[:, 0]
         dst = None if dst is None else dst[:, 0]
-    _selective_state_update(
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        state_batch_indices=src,
-        dst_state_batch_indices=dst,
-        pad_slot_id=null_block_id,
-        out=out,
-        config=config,
-        cu_seqlens=cu_seqlens,
-        num_accepted_tokens=num_accepted_tokens,
-        fast_exp=True,
-        rand_seed=rand_seed,
-        philox_rounds=philox_rounds,
-    )
+    with engine_names(_ENGINE, _NAMES):
+        _selective_state_update(
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D=D,
+            z=z,
+            dt_bias=dt_bias,
+            dt_softplus=dt_softplus,
+            state_batch_indices=src,
+            dst_state_batch_indices=dst,
+            pad_slot_id=null_block_id,
+            out=out,
+            config=config,
+            cu_seqlens=cu_seqlens,
+            num_accepted_tokens=num_accepted_tokens,
+            fast_exp=True,
+            rand_seed=rand_seed,
+            philox_rounds=philox_rounds,
+        )

@@ -5,9 +5,11 @@ it got and what was expected, before anything is written.
 
 The cheap path: a valid call costs one compound comparison per tensor (`expect`); the messages
 are built only for an argument that fails. Checks of index *values* (slots inside the pool,
-cu_seqlens monotonic, EAGLE parents before their token) read the tensors on the host, which
+cu_seqlens monotonic, EAGLE parents not after their token) read the tensors on the host, which
 synchronizes with the GPU: they run only with validate_indices=True (or the environment
-variable SSMDECODE_VALIDATE_INDICES=1), never on the hot path. Unchecked values cannot make
+variable SSMDECODE_VALIDATE_INDICES=1; `validation_on`), never on the hot path. Each value check
+is a small function of its own (validate_slots, validate_cu_seqlens, validate_parents, ...),
+shared by every door that takes the argument (replay.py's too). Unchecked values cannot make
 the kernels read or write outside x, out or the index tensors (the kernels clamp the token
 ranges of cu_seqlens and the accepted-token column), but slots outside the pool are used as
 given, as every engine's kernel uses them.
@@ -29,18 +31,30 @@ __all__ = [
     "INDEX_DTYPES",
     "MAX_BATCH",
     "PHILOX_ROUNDS_RANGE",
+    "QUANTIZED_DTYPES",
     "VALIDATE_INDICES_ENV",
     "Call",
     "check_call",
     "check_rounding",
+    "check_state_dtype",
     "expect",
+    "expect_type",
     "interpreted",
     "ties_head_dim",
+    "validate_cu_seqlens",
+    "validate_parents",
     "validate_permutation",
+    "validate_slots",
+    "validation_on",
 ]
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 INDEX_DTYPES = (torch.int32, torch.int64)
+# Quantized states (int8 or fp8 with a block scale, flashinfer's state_scale) are a feature
+# ssmdecode may take later: NotImplementedError, where any other dtype is a TypeError.
+QUANTIZED_DTYPES = tuple(
+    getattr(torch, name) for name in ("int8", "uint8", "float8_e4m3fn", "float8_e5m2") if hasattr(torch, name)
+)
 VALIDATE_INDICES_ENV = "SSMDECODE_VALIDATE_INDICES"
 
 # The batch is a grid dimension (y or z), which CUDA caps at 65535.
@@ -79,10 +93,32 @@ def expect(
     raise ValueError(f"{name} is on {t.device}; expected {device}, the device of state")
 
 
-def _expect_type(name: str, value: object, kind: type, what: str) -> None:
+def expect_type(name: str, value: object, kind: type, what: str) -> None:
     """A plain int or bool argument (a bool is not an int here, nor a tensor a number)."""
     if type(value) is not kind:
         raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+
+
+def check_state_dtype(name: str, t: torch.Tensor) -> None:
+    """A state (or the rings' state) dtype the kernels store: float32, bfloat16 or float16. A
+    quantized one raises NotImplementedError (not supported yet), anything else TypeError."""
+    if t.dtype in FLOAT_DTYPES:
+        return
+    if t.dtype in QUANTIZED_DTYPES:
+        raise NotImplementedError(
+            f"{name} has dtype {t.dtype}: quantized states (int8 / fp8 with a scale) are not "
+            "supported by ssmdecode yet; expected float32, bfloat16 or float16"
+        )
+    raise TypeError(f"{name} has dtype {t.dtype}; expected float32, bfloat16 or float16")
+
+
+def validation_on(validate_indices: object) -> bool:
+    """Whether a call checks index values (validate_indices; None: the environment variable
+    SSMDECODE_VALIDATE_INDICES, on unless unset, empty or 0)."""
+    if validate_indices is None:
+        return os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
+    expect_type("validate_indices", validate_indices, bool, "a bool or None")
+    return validate_indices
 
 
 def _expect_rank(name: str, t: object, ranks: tuple[int, ...], expected: str) -> None:
@@ -207,8 +243,7 @@ def check_call(
     Allocates out when it is None (nothing else is written)."""
     if not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
-    if state.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"state has dtype {state.dtype}; expected float32, bfloat16 or float16")
+    check_state_dtype("state", state)
     if state.dim() not in (3, 4):
         raise ValueError(
             f"state has shape {tuple(state.shape)}; expected [S, H, P, N] (Mamba2) or [S, P, N] (Mamba1)"
@@ -228,7 +263,7 @@ def check_call(
         ("pdl", pdl, "a bool"),
         ("pad_slot_id", pad_slot_id, "an int (the slot index that marks a padded row)"),
     ):
-        _expect_type(name, value, bool if what == "a bool" else int, what)
+        expect_type(name, value, bool if what == "a bool" else int, what)
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
     check_rounding(
@@ -360,12 +395,10 @@ def check_call(
         B, C, out = B.unsqueeze(head), C.unsqueeze(head), out.unsqueeze(head)
         D, z, dt_bias = _unsq(D, 0), _unsq(z, head), _unsq(dt_bias, 0)
     if not multi:
-        if validate_indices is None:
-            validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
-        if validate_indices:
+        if validation_on(validate_indices):
             for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
                 if idx is not None:
-                    _validate_slots(name, idx, slots, pad_slot_id)
+                    validate_slots(name, idx, slots, pad_slot_id)
             if batch_order is not None:
                 validate_permutation(batch_order)
         return Call(
@@ -498,9 +531,7 @@ def check_call(
         unrolled = tokens <= MAX_UNROLLED_TOKENS
     else:  # no per-token writes bound the requests' token counts: the kernel loops
         tokens, unrolled = steps, False
-    if validate_indices is None:
-        validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
-    if validate_indices:
+    if validation_on(validate_indices):
         _validate_multi_token(
             slots,
             pad_slot_id,
@@ -516,6 +547,7 @@ def check_call(
             parent_token_indices,
             batch,
             dense_tokens,
+            tokens,
         )
     return Call(
         state,
@@ -556,7 +588,7 @@ def check_rounding(
     """rand_seed: None, or an integer tensor of one element on the state's device, with at
     least one 16-bit tensor among the targets (the state, the intermediate-state buffer) for
     it to round; philox_rounds an int in PHILOX_ROUNDS_RANGE."""
-    _expect_type("philox_rounds", philox_rounds, int, "an int (Philox rounds of the random bits)")
+    expect_type("philox_rounds", philox_rounds, int, "an int (Philox rounds of the random bits)")
     lo, hi = PHILOX_ROUNDS_RANGE
     if not lo <= philox_rounds <= hi:
         raise ValueError(f"philox_rounds is {philox_rounds}; expected {lo} to {hi}")
@@ -605,7 +637,8 @@ def _unsq(t: torch.Tensor | None, dim: int) -> torch.Tensor | None:
     return None if t is None else t.unsqueeze(dim)
 
 
-def _validate_slots(name: str, idx: torch.Tensor, slots: int, pad_slot_id: int) -> None:
+def validate_slots(name: str, idx: torch.Tensor, slots: int, pad_slot_id: int) -> None:
+    """Every entry of idx inside the state pool [0, slots) or pad_slot_id (synchronizes)."""
     values = idx.cpu()  # synchronizes: only on request
     bad = ((values < 0) | (values >= slots)) & (values != pad_slot_id)
     if bool(bad.any()):
@@ -628,6 +661,56 @@ def validate_permutation(order: torch.Tensor) -> None:
         raise ValueError(f"batch_order is not a permutation of the {n} batch rows: row {missing} is missing")
 
 
+def validate_cu_seqlens(
+    cu_seqlens: torch.Tensor, total: int | None, most: int | None, bound: str = ""
+) -> torch.Tensor:
+    """The packed layout's offsets (synchronizes): from 0, non-decreasing, ending at total (the
+    token count of x; None where the call has no x, as replay_advance), and no request longer
+    than most (bound: what sets it, for the message). Returns each request's token count,
+    int64 [B]."""
+    cu = cu_seqlens.cpu().long()  # synchronizes: only on request
+    if int(cu[0]) != 0:
+        raise ValueError(f"cu_seqlens[0] = {int(cu[0])}; expected 0")
+    lengths = cu[1:] - cu[:-1]
+    if bool((lengths < 0).any()):
+        b = int((lengths < 0).nonzero()[0, 0])
+        raise ValueError(
+            f"cu_seqlens is not monotonic: cu_seqlens[{b + 1}] = {int(cu[b + 1])} "
+            f"< cu_seqlens[{b}] = {int(cu[b])}"
+        )
+    if total is not None and int(cu[-1]) != total:
+        raise ValueError(f"cu_seqlens ends at {int(cu[-1])}; expected the token count of x, {total}")
+    if most is not None and len(lengths) and int(lengths.max()) > most:
+        b = int(lengths.argmax())
+        raise ValueError(f"cu_seqlens gives request {b} {int(lengths[b])} tokens; {bound}")
+    return lengths
+
+
+def validate_parents(parents: torch.Tensor, lengths: torch.Tensor, tokens: int) -> None:
+    """EAGLE parents as sglang's kernel reads them (synchronizes): token t > 0 of a request
+    continues from the buffer's state of token parent when 0 <= parent < T (T = tokens, the
+    kernel's), else (parent < 0 or >= T) from token t - 1's. So every entry is accepted but one
+    in [t, T): that would read a buffer row this call has not written yet (a state left by an
+    earlier call). lengths: each request's token count; token 0's entry is never read."""
+    values = parents.cpu().long()  # synchronizes: only on request
+    width = values.shape[1]
+    t = torch.arange(width)[None, :]
+    if len(lengths) and int(lengths.max()) > width:
+        b = int(lengths.argmax())
+        raise ValueError(
+            f"parent_token_indices has {width} columns; request {b} has {int(lengths[b])} tokens"
+        )
+    live = (t < lengths[:, None]) & (t > 0)
+    bad = live & (values >= t) & (values < tokens)
+    if bool(bad.any()):
+        b, k = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"parent_token_indices[{b}, {k}] = {int(values[b, k])}; expected a token before {k} "
+            f"(0 to {k - 1}), or an entry outside [0, {tokens}) to continue from token {k - 1}: "
+            f"token {int(values[b, k])}'s state is not written yet when token {k} reads it"
+        )
+
+
 def _validate_multi_token(
     slots: int,
     pad_slot_id: int,
@@ -643,34 +726,22 @@ def _validate_multi_token(
     parents: torch.Tensor | None,
     batch: int,
     dense_tokens: int | None,
+    tokens: int,
 ) -> None:
     """The value checks of a multi-token call (synchronizes; only on request)."""
     if src_given is not None:
-        _validate_slots("state_batch_indices", src_given[:batch], slots, pad_slot_id)
+        validate_slots("state_batch_indices", src_given[:batch], slots, pad_slot_id)
     if dst is not None:
-        _validate_slots("dst_state_batch_indices", dst[:batch], slots, pad_slot_id)
+        validate_slots("dst_state_batch_indices", dst[:batch], slots, pad_slot_id)
     lengths = None
     if cu_seqlens is not None:
-        cu = cu_seqlens.cpu().long()
-        if int(cu[0]) != 0:
-            raise ValueError(f"cu_seqlens[0] = {int(cu[0])}; expected 0")
-        steps = cu[1:] - cu[:-1]
-        if bool((steps < 0).any()):
-            b = int((steps < 0).nonzero()[0, 0])
-            raise ValueError(
-                f"cu_seqlens is not monotonic: cu_seqlens[{b + 1}] = {int(cu[b + 1])} "
-                f"< cu_seqlens[{b}] = {int(cu[b])}"
-            )
-        if int(cu[-1]) != total:
-            raise ValueError(f"cu_seqlens ends at {int(cu[-1])}; expected the token count of x, {total}")
-        lengths = steps
-        if per_token and batch and int(steps.max()) > min(per_token):
-            b = int(steps.argmax())
-            raise ValueError(
-                f"request {b} has {int(steps[b])} tokens; the per-token state writes "
-                f"(dst_state_batch_indices columns, intermediate_states steps) hold "
-                f"{min(per_token)}"
-            )
+        lengths = validate_cu_seqlens(
+            cu_seqlens,
+            total,
+            min(per_token) if per_token else None,
+            "the per-token state writes (dst_state_batch_indices columns, intermediate_states "
+            f"steps) hold {min(per_token) if per_token else 0}",
+        )
     if num_accepted is not None:
         columns = src_given.shape[1]
         na = num_accepted.cpu()
@@ -682,33 +753,35 @@ def _validate_multi_token(
                 "columns of state_batch_indices"
             )
     if buffer is not None:
-        rows = buffer.shape[0]
-        where = buffer_idx if buffer_idx is not None else src
-        name = "intermediate_state_indices" if buffer_idx is not None else "state_batch_indices"
-        if where is not None:
-            values = where[:batch].cpu()
-            bad = ((values < 0) | (values >= rows)) & (values != pad_slot_id)
-            if bool(bad.any()):
-                b = int(bad.nonzero()[0, 0])
-                raise ValueError(
-                    f"{name}[{b}] = {int(values[b])} is outside the {rows} rows of "
-                    f"intermediate_states and is not pad_slot_id ({pad_slot_id})"
-                )
-        elif batch > rows:
-            raise ValueError(
-                f"intermediate_states has {rows} rows; without indices request b "
-                f"uses row b, so it needs at least {batch}"
-            )
+        _validate_buffer_rows(buffer, buffer_idx, src, pad_slot_id, batch)
     if parents is not None:
-        values = parents.cpu().long()
-        width = values.shape[1]
-        t = torch.arange(width)
         if lengths is None:
-            lengths = torch.full((batch,), dense_tokens if dense_tokens is not None else width)
-        live = t[None, :] < lengths[:, None]
-        bad = live & (t[None, :] > 0) & ~((values == -1) | ((values >= 0) & (values < t[None, :])))
+            lengths = torch.full((batch,), dense_tokens)
+        validate_parents(parents, lengths, tokens)
+
+
+def _validate_buffer_rows(
+    buffer: torch.Tensor,
+    buffer_idx: torch.Tensor | None,
+    src: torch.Tensor | None,
+    pad_slot_id: int,
+    batch: int,
+) -> None:
+    """Each request's row of intermediate_states inside it, or pad_slot_id (synchronizes)."""
+    rows = buffer.shape[0]
+    where = buffer_idx if buffer_idx is not None else src
+    name = "intermediate_state_indices" if buffer_idx is not None else "state_batch_indices"
+    if where is not None:
+        values = where[:batch].cpu()
+        bad = ((values < 0) | (values >= rows)) & (values != pad_slot_id)
         if bool(bad.any()):
-            b, k = (int(i) for i in bad.nonzero()[0])
+            b = int(bad.nonzero()[0, 0])
             raise ValueError(
-                f"parent_token_indices[{b}, {k}] = {int(values[b, k])}; expected -1 or a token before {k}"
+                f"{name}[{b}] = {int(values[b])} is outside the {rows} rows of "
+                f"intermediate_states and is not pad_slot_id ({pad_slot_id})"
             )
+    elif batch > rows:
+        raise ValueError(
+            f"intermediate_states has {rows} rows; without indices request b "
+            f"uses row b, so it needs at least {batch}"
+        )

@@ -495,16 +495,19 @@ def selective_state_update(
             is also written to intermediate_states[row, t], row = intermediate_state_indices[b]
             (default: the request's read slot), as sglang's verify caches them.
         intermediate_state_indices: int32/int64 [B], each request's row of intermediate_states.
-        parent_token_indices: int32/int64 [B, T] (EAGLE trees, sglang's retrieve_parent_token):
-            token t > 0 continues from the state of token parent[b, t] as intermediate_states
-            holds it (rounded to its dtype), not from token t - 1's; an entry outside [0, T)
-            continues from token t - 1.
+        parent_token_indices: int32/int64 [B, T] (EAGLE trees, sglang's retrieve_parent_token,
+            read as sglang's kernel reads it): where 0 <= parent[b, t] < T, token t > 0
+            continues from the state of token parent[b, t] as intermediate_states holds it
+            (rounded to its dtype), not from token t - 1's; an entry outside [0, T) (-1, any
+            negative, T or more) continues from token t - 1. Column 0 is never read. An entry
+            in [t, T) would read a buffer row this call has not written yet (a state an
+            earlier call left there): validate_indices refuses it.
         fast_exp: compute dA as exp2(log2(e) * A * dt'), as vLLM's kernel does (its
             fast_exp), instead of exp (mamba_ssm's and sglang's); different bits, same accuracy.
         validate_indices: check index values: every slot inside [0, S) or pad_slot_id, and for
-            multi-token calls cu_seqlens (from 0, non-decreasing, ending at the token count),
-            num_accepted_tokens, the rows of intermediate_states, and parents before their
-            token. Off by default because it synchronizes with the GPU; the environment
+            multi-token calls cu_seqlens (from 0, non-decreasing, ending at the token count,
+            no request past the per-token writes), num_accepted_tokens, the rows of
+            intermediate_states, and no parent in [t, T) (see parent_token_indices). Off by default because it synchronizes with the GPU; the environment
             variable SSMDECODE_VALIDATE_INDICES=1 turns it on. Unchecked slots out of range read
             and write out of bounds. Also checks that batch_order is a permutation.
         pdl: programmatic dependent launch (CUDA, compute capability 9.0 and newer): the kernel

@@ -43,8 +43,6 @@ reused, materialize its state with replay_flush (the checkpoint plus its cached 
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -56,11 +54,15 @@ from ssmdecode.ops.selective_state_update.checks import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
     MAX_BATCH,
-    VALIDATE_INDICES_ENV,
     check_rounding,
+    check_state_dtype,
     expect,
+    expect_type,
     interpreted,
     ties_head_dim,
+    validate_cu_seqlens,
+    validate_slots,
+    validation_on,
 )
 from ssmdecode.ops.selective_state_update.common import (
     STREAM_STATE,
@@ -390,9 +392,9 @@ def _check_replay(
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
     if not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+    check_state_dtype("state", state)
     if state.dim() != 4:
         raise ValueError(f"state has shape {tuple(state.shape)}; expected [S, H, P, N]")
-    expect("state", state, tuple(state.shape), FLOAT_DTYPES, state.device, "")
     slots, nheads, headdim, dstate = state.shape
     device = state.device
     if not isinstance(x, torch.Tensor):
@@ -419,6 +421,11 @@ def _check_replay(
             raise ValueError("cu_seqlens must be a tensor [B + 1] of token offsets")
         batch, tokens = cu_seqlens.shape[0] - 1, max_seqlen
         expect("cu_seqlens", cu_seqlens, (batch + 1,), INDEX_DTYPES, device, "[B + 1]")
+        if x.shape[0] > batch * max_seqlen:
+            raise ValueError(
+                f"x packs {x.shape[0]} drafts, more than {batch} requests (cu_seqlens) of at "
+                f"most max_seqlen = {max_seqlen}"
+            )
         lead = (x.shape[0],)
     else:
         if x.dim() != 4:
@@ -476,11 +483,7 @@ def _check_replay(
     )
     for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
         expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
-    if ring < 2 * tokens:
-        raise ValueError(
-            f"x_cache holds a ring of {ring} tokens; T = {tokens} drafts need at least "
-            f"2 T = {2 * tokens} (a window of at least T cached tokens, then the T drafts)"
-        )
+    _check_ring_length(ring, tokens, f"x_cache holds a ring of {ring} tokens")
     if state_batch_indices is not None:
         expect(
             "state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, device, "(one slot a request)"
@@ -553,10 +556,11 @@ def prepare(
         pdl,
     )
     check_rounding(rand_seed, philox_rounds, state.device, (state,))
-    if validate_indices is None:
-        validate_indices = os.environ.get(VALIDATE_INDICES_ENV, "0") not in ("", "0")
-    if validate_indices:
-        _validate(state, ring_start, num_cached, state_batch_indices, pad_slot_id, ring, tokens, batch)
+    if validation_on(validate_indices):
+        _validate(
+            state, ring_start, num_cached, state_batch_indices, pad_slot_id, ring, tokens, batch,
+            cu_seqlens, x.shape[0],
+        )  # fmt: skip
     result = out
     if cu_seqlens is not None:  # the packed drafts as one row of the dense layout
         x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
@@ -643,6 +647,17 @@ def prepare(
     )
 
 
+def _check_ring_length(ring: int, tokens: int, what: str) -> None:
+    """R = window + T with window >= T, so R >= 2 T: the kernel replays up to R - T cached
+    tokens and appends the T drafts behind them, and the flush rule (num_cached + 2 T > R) keeps
+    num_cached <= R - T only if a flushed ring's T accepted drafts fit the window."""
+    if ring < 2 * tokens:
+        raise ValueError(
+            f"{what}; T = {tokens} drafts need at least 2 T = {2 * tokens} (a window of at "
+            "least T cached tokens, then the T drafts)"
+        )
+
+
 def _validate(
     state: torch.Tensor,
     ring_start: torch.Tensor,
@@ -652,19 +667,31 @@ def _validate(
     ring: int,
     tokens: int,
     batch: int,
+    cu_seqlens: torch.Tensor | None,
+    total: int,
 ) -> None:
     """Value checks (synchronize; only on request): slots inside the pool, each slot's
-    bookkeeping inside its ring."""
+    bookkeeping inside its ring, the packed offsets (from 0, non-decreasing, ending at the
+    drafts of x, none longer than max_seqlen)."""
     slots = state.shape[0]
-    used = torch.arange(batch) if slots_idx is None else slots_idx.cpu().long()
-    bad = ((used < 0) | (used >= slots)) & (used != pad_slot_id)
-    if bool(bad.any()):
-        b = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"state_batch_indices[{b}] = {int(used[b])} is outside the state pool "
-            f"[0, {slots}) and is not pad_slot_id ({pad_slot_id})"
+    if slots_idx is not None:
+        validate_slots("state_batch_indices", slots_idx, slots, pad_slot_id)
+    if cu_seqlens is not None:
+        validate_cu_seqlens(
+            cu_seqlens,
+            total,
+            tokens,
+            f"max_seqlen is {tokens}, the most drafts a request (the T of the ring)",
         )
-    live = used[used != pad_slot_id]
+    used = torch.arange(batch) if slots_idx is None else slots_idx.cpu().long()
+    _validate_bookkeeping(ring_start, num_cached, used[used != pad_slot_id], ring, tokens)
+
+
+def _validate_bookkeeping(
+    ring_start: torch.Tensor, num_cached: torch.Tensor, live: torch.Tensor, ring: int, tokens: int
+) -> None:
+    """The live slots' ring_start inside the ring [0, R) and num_cached inside its window
+    [0, R - T] (synchronizes)."""
     start, cached = ring_start.cpu()[live], num_cached.cpu()[live]
     for name, values, high in (("ring_start", start, ring - 1), ("num_cached", cached, ring - tokens)):
         bad = (values < 0) | (values > high)
@@ -728,8 +755,12 @@ def selective_state_replay(
         cu_seqlens, max_seqlen: the packed layout (int32/int64 [B + 1]) and the most drafts a
             request, the T of the flush rule.
         fast_exp: dA as exp2(log2(e) * A * dt'), vLLM's rounding (see selective_state_update).
-        validate_indices: check slots and each slot's bookkeeping (synchronizes; also the
-            environment variable SSMDECODE_VALIDATE_INDICES=1).
+        validate_indices: check index values (synchronizes; also the environment variable
+            SSMDECODE_VALIDATE_INDICES=1): slots inside [0, S) or pad_slot_id, each used
+            slot's ring_start inside [0, R) and num_cached inside [0, R - T], and cu_seqlens
+            from 0, non-decreasing, ending at the drafts of x, none past max_seqlen. Types and
+            shapes are checked always (with cu_seqlens, x may pack at most B * max_seqlen
+            drafts).
         pdl: programmatic dependent launch, as selective_state_update's.
         rand_seed, philox_rounds: a 16-bit checkpoint written with stochastic rounding, as
             selective_state_update's (refresh the seed every step).
@@ -816,26 +847,42 @@ def replay_advance(
     pad_slot_id: int = -1,
     flushed: bool = False,
     cu_seqlens: torch.Tensor | None = None,
+    *,
+    validate_indices: bool | None = None,
 ) -> None:
     """The bookkeeping after a verify step, once for all layers (they share it): a request's
     slot flushed when num_cached + its drafts + T > R (num_cached + 2 T > R with T drafts a
     request), as the kernel decided; then ring_start advances by num_cached (mod R) and
     num_cached becomes num_accepted; otherwise num_cached grows by num_accepted. flushed=True:
     every slot flushed (after replay_flush). One small kernel on the device tensors, in place,
-    no synchronization (CUDA-graph safe). num_accepted: int [B], the drafts each request
-    accepted (0 to T); state_batch_indices [B], pad_slot_id skipped; cu_seqlens [B + 1] for
-    packed calls (tokens then is their max_seqlen; a request of no drafts is left alone)."""
-    for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
-            raise TypeError(f"{name} must be an int32 tensor [S]")
-    if not isinstance(num_accepted, torch.Tensor) or num_accepted.dim() != 1:
-        raise TypeError("num_accepted must be an int tensor [B]")
-    n = num_accepted.shape[0]
-    if state_batch_indices is not None and tuple(state_batch_indices.shape) != (n,):
-        raise ValueError(
-            f"state_batch_indices has shape {tuple(state_batch_indices.shape)}; "
-            f"expected ({n},), one slot a request of num_accepted"
-        )
+    no synchronization (CUDA-graph safe).
+
+    Args:
+        ring_start, num_cached: int32 [S], each slot's bookkeeping (updated in place).
+        num_accepted: int32/int64 [B], the drafts each request accepted (0 to its drafts).
+        tokens: T, an int: the drafts a request (max_seqlen with cu_seqlens).
+        ring: R, an int: the rings' length, at least 2 T (R = window + T, window >= T).
+        state_batch_indices: int32/int64 [B], each request's slot (default: slot b, S >= B);
+            pad_slot_id marks a request whose slot is left alone.
+        flushed: every request's slot was flushed (replay_flush ran).
+        cu_seqlens: int32/int64 [B + 1], packed calls' offsets: a request's own draft count
+            enters the flush rule, and a request of no drafts is left alone.
+        validate_indices: check the values (synchronizes; also the environment variable
+            SSMDECODE_VALIDATE_INDICES=1): slots inside [0, S) or pad_slot_id, cu_seqlens from
+            0 and non-decreasing with no request past T, num_accepted inside [0, the request's
+            drafts], each used slot's ring_start inside [0, R) and num_cached inside the
+            window [0, R - T]. Given those, the rule keeps num_cached inside the window: a
+            slot that does not flush had num_cached + drafts <= R - T, and one that flushes
+            restarts at num_accepted <= T <= R - T. Types and shapes are checked always.
+    """
+    slots, n = _check_advance(
+        ring_start, num_cached, num_accepted, tokens, ring, state_batch_indices, pad_slot_id, flushed, cu_seqlens
+    )  # fmt: skip
+    if validation_on(validate_indices):
+        _validate_advance(
+            ring_start, num_cached, num_accepted, tokens, ring, state_batch_indices, pad_slot_id, cu_seqlens,
+            slots,
+        )  # fmt: skip
     if n == 0:
         return
     device = ring_start.device
@@ -865,6 +912,98 @@ def replay_advance(
         ),
     )
     run_on(device, launch)
+
+
+def _check_advance(
+    ring_start: object,
+    num_cached: object,
+    num_accepted: object,
+    tokens: object,
+    ring: object,
+    state_batch_indices: object,
+    pad_slot_id: object,
+    flushed: object,
+    cu_seqlens: object,
+) -> tuple[int, int]:
+    """replay_advance's types and shapes (no value read); returns (S slots, B requests)."""
+    if not isinstance(ring_start, torch.Tensor):
+        raise TypeError(f"ring_start must be a torch.Tensor (int32 [S]), got {type(ring_start).__name__}")
+    if ring_start.dim() != 1:
+        raise ValueError(f"ring_start has shape {tuple(ring_start.shape)}; expected [S], one int32 a slot")
+    slots, device = ring_start.shape[0], ring_start.device
+    expect("ring_start", ring_start, (slots,), (torch.int32,), device, "(one int32 a slot)")
+    expect("num_cached", num_cached, (slots,), (torch.int32,), device, "(one int32 a slot, as ring_start)")
+    if not isinstance(num_accepted, torch.Tensor):
+        raise TypeError(f"num_accepted must be a torch.Tensor (int [B]), got {type(num_accepted).__name__}")
+    if num_accepted.dim() != 1:
+        raise ValueError(
+            f"num_accepted has shape {tuple(num_accepted.shape)}; expected [B], one count a request"
+        )
+    n = num_accepted.shape[0]
+    expect("num_accepted", num_accepted, (n,), INDEX_DTYPES, device, "(the drafts each request accepted)")
+    expect_type("tokens", tokens, int, "an int (T, the drafts a request; max_seqlen with cu_seqlens)")
+    if tokens < 1:
+        raise ValueError(f"tokens is {tokens}; expected T >= 1, the drafts a request")
+    expect_type("ring", ring, int, "an int (R, the rings' length: x_cache.shape[2])")
+    _check_ring_length(ring, tokens, f"ring is {ring}")
+    expect_type("pad_slot_id", pad_slot_id, int, "an int (the slot index that marks a padded row)")
+    expect_type("flushed", flushed, bool, "a bool")
+    if state_batch_indices is not None:
+        expect(
+            "state_batch_indices",
+            state_batch_indices,
+            (n,),
+            INDEX_DTYPES,
+            device,
+            "(one slot a request of num_accepted)",
+        )
+    elif n > slots:
+        raise ValueError(
+            f"num_accepted has {n} requests but ring_start {slots} slots; without "
+            "state_batch_indices request b uses slot b"
+        )
+    if cu_seqlens is not None:
+        expect("cu_seqlens", cu_seqlens, (n + 1,), INDEX_DTYPES, device, "(B + 1 offsets, B of num_accepted)")
+    return slots, n
+
+
+def _validate_advance(
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    num_accepted: torch.Tensor,
+    tokens: int,
+    ring: int,
+    state_batch_indices: torch.Tensor | None,
+    pad_slot_id: int,
+    cu_seqlens: torch.Tensor | None,
+    slots: int,
+) -> None:
+    """replay_advance's value checks (synchronize; only on request): see its docstring."""
+    n = num_accepted.shape[0]
+    if state_batch_indices is not None:
+        validate_slots("state_batch_indices", state_batch_indices, slots, pad_slot_id)
+        used = state_batch_indices.cpu().long()
+    else:
+        used = torch.arange(n)
+    if cu_seqlens is not None:
+        drafts = validate_cu_seqlens(cu_seqlens, None, tokens, f"tokens (max_seqlen) is {tokens}")
+    else:
+        drafts = torch.full((n,), tokens)
+    live = used != pad_slot_id
+    _validate_accepted(num_accepted, drafts, live)
+    _validate_bookkeeping(ring_start, num_cached, used[live], ring, tokens)
+
+
+def _validate_accepted(num_accepted: torch.Tensor, drafts: torch.Tensor, live: torch.Tensor) -> None:
+    """Each live request accepted 0 to its drafts (synchronizes)."""
+    accepted = num_accepted.cpu().long()
+    bad = live & ((accepted < 0) | (accepted > drafts))
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"num_accepted[{b}] = {int(accepted[b])} is outside [0, {int(drafts[b])}], the drafts "
+            f"of request {b}"
+        )
 
 
 def replay_flush(
