@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
                     out_dir / f"bench-replay-{law}-T{tokens}.png",
                     f"ReplaySSM steps, T={tokens}, {law}, {shape.label}",
                     series,
-                    ylabel="us per call (log)",
+                    ylabel="us per call",
                 )
             )
     print(markdown)
