@@ -71,6 +71,10 @@
 #           bench-replay) change it
 #   bench_replay_flush  the same at T=1 and 4, bs 8 64 128 512, no flush and every slot flushing
 #   bench_replay_t28  the same at T=2 and 8, bs 8 64 512, steady
+#   e2e_replay  ssmdecode e2e --replay, headline stack: the single-token table path against replay
+#           decode (exact, and fast where the tree has it; window 16, replay_advance a step) at
+#           bs 8 64 512, then greedy over 256 tokens: each path's tokens against exact replay's
+#           (share identical, first divergence) and its logits against float64 (e2e-replay-greedy)
 # Accuracy of 16-bit states:
 #   accuracy  ssmdecode accuracy, headline shape: 4096 decode steps of a 4-layer random-weight LM
 #           (8 teacher-forced and 8 free-running rows) with fp32, bf16 and fp16 states, rounded
@@ -323,6 +327,10 @@ stage_bench_replay_flush() {
 }
 stage_bench_replay_t28() {
   REPLAY_TOKENS="2 8" REPLAY_BATCHES="8 64 512" REPLAY_NAME=bench-replay-t28 stage_bench_replay
+}
+stage_e2e_replay() {
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --replay --config table --batch 8 64 512 --out "$R/e2e-replay" &&
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --replay --greedy --new-tokens 256 --out "$R/e2e-replay-greedy"
 }
 stage_accuracy() {
   # shellcheck disable=SC2086
