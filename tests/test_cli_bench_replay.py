@@ -93,3 +93,25 @@ def test_vllm_copies_import_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert got.available and got.fn() == "copy"
     assert sys.modules["vllm"] is sentinel and str(tmp_path / "vllm_output_only") not in sys.path
     assert not anchors.load_vllm_spec().available
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_gpu_routes_against_float64_at_the_headline_shape(tokens: int) -> None:
+    # ssmdecode's exact routes hold float32 accuracy; the anchors, where they load (SSMDECODE_
+    # ANCHORS or .upstream), only run and stay within their bfloat16-operand looseness
+    from ssmdecode.shapes import HEADLINE, PRESETS, per_rank
+
+    shape = per_rank(PRESETS[HEADLINE[0]], HEADLINE[1])
+    case = make_case(shape, tokens, 8, 16, "steady", torch.device("cuda"), 0, rotation=2)
+    for route in routes_for(case):
+        if not route.available:
+            continue
+        acc = accuracy_of(case, route)
+        assert acc["finite"] and not acc["out_nan"], route.name
+        if route.name in ("ssmdecode replay exact", "ssmdecode single-token table"):
+            assert acc["out_max_ulps"] <= 0.51, route.name
+            assert acc["state_max_rel"] is None or acc["state_max_rel"] < 1e-5, route.name
+        elif route.kind == "anchor":
+            assert acc["out_max_ulps"] < 200, route.name
+            assert acc["state_max_rel"] is None or acc["state_max_rel"] < 0.1, route.name
