@@ -64,6 +64,26 @@
 #           entries timed as verify steps of the Mamba2 stack, into the shipped table
 #   ncu_spec  Nsight Compute of the T = 4 buffer call at bs 512 in the model and back to back,
 #           two configs (benchmarks/ncu_model.py run --spec 4 [--alone])
+# ReplaySSM against the engines' kernels (local copies in .upstream/, never committed: its
+# README.txt; the stage runs without them and marks their rows "not available"):
+#   bench_replay  ssmdecode bench-replay, headline shape, window 16: per (T, batch) on the same
+#           tensors the floors (read-only and read+write streams of the same slots, the issue's
+#           floor), ssmdecode's single-token table (T=1), exact and fast replay, compat.vllm's
+#           output-only adapter (T=1), the intermediate-state path (T>=2), and the anchors: vLLM's
+#           output-only kernel (T=1, .upstream/vllm_output_only), vLLM's Triton spec kernel (T>=2,
+#           .upstream/vllm_spec), flashinfer's checkpointing_ssu (the .so of
+#           .upstream/fi_ckpt/so for that T; the stage installs its wheels from
+#           .upstream/fi_ckpt/whl into /tmp/site and sets LD_LIBRARY_PATH to torch's
+#           libcudart.so.13 and TVM_FFI_DISABLE_TORCH_C_DLPACK=1); accuracy against float64 on
+#           the same cases. REPLAY_TOKENS (default "1 4"), REPLAY_BATCHES (default
+#           "1 8 64 128 512 1024"), REPLAY_LAWS (default steady) and REPLAY_NAME (default
+#           bench-replay) change it
+#   bench_replay_flush  the same at T=1 and 4, bs 8 64 128 512, no flush and every slot flushing
+#   bench_replay_t28  the same at T=2 and 8, bs 8 64 512, steady
+#   e2e_replay  ssmdecode e2e --replay, headline stack: the single-token table path against replay
+#           decode (exact, and fast where the tree has it; window 16, replay_advance a step) at
+#           bs 8 64 512, then greedy over 256 tokens: each path's tokens against exact replay's
+#           (share identical, first divergence) and its logits against float64 (e2e-replay-greedy)
 # Accuracy of 16-bit states:
 #   accuracy  ssmdecode accuracy, headline shape: 4096 decode steps of a 4-layer random-weight LM
 #           (8 teacher-forced and 8 free-running rows) with fp32, bf16 and fp16 states, rounded
@@ -346,6 +366,37 @@ stage_ncu_spec() {
 stage_e2e_spec() {
   "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --batch 8 64 128 512 --repeats 3 --out "$R/e2e-spec" &&
   "${SSM[@]}" e2e "${HEADLINE[@]}" --spec 4 --greedy --new-tokens 256 --out "$R/e2e-spec-greedy"
+}
+stage_bench_replay() (
+  # a subshell: the anchors' loading environment stays in this stage
+  local fi=$PWD/.upstream/fi_ckpt cudart site=/tmp/site
+  export SSMDECODE_ANCHORS=$PWD/.upstream
+  if compgen -G "$fi/whl/*.whl" > /dev/null; then  # flashinfer's module loads with tvm_ffi
+    python3 -m pip install -q --no-index --no-deps --upgrade --target "$site" "$fi"/whl/*.whl ||
+        echo "flashinfer's wheels did not install (python $(python3 -V)): its rows will say not available"
+    cudart=$(find "$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')" \
+        -name 'libcudart.so.13*' 2> /dev/null | head -1)
+    [ -n "$cudart" ] && export LD_LIBRARY_PATH=$(dirname "$cudart")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PYTHONPATH=$PYTHONPATH:$site TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+    echo "flashinfer module: wheels in $site, libcudart ${cudart:-not found}"
+  fi
+  local tokens batches laws
+  IFS=' ' read -ra tokens <<< "${REPLAY_TOKENS:-1 4}"
+  IFS=' ' read -ra batches <<< "${REPLAY_BATCHES:-1 8 64 128 512 1024}"
+  IFS=' ' read -ra laws <<< "${REPLAY_LAWS:-steady}"
+  "${SSM[@]}" bench-replay "${HEADLINE[@]}" --tokens "${tokens[@]}" --batch "${batches[@]}" --window 16 \
+      --law "${laws[@]}" --out "$R/${REPLAY_NAME:-bench-replay}"
+)
+stage_bench_replay_flush() {
+  REPLAY_TOKENS="1 4" REPLAY_BATCHES="8 64 128 512" REPLAY_LAWS="noflush allflush" \
+      REPLAY_NAME=bench-replay-flush stage_bench_replay
+}
+stage_bench_replay_t28() {
+  REPLAY_TOKENS="2 8" REPLAY_BATCHES="8 64 512" REPLAY_NAME=bench-replay-t28 stage_bench_replay
+}
+stage_e2e_replay() {
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --replay --config table --batch 8 64 512 --out "$R/e2e-replay" &&
+  "${SSM[@]}" e2e "${HEADLINE[@]}" --replay --greedy --new-tokens 256 --out "$R/e2e-replay-greedy"
 }
 stage_accuracy() {
   # shellcheck disable=SC2086

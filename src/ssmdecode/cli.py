@@ -1,5 +1,5 @@
 """`ssmdecode <subcommand>` (also `python -m ssmdecode`): bench, sweep, verify, tune, e2e,
-accuracy.
+accuracy, bench-replay.
 
 Without a GPU the kernels run under Triton's interpreter: TRITON_INTERPRET=1 is set here,
 before any kernel module is imported (Triton reads it when a kernel is defined), and every
@@ -21,7 +21,7 @@ import torch
 
 __all__ = ["SUBCOMMANDS", "main"]
 
-SUBCOMMANDS = ("bench", "sweep", "verify", "tune", "e2e", "accuracy")
+SUBCOMMANDS = ("bench", "sweep", "verify", "tune", "e2e", "accuracy", "bench-replay")
 
 log = logging.getLogger("ssmdecode")
 
@@ -50,7 +50,7 @@ def _load_tools() -> dict[str, ModuleType | None]:
     (only that module missing: an import error inside a present module propagates)."""
     tools: dict[str, ModuleType | None] = {}
     for name in SUBCOMMANDS:
-        module_name = f"ssmdecode.tools.{name}"
+        module_name = f"ssmdecode.tools.{name.replace('-', '_')}"  # bench-replay: bench_replay
         try:
             tools[name] = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
@@ -76,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="<subcommand>")
     for name, module in tools.items():
         if module is None:
-            subparsers.add_parser(name, help=f"(not available: ssmdecode.tools.{name} is not installed)")
+            subparsers.add_parser(
+                name, help=f"(not available: ssmdecode.tools.{name.replace('-', '_')} is not installed)"
+            )
         else:
             module.add_parser(subparsers)
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -43,6 +43,7 @@ __all__ = [
     "measure_ceiling",
     "measure_gather_ceiling",
     "measure_peak",
+    "measure_read_ceiling",
     "peak_bytes",
     "stream_calls",
 ]
@@ -138,6 +139,43 @@ def measure_gather_ceiling(
     rotating over the K rows of slot_sets as the calls measured do. The pool's bits do not
     change."""
     return time_cold(_gather_calls(state, slot_sets, orders), state.device)
+
+
+# fmt: off
+@triton.jit
+def _read_kernel(p_pool, p_slots, p_sink, stride_slot, words, never, BLOCK: tl.constexpr):
+    # The read-only stream: every word of slot slots[b] loaded once, nothing stored (the store
+    # hangs on a sum of the words that never equals the runtime `never`, so the loads stay).
+    i_slot = tl.load(p_slots + tl.program_id(1), eviction_policy="evict_last").to(tl.int64)
+    o_word = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m_word = o_word < words
+    b_word = tl.load(p_pool + i_slot * stride_slot + o_word, mask=m_word, eviction_policy="evict_first")
+    total = tl.sum((b_word & 1).to(tl.int32), axis=0)  # no overflow: at most BLOCK
+    if total == never:  # never (-1: a runtime value the compiler cannot see through)
+        tl.store(p_sink + tl.program_id(1), total)
+# fmt: on
+
+
+def measure_read_ceiling(state: torch.Tensor, slot_sets: torch.Tensor) -> Timing:
+    """The read-only stream of calls on state (a contiguous pool [S, ...], a slot's state a
+    multiple of 4 bytes): call i reads every word of the slots slot_sets[i] once and writes
+    nothing, rotating over the K rows of slot_sets as the calls measured do. What a call that
+    only reads its states (a replay step that does not flush) is held to."""
+    _gather_calls(state, slot_sets, None)  # the same checks of the pool and the sets
+    words = state[0].nbytes // 4
+    pool = state.view(-1).view(torch.int32).view(state.shape[0], words)
+    sink = torch.zeros(slot_sets.shape[1], dtype=torch.int32, device=state.device)
+    grid = (triton.cdiv(words, GATHER_BLOCK), slot_sets.shape[1])
+    rows = [s.to(torch.int32).contiguous() for s in slot_sets]
+    return time_cold(
+        [
+            lambda r=r: _read_kernel[grid](
+                pool, r, sink, words, words, -1, BLOCK=GATHER_BLOCK, num_warps=_STREAM_WARPS
+            )
+            for r in rows
+        ],
+        state.device,
+    )
 
 
 def bandwidth_tbps(bytes_moved: int, us: float) -> float:

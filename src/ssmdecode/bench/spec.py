@@ -26,10 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-import triton
-import triton.language as tl
 
-from ssmdecode.bench.ceiling import measure_gather_ceiling
+from ssmdecode.bench.ceiling import measure_gather_ceiling, measure_read_ceiling
 from ssmdecode.bench.fanout import fanout_calls
 from ssmdecode.bench.inputs import DecodeInputs, make_shape_inputs
 from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
@@ -253,19 +251,6 @@ def time_spec_advance(spec: SpecInputs, device: torch.device) -> Timing:
     return time_cold(lambda i: spec.advance(i, start, cached), device, rotation=spec.rotation)
 
 
-@triton.jit
-def _read_kernel(p_pool, p_slots, p_sink, stride_slot, words, never, BLOCK: tl.constexpr):
-    # The read-only stream: every word of slot slots[b] loaded once, nothing stored (the store
-    # hangs on a sum of the words that never equals the runtime `never`, so the loads stay).
-    i_slot = tl.load(p_slots + tl.program_id(1), eviction_policy="evict_last").to(tl.int64)
-    o_word = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m_word = o_word < words
-    b_word = tl.load(p_pool + i_slot * stride_slot + o_word, mask=m_word, eviction_policy="evict_first")
-    total = tl.sum((b_word & 1).to(tl.int32), axis=0)  # no overflow: at most BLOCK
-    if total == never:  # never (-1: a runtime value the compiler cannot see through)
-        tl.store(p_sink + tl.program_id(1), total)
-
-
 def measure_spec_ceiling(spec: SpecInputs, device: torch.device) -> dict[str, Timing]:
     """The streams a verify call is held to, over its own slots and rows, rotating as the calls:
     buffer and dst: {"fanout": the 1 -> T stream}; replay: {"read": the read-only stream,
@@ -276,18 +261,7 @@ def measure_spec_ceiling(spec: SpecInputs, device: torch.device) -> dict[str, Ti
         reads = torch.stack([p[0] for p in places])
         calls = fanout_calls(state, reads, places[0][1], [p[2] for p in places])
         return {"fanout": time_cold(calls, device)}
-    words = state[0].nbytes // 4
-    pool = state.view(-1).view(torch.int32).view(state.shape[0], words)
-    sink = torch.zeros(spec.src.shape[1], dtype=torch.int32, device=device)
-    grid = (triton.cdiv(words, 1024), spec.src.shape[1])
-    rows = [s.contiguous() for s in spec.src]
-    read = time_cold(
-        [
-            lambda r=r: _read_kernel[grid](pool, r, sink, words, words, -1, BLOCK=1024, num_warps=4)
-            for r in rows
-        ],
-        device,
-    )
+    read = measure_read_ceiling(state, spec.src)
     return {"read": read, "read_write": measure_gather_ceiling(state, spec.src)}
 
 

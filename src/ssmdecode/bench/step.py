@@ -16,7 +16,7 @@ from torch.autograd import DeviceType
 
 from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
 from ssmdecode.config import KERNEL, LaunchConfig
-from ssmdecode.models.mamba2 import Mamba2DecodeStack, Mamba2Dims
+from ssmdecode.models.mamba2 import REPLAY_WINDOW, Mamba2DecodeStack, Mamba2Dims
 from ssmdecode.shapes import HEADLINE, PRESETS, Shape
 
 __all__ = [
@@ -69,19 +69,40 @@ class StepBench:
 
     @classmethod
     def build(
-        cls, dims: Mamba2Dims, layers: int, batch: int, device: torch.device, seed: int, min_sets: int = 1
+        cls,
+        dims: Mamba2Dims,
+        layers: int,
+        batch: int,
+        device: torch.device,
+        seed: int,
+        min_sets: int = 1,
+        path: str = "table",
+        window: int = REPLAY_WINDOW,
     ) -> StepBench:
         """min_sets: at least that many slot sets, where a caller steps on more sets than the
-        L2 asks for (benchmarks/ncu_model.py)."""
+        L2 asks for (benchmarks/ncu_model.py). path, window: the stack's (replay decode: its
+        rings hold random tokens and each slot's cursors are drawn from the steady state, a
+        ring_start uniform in [0, R) and num_cached uniform in 1 .. window, so that the timed
+        steps flush as many slots as serving does, about 1 in window, not all at once)."""
         shape = dims.shape
         conv_bytes = dims.conv_dim * dims.d_conv * shape.dtype.itemsize * batch
         rotation = max(min_sets, cold_rotation(layers * (shape.state_bytes(batch) + conv_bytes), device))
-        stack = Mamba2DecodeStack(dims, layers, slots=rotation * batch + 1, device=device, seed=seed)
+        stack = Mamba2DecodeStack(
+            dims, layers, slots=rotation * batch + 1, device=device, seed=seed, path=path, window=window
+        )
         gen = torch.Generator(device=device).manual_seed(seed)
         for pool in stack.ssm_state:
             pool.normal_(generator=gen)
         slot_sets = (torch.randperm(rotation * batch, generator=gen, device=device) + 1).view(rotation, batch)
         hidden = torch.randn(batch, dims.d_model, generator=gen, device=device).to(shape.dtype)
+        if path != "table":
+            for ring in stack.rings:
+                ring["x_cache"].normal_(generator=gen)
+                ring["B_cache"].normal_(generator=gen)
+                ring["dt_cache"].uniform_(0.01, 0.1, generator=gen)
+            n = stack.slots
+            stack.ring_start.copy_(torch.randint(0, stack.ring, (n,), generator=gen, device=device))
+            stack.num_cached.copy_(torch.randint(1, window + 1, (n,), generator=gen, device=device))
         return cls(stack, hidden, slot_sets)
 
     def time(self, config: LaunchConfig | None, pdl: bool = False, slot_ordered: bool = False) -> Timing:
@@ -96,11 +117,12 @@ class StepBench:
         )
 
 
-def kernel_share(kernel_us: Mapping[str, float], steps: int) -> dict[str, float | None]:
+def kernel_share(kernel_us: Mapping[str, float], steps: int, match: str = KERNEL) -> dict[str, float | None]:
     """From total device time per kernel name over `steps` profiled steps: the share of it in
-    kernels whose name contains the ssmdecode kernel's, and both per step, in microseconds."""
+    kernels whose name contains match (default the single-token kernel's; "selective_state"
+    takes the replay kernel too), and both per step, in microseconds."""
     total = sum(kernel_us.values())
-    ssu = sum(us for name, us in kernel_us.items() if KERNEL in name)
+    ssu = sum(us for name, us in kernel_us.items() if match in name)
     return {
         "ssu_share": ssu / total if total else None,
         "ssu_us_per_step": ssu / steps if total else None,
@@ -120,7 +142,11 @@ def kernel_times(events: Iterable[Any]) -> dict[str, float]:
 
 
 def profile_step(
-    bench: StepBench, config: LaunchConfig | None, trace: Path | None, variant: StepVariant = None
+    bench: StepBench,
+    config: LaunchConfig | None,
+    trace: Path | None,
+    variant: StepVariant = None,
+    match: str = KERNEL,
 ) -> dict[str, float | None]:
     """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
     selective_state_update share of kernel time (None on CPU, where there are no kernels).
@@ -138,4 +164,4 @@ def profile_step(
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace))
-    return kernel_share(kernel_times(prof.events()), PROFILED_STEPS)
+    return kernel_share(kernel_times(prof.events()), PROFILED_STEPS, match)

@@ -30,12 +30,21 @@ state pools are allocated once, here; intermediates (the kernel's `out` among th
 allocations, which under capture come from the graph's private pool at the same addresses on
 every replay.
 
+Replay decode (path="replay", or "replay-fast" for selective_state_replay's exact=False): the
+SSM step of each layer is selective_state_replay with one token a request (T = 1): the pool
+holds checkpoints, a ring of R = window + 1 rows a slot and layer the inputs of the tokens since
+(x_cache [S, H, R, P], B_cache [S, G, R, N], dt_cache [S, H, R] float32), the state is written
+once a window (when num_cached + 2 > R), and after the step's last layer one replay_advance
+(every token accepted) keeps the cursors ring_start / num_cached [S], shared by the layers. From
+zero state nothing is cached (prefill by decode steps starts there too).
+
 Rows marked with NULL_SLOT (slot 0, vLLM's convention) are padding: the SSM state of slot 0 is
 never read or written, and the conv state of slot 0 is scratch that padded rows write.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -43,11 +52,17 @@ import torch
 import torch.nn.functional as F
 
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update import selective_state_update, slot_order
+from ssmdecode.ops.selective_state_update import (
+    replay_advance,
+    selective_state_replay,
+    selective_state_update,
+    slot_order,
+)
 from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.shapes import ModelPreset, Shape, per_rank
 
 __all__ = [
+    "DECODE_PATHS",
     "NULL_SLOT",
     "Mamba2DecodeStack",
     "Mamba2Dims",
@@ -61,6 +76,16 @@ __all__ = [
 
 NULL_SLOT = 0
 """The state slot of padded rows; real rows use slots 1..S-1."""
+
+DECODE_PATHS = ("table", "replay", "replay-fast")
+"""How a decode step keeps the SSM state: selective_state_update (the single-token table path)
+or selective_state_replay (exact, or its fast route), see the module docstring."""
+REPLAY_WINDOW = 16  # vLLM's ReplaySSM buffer length
+
+
+def fast_replay_available() -> bool:
+    """Whether this tree's selective_state_replay has the fast route (exact=False)."""
+    return "exact" in inspect.signature(selective_state_replay).parameters
 
 
 @dataclass(frozen=True)
@@ -182,15 +207,32 @@ def _random_layer(dims: Mamba2Dims, gen: torch.Generator, device: torch.device) 
 class Mamba2DecodeStack:
     """`n_layers` Mamba2 layers (pre-norm, mixer, residual) with random weights and their state
     pools: per layer, ssm_state [slots, H, P, N] in the shape's state dtype and conv_state
-    [slots, X, W] in its input dtype, both zero at the start.
+    [slots, X, W] in its input dtype, both zero at the start. path: "table" (selective_state_
+    update), "replay" or "replay-fast" (selective_state_replay, T = 1, rings of window + 1 rows
+    and the cursors; see the module docstring). A step's `config` is the single-token kernel's;
+    replay looks its own table up.
     """
 
     def __init__(
-        self, dims: Mamba2Dims, n_layers: int, slots: int, device: torch.device | str, seed: int = 0
+        self,
+        dims: Mamba2Dims,
+        n_layers: int,
+        slots: int,
+        device: torch.device | str,
+        seed: int = 0,
+        path: str = "table",
+        window: int = REPLAY_WINDOW,
     ) -> None:
         if n_layers < 1 or slots < 2:
             raise ValueError(f"need n_layers >= 1 and slots >= 2, got {n_layers} and {slots}")
+        if path not in DECODE_PATHS:
+            raise ValueError(f"path must be one of {DECODE_PATHS}, got {path!r}")
+        if path == "replay-fast" and not fast_replay_available():
+            raise ValueError("path 'replay-fast': this tree's selective_state_replay has no exact=False")
+        if path != "table" and window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
         self.dims = dims
+        self.path = path
         self.device = torch.device(device)
         gen = torch.Generator(device=self.device).manual_seed(seed)
         self.layers = [_random_layer(dims, gen, self.device) for _ in range(n_layers)]
@@ -203,6 +245,21 @@ class Mamba2DecodeStack:
             torch.zeros(slots, dims.conv_dim, dims.d_conv, dtype=s.dtype, device=self.device)
             for _ in range(n_layers)
         ]
+        self.rings: list[dict[str, torch.Tensor]] = []
+        self.ring = window + 1
+        if path != "table":
+            H, P, N, G, R = s.nheads, s.headdim, s.dstate, s.ngroups, self.ring
+            self.rings = [
+                {
+                    "x_cache": torch.zeros(slots, H, R, P, dtype=s.dtype, device=self.device),
+                    "B_cache": torch.zeros(slots, G, R, N, dtype=s.dtype, device=self.device),
+                    "dt_cache": torch.zeros(slots, H, R, dtype=torch.float32, device=self.device),
+                }
+                for _ in range(n_layers)
+            ]
+        self.ring_start = torch.zeros(slots, dtype=torch.int32, device=self.device)
+        self.num_cached = torch.zeros(slots, dtype=torch.int32, device=self.device)
+        self._accepted: dict[int, torch.Tensor] = {}  # every token accepted, by batch size
 
     @property
     def slots(self) -> int:
@@ -210,8 +267,9 @@ class Mamba2DecodeStack:
         return self.ssm_state[0].shape[0]
 
     def reset_state(self) -> None:
-        """Zero every slot of every layer's pools."""
-        for t in (*self.ssm_state, *self.conv_state):
+        """Zero every slot of every layer's pools (and, replaying, the rings and cursors)."""
+        rings = [t for ring in self.rings for t in ring.values()]
+        for t in (*self.ssm_state, *self.conv_state, *rings, self.ring_start, self.num_cached):
             t.zero_()
 
     def layer_step(
@@ -235,25 +293,58 @@ class Mamba2DecodeStack:
         z, xbc, dt = zxbcdt.split([E, dims.conv_dim, H], dim=-1)
         xbc = conv_state_update(self.conv_state[i], xbc, w.conv_weight, w.conv_bias, slots)
         y = torch.empty(rows, H, P, dtype=hidden.dtype, device=hidden.device)
-        selective_state_update(
-            self.ssm_state[i],
-            xbc[:, :E].view(rows, H, P),
-            dt.unsqueeze(-1).expand(rows, H, P),
-            w.A[:, None, None].expand(H, P, N),
-            xbc[:, E : E + G * N].view(rows, G, N),
-            xbc[:, E + G * N :].view(rows, G, N),
-            D=w.D[:, None].expand(H, P),
-            dt_bias=w.dt_bias[:, None].expand(H, P),
-            dt_softplus=True,
-            state_batch_indices=slots,
-            pad_slot_id=NULL_SLOT,
-            out=y,
-            config=config,
-            pdl=pdl,  # the kernel before (the conv's) writes x, B, C, never the state or slots
-            batch_order=order,
-            rand_seed=rand_seed,
-            philox_rounds=philox_rounds,
-        )
+        x = xbc[:, :E].view(rows, H, P)
+        dt_h = dt.unsqueeze(-1).expand(rows, H, P)
+        A = w.A[:, None, None].expand(H, P, N)
+        B = xbc[:, E : E + G * N].view(rows, G, N)
+        C = xbc[:, E + G * N :].view(rows, G, N)
+        if self.path != "table":
+            if order is not None:
+                raise ValueError("replay decode takes no batch_order (slot_ordered)")
+            ring = self.rings[i]
+            selective_state_replay(
+                self.ssm_state[i],
+                ring["x_cache"],
+                ring["B_cache"],
+                ring["dt_cache"],
+                self.ring_start,
+                self.num_cached,
+                x.unsqueeze(1),
+                dt_h.unsqueeze(1),
+                A,
+                B.unsqueeze(1),
+                C.unsqueeze(1),
+                D=w.D[:, None].expand(H, P),
+                dt_bias=w.dt_bias[:, None].expand(H, P),
+                dt_softplus=True,
+                state_batch_indices=slots,
+                pad_slot_id=NULL_SLOT,
+                out=y.unsqueeze(1),
+                pdl=pdl,
+                rand_seed=rand_seed,
+                philox_rounds=philox_rounds,
+                **({"exact": False} if self.path == "replay-fast" else {}),
+            )
+        else:
+            selective_state_update(
+                self.ssm_state[i],
+                x,
+                dt_h,
+                A,
+                B,
+                C,
+                D=w.D[:, None].expand(H, P),
+                dt_bias=w.dt_bias[:, None].expand(H, P),
+                dt_softplus=True,
+                state_batch_indices=slots,
+                pad_slot_id=NULL_SLOT,
+                out=y,
+                config=config,
+                pdl=pdl,  # the kernel before (the conv's) writes x, B, C, never the state or slots
+                batch_order=order,
+                rand_seed=rand_seed,
+                philox_rounds=philox_rounds,
+            )
         y = gated_rms_norm(y.view(rows, E), z, w.gate_norm, dims.norm_group, dims.eps)
         return hidden + y @ w.out_proj.t()
 
@@ -278,6 +369,13 @@ class Mamba2DecodeStack:
         for i in range(len(self.layers)):
             seed = None if rand_seed is None else rand_seed[i : i + 1]
             hidden = self.layer_step(i, hidden, slots, config, pdl, order, seed, philox_rounds)
+        if self.path != "table":  # the step's bookkeeping, once for every layer: each token kept
+            rows = slots.shape[0]
+            if rows not in self._accepted:
+                self._accepted[rows] = torch.ones(rows, dtype=torch.int32, device=slots.device)
+            replay_advance(
+                self.ring_start, self.num_cached, self._accepted[rows], 1, self.ring, slots, NULL_SLOT
+            )
         return hidden
 
 
@@ -296,7 +394,8 @@ def lm_weights(
 
 class Mamba2LM:
     """A small language model around a Mamba2DecodeStack: embedding [V, d], the layers, a final
-    RMSNorm and an LM head [V, d], all random. Real rows use slots 1..slots-1."""
+    RMSNorm and an LM head [V, d], all random. Real rows use slots 1..slots-1. path, window:
+    the stack's (the same weights whatever the path)."""
 
     def __init__(
         self,
@@ -306,8 +405,10 @@ class Mamba2LM:
         slots: int,
         device: torch.device | str,
         seed: int = 0,
+        path: str = "table",
+        window: int = REPLAY_WINDOW,
     ) -> None:
-        self.stack = Mamba2DecodeStack(dims, n_layers, slots, device, seed)
+        self.stack = Mamba2DecodeStack(dims, n_layers, slots, device, seed, path, window)
         self.embedding, self.final_norm, self.lm_head = lm_weights(dims, vocab_size, self.stack.device, seed)
 
     def step(

@@ -34,6 +34,16 @@ speculative decoding of a random-weight LM against fixed drafts (plain greedy de
 tokens with every third draft wrong), (a), (b) and (c) compared token for token and log-prob
 for log-prob, bit for bit.
 
+Replay decode (--replay): the same stack decoding with selective_state_replay, one token a
+request (ssmdecode.models.mamba2, path "replay"; "replay-fast" too where this tree has the fast
+route), rings of --replay-window + 1 rows, replay_advance once a step, each slot's cursors drawn
+from the steady state: timed beside the configs (rows "replay exact" / "replay fast"; give
+--config table to hold them to the single-token table path). With --greedy: greedy decoding by
+the table path, exact replay and fast replay, each compared with exact replay token for token
+(the share identical and the first divergence), and every path's logits against a float64 copy
+of the model fed exact replay's tokens (teacher-forced; the largest error over the largest
+|logit|, and the mean error over the mean |logit|).
+
 On CPU the kernels run under Triton's interpreter at a tiny shape: no CUDA graph, no kernel
 profile, and the timings mean nothing; the run only exercises the code.
 """
@@ -48,6 +58,7 @@ from pathlib import Path
 
 import torch
 
+from ssmdecode.bench.accuracy import Float64LM
 from ssmdecode.bench.report import (
     MEANINGLESS,
     environment,
@@ -81,7 +92,14 @@ from ssmdecode.cli_args import (
     shapes_from_args,
 )
 from ssmdecode.config import KERNEL, LaunchConfig
-from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM, greedy_generate
+from ssmdecode.models.mamba2 import (
+    NULL_SLOT,
+    REPLAY_WINDOW,
+    Mamba2Dims,
+    Mamba2LM,
+    fast_replay_available,
+    greedy_generate,
+)
 from ssmdecode.models.mamba2_spec import Mamba2VerifyLM, speculative_greedy
 from ssmdecode.numerics import bit_diff, bits
 from ssmdecode.shapes import Shape
@@ -101,6 +119,7 @@ DEFAULTS = {  # (GPU, CPU)
     "vocab": (32000, 64),
 }
 TIMING_CONFIGS = ("upstream", "8,1", "table")
+REPLAY_ROWS = {"replay": "replay exact", "replay-fast": "replay fast", "table": "table"}
 GREEDY_CONFIGS = ("upstream", "table")
 
 
@@ -152,6 +171,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         g.add_argument(
             "--" + name.replace("_", "-"), type=int, help=f"{what} (default: {gpu} on a GPU, {cpu} on CPU)"
         )
+    r = p.add_argument_group("replay decode (--replay)")
+    r.add_argument(
+        "--replay",
+        action="store_true",
+        help="also decode by selective_state_replay (T = 1): exact, and fast where this tree has it",
+    )
+    r.add_argument(
+        "--replay-window",
+        type=int,
+        default=REPLAY_WINDOW,
+        help=f"replay decode: cached tokens a ring holds (default {REPLAY_WINDOW}; a flush once a window)",
+    )
     v = p.add_argument_group("speculative decoding (--spec T)")
     v.add_argument(
         "--spec",
@@ -212,9 +243,12 @@ def _time_batch(
     seed: int,
     trace: Path | None,
     variants: tuple[StepVariant, ...] = (None,),
+    replay_paths: tuple[str, ...] = (),
+    replay_window: int = REPLAY_WINDOW,
 ) -> list[dict[str, object]]:
     """Every config's step time and kernel share at one batch size, on one stack whose pools
-    hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot)."""
+    hold K disjoint slot sets of `batch` slots (slot 0 stays the null slot); then each replay
+    decode path's on a stack of its own (its SSM share: every selective_state* kernel)."""
     bench = StepBench.build(dims, layers, batch, device, seed)
     rows: list[dict[str, object]] = []
     for spec, variant in [(spec, v) for spec in specs for v in variants]:
@@ -242,16 +276,60 @@ def _time_batch(
             }
         )
         log.info("%s %s batch %d: %.2f us per step", name, resolved.label, batch, timing.us)
+    for path in replay_paths:
+        replay = StepBench.build(dims, layers, batch, device, seed, path=path, window=replay_window)
+        timing = replay.time(None)
+        name = REPLAY_ROWS[path]
+        trace_to = _trace_path(trace, name, batch) if trace is not None else None
+        share = profile_step(replay, None, trace_to, match=SSM_KERNELS)
+        rows.append(
+            {
+                "config": name,
+                "launch": f"replay table, window {replay_window}",
+                "launch_config": None,
+                "variant": path,
+                "batch": batch,
+                "step_us": timing.us,
+                "tokens_per_s": batch / (timing.us * 1e-6),
+                "vs_first": None,
+                **share,
+                "ssu_share_of_step": (
+                    share["ssu_us_per_step"] / timing.us if share["ssu_us_per_step"] is not None else None
+                ),
+                "timing": timing.to_dict(),
+                "trace": str(trace_to) if trace_to is not None else None,
+            }
+        )
+        log.info("%s batch %d: %.2f us per step", name, batch, timing.us)
+        del replay
     for row in rows:
         row["vs_first"] = rows[0]["step_us"] / row["step_us"]
     return rows
+
+
+def _replay_paths(args: argparse.Namespace) -> tuple[str, ...]:
+    """The replay decode paths --replay asks for and this tree has."""
+    if not args.replay:
+        return ()
+    return ("replay", "replay-fast") if fast_replay_available() else ("replay",)
 
 
 def _run_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
     rows: list[dict[str, object]] = []
     for batch in batches_from_args(args, device):
         variants = (None, *(["pdl"] if args.pdl else []), *(["order"] if args.slot_order else []))
-        rows += _time_batch(dims, layers, batch, args.config, device, args.seed, args.trace, variants)
+        rows += _time_batch(
+            dims,
+            layers,
+            batch,
+            args.config,
+            device,
+            args.seed,
+            args.trace,
+            variants,
+            _replay_paths(args),
+            args.replay_window,
+        )
 
     data = {
         "environment": environment(device, args.command_line),
@@ -438,6 +516,117 @@ def _run_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device:
             "the comparison says nothing"
         )
     return 0 if data["identical"] else 1
+
+
+def _teacher_forced_errors(
+    lm: Mamba2LM, f64: Float64LM, prompts: list[list[int]], ids: torch.Tensor
+) -> dict[str, float]:
+    """lm's and f64's logits fed the same tokens, greedy_generate's schedule (prompts right-
+    aligned, then ids [R, n] one a step): the largest |error| over the largest |float64 logit|,
+    and the mean |error| over the mean |float64 logit|, over every generated position."""
+    device = lm.stack.device
+    steps, rows, n_new = max(map(len, prompts)), len(prompts), ids.shape[1]
+    tokens = torch.zeros(steps, rows, dtype=torch.int64)
+    slots = torch.full((steps, rows), NULL_SLOT, dtype=torch.int64)
+    for r, prompt in enumerate(prompts):
+        tokens[steps - len(prompt) :, r] = torch.tensor(prompt, dtype=torch.int64)
+        slots[steps - len(prompt) :, r] = r + 1
+    tokens, slots, ids = tokens.to(device), slots.to(device), ids.to(device)
+    lm.stack.reset_state()
+    for t in (*f64.ssm_state, *f64.conv_state):
+        t.zero_()
+    worst = scale = err_sum = ref_sum = 0.0
+    count = 0
+    for t in range(steps + n_new - 1):
+        step_tokens, step_slots = (tokens[t], slots[t]) if t < steps else (ids[:, t - steps], slots[-1])
+        got, want = lm.step(step_tokens, step_slots).double(), f64.step(step_tokens, step_slots)
+        if t >= steps - 1:  # the logits of a generated token
+            err = (got - want).abs()
+            worst, scale = max(worst, float(err.max())), max(scale, float(want.abs().max()))
+            err_sum, ref_sum, count = err_sum + float(err.sum()), ref_sum + float(want.abs().sum()), count + 1
+    return {"max_rel": worst / scale if scale else 0.0, "mean_rel": err_sum / ref_sum if ref_sum else 0.0}
+
+
+def _run_replay_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
+    """--greedy --replay: the table path, exact replay and fast replay, greedy, against exact
+    replay's tokens and a float64 copy's logits (see the module docstring)."""
+    count = option_or_default(args, "prompts", device)
+    max_len = option_or_default(args, "max_prompt_len", device)
+    new_tokens = option_or_default(args, "new_tokens", device)
+    vocab = option_or_default(args, "vocab", device)
+    prompts = _prompts(count, max_len, vocab, args.seed)
+    paths = ("table", *_replay_paths(args))
+    runs: dict[str, dict[str, object]] = {}
+    for path in paths:
+        lm = Mamba2LM(dims, layers, vocab, count + 1, device, args.seed, path=path, window=args.replay_window)
+        ids, logprobs = greedy_generate(lm, prompts, new_tokens)
+        runs[path] = {"lm": lm, "ids": ids.cpu(), "logprobs": logprobs.cpu()}
+    f64 = Float64LM(runs["replay"]["lm"], count + 1)
+    exact_ids = runs["replay"]["ids"]
+    results: dict[str, dict[str, object]] = {}
+    for path in paths:
+        ids = runs[path]["ids"]
+        same = ids == exact_ids
+        where = (~same).nonzero()
+        results[path] = {
+            "share_identical_to_exact_replay": float(same.float().mean()),
+            "first_divergence": where[0].tolist() if len(where) else None,
+            "bit_identical_to_exact_replay": bool(
+                same.all() and torch.equal(bits(runs[path]["logprobs"]), bits(runs["replay"]["logprobs"]))
+            ),
+            "logits_vs_float64": _teacher_forced_errors(runs[path]["lm"], f64, prompts, exact_ids),
+        }
+    data = {
+        "environment": environment(device, args.command_line),
+        "method": {
+            "model": f"random-weight Mamba2 LM, {layers} layers, vocab {vocab}",
+            "decoding": "greedy from zero state; prompts right-aligned, waiting rows in the null slot; "
+            "prefill by decode steps",
+            "paths": {p: REPLAY_ROWS[p] for p in paths},
+            "compared": "each path's token ids against exact replay's; logits teacher-forced on exact "
+            "replay's tokens against the model in float64",
+            "replay_window": args.replay_window,
+            "seed": args.seed,
+        },
+        "shape": dims.shape.to_dict(),
+        "d_model": dims.d_model,
+        "layers": layers,
+        "prompt_lengths": [len(p) for p in prompts],
+        "new_tokens": new_tokens,
+        "tokens_compared": count * new_tokens,
+        "results": {REPLAY_ROWS[p]: r for p, r in results.items()},
+    }
+    markdown = (
+        f"Shape: {dims.shape.label}, d_model {dims.d_model}, {layers} layers, vocab {vocab}; {count} "
+        f"prompts of {min(map(len, prompts))} to {max_len} tokens, {new_tokens} new tokens each; "
+        f"replay window {args.replay_window}.\n\n"
+        + markdown_table(
+            [
+                "path",
+                "tokens identical to exact replay",
+                "first divergence [prompt, token]",
+                "bit-identical",
+                "logits: max err / max abs logit",
+                "mean err / mean abs logit",
+            ],
+            [
+                [
+                    REPLAY_ROWS[p],
+                    f"{100 * r['share_identical_to_exact_replay']:.2f}%",
+                    r["first_divergence"],
+                    r["bit_identical_to_exact_replay"],
+                    f"{r['logits_vs_float64']['max_rel']:.2e}",
+                    f"{r['logits_vs_float64']['mean_rel']:.2e}",
+                ]
+                for p, r in results.items()
+            ],
+        )
+    )
+    paths_written = write_outputs(results_dir(args.out, device), "e2e-replay-greedy", data, markdown)
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths_written)))
+    # exact replay keeps the table path's bits (float32 state); anything else is a failure
+    return 0 if results["table"]["bit_identical_to_exact_replay"] else 1
 
 
 # The three ways --spec compares: (name, path, config spec).
@@ -662,6 +851,8 @@ def run(args: argparse.Namespace) -> int:
             if args.spec < 1:
                 raise SystemExit("ssmdecode e2e: --spec must be >= 1")
             return (_run_spec_greedy if args.greedy else _run_spec_timing)(args, dims, layers, device)
+        if args.replay and args.replay_window < 1:
+            raise SystemExit("ssmdecode e2e: --replay-window must be >= 1")
         if args.greedy:
-            return _run_greedy(args, dims, layers, device)
+            return (_run_replay_greedy if args.replay else _run_greedy)(args, dims, layers, device)
         return _run_timing(args, dims, layers, device)
