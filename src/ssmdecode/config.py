@@ -182,6 +182,18 @@ def default_config(dstate: int, state_dtype: torch.dtype = torch.float32) -> Lau
     return upstream_config(dstate)
 
 
+def replay_fast_config(headdim: int, dstate: int) -> LaunchConfig:
+    """The fast replay route's config for a device with no table entry (mode "replay-fast"):
+    one program a (request, head) up to 64 rows (the Gram of the ring, C_t . B_j, is
+    recomputed by every row block, so fewer blocks do less of it), 8 warps from 8192 state
+    elements a tile (32 fp32 registers a thread for the checkpoint), else 4; the slot-major
+    grid with cache hints, as the exact route's tuned entries. A guess to be replaced by the
+    tuner's entries (tools/tune.py admits them by accuracy and run-to-run identity)."""
+    block_m = min(64, 1 << max(headdim - 1, 0).bit_length())
+    block_n = 1 << max(dstate - 1, 0).bit_length()
+    return LaunchConfig(block_m, 8 if block_m * block_n >= 8192 else 4, True, True)
+
+
 def candidate_configs(
     headdim: int, dstate: int, state_dtype: torch.dtype, space: str = "tune"
 ) -> list[LaunchConfig]:
@@ -247,8 +259,8 @@ def _cuda_device_key(index: int) -> str:
 # What a call writes besides out (see Call.mode in ops/selective_state_update/checks.py):
 # single-token decode, or T tokens a request writing the final state, every token's state to an
 # intermediate buffer (sglang's verify), or every token's state to its own slot (vLLM's); or a
-# verify step by replay (selective_state_replay).
-MODES = ("single", "final", "buffer", "dst", "replay")
+# verify step by replay (selective_state_replay), exact or by its fast route (exact=False).
+MODES = ("single", "final", "buffer", "dst", "replay", "replay-fast")
 
 
 # How a call rounds its 16-bit state stores: to nearest, or stochastically (rand_seed). Calls that
@@ -289,7 +301,7 @@ def table_key(
 
 _KEY_RE = re.compile(
     r"^headdim=(\d+) dstate=(\d+) state=(float32|bfloat16|float16)"
-    r"(?: mode=(final|buffer|dst|replay) tokens=([1-9]\d*))?(?: rounding=(stochastic))?$"
+    r"(?: mode=(final|buffer|dst|replay-fast|replay) tokens=([1-9]\d*))?(?: rounding=(stochastic))?$"
 )
 
 
@@ -344,8 +356,8 @@ def _validate_table(path: Path, data: Any) -> Table:
             raise fail(
                 f"entries.{key}",
                 "key must read 'headdim=P dstate=N state=DTYPE', then optionally "
-                "' mode=final|buffer|dst|replay tokens=T', then optionally ' rounding=stochastic' "
-                "(a 16-bit DTYPE)",
+                "' mode=final|buffer|dst|replay|replay-fast tokens=T', then optionally "
+                "' rounding=stochastic' (a 16-bit DTYPE)",
             )
         if not isinstance(buckets, dict) or not buckets:
             raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
@@ -472,6 +484,8 @@ def _lookup(
             buckets = _buckets(table, headdim, dstate, state_dtype, mode, tokens, rounding)
             if buckets:
                 return buckets[nearest_bucket(list(buckets), batch)].config
+    if mode == "replay-fast":
+        return replay_fast_config(headdim, dstate)
     return default_config(dstate, state_dtype)
 
 

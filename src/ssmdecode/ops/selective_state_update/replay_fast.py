@@ -1,0 +1,474 @@
+r"""Replay's fast route: the verify step (T >= 2) and the decode step (T = 1) by replay without
+materialising the state, fp32-accurate but not the recurrence's bits.
+
+selective_state_replay(..., exact=False) runs this kernel: the same arguments, ring, flush rule,
+cursors and replay_advance as the exact route (replay.py's docstring), so either route reads
+the rings and checkpoints the other wrote. A request's program decides, as the exact kernel
+does, whether this call flushes (num_cached + n + T > R, n its drafts; always in replay_flush):
+
+- a flush (every R - T tokens or so: rare) does what the exact kernel does, with the same
+  operations: the num_cached ring tokens replayed onto the checkpoint token by token
+  (s = fma(s, exp(A dt'_k), (B_k dt'_k) x_k)), the new checkpoint stored (a float32 state:
+  the exact route's bits; a 16-bit state: the same stochastic rounding), then the drafts run
+  by the recurrence from that tile (out only). So the checkpoints, and the state error over a
+  long decode, are the exact route's;
+- every other call (the common case, and the whole speed win) never builds the state. With
+  the k cached tokens j = 0 .. k - 1 in age order (ring row (ring_start + j) mod R), their
+  dt'_j, S = sum_j dt'_j, w_j = dt'_j exp(A (S - c_j)) (c the inclusive cumulative sum: the
+  decay from token j to the last cached one), and for draft t its drafts' cumulative
+  d_t = dt'_0 + .. + dt'_t:
+
+      y_t = exp(A d_t) [exp(A S) (h0 . C_t) + sum_j w_j (C_t . B_j) x_j]
+            + sum_{u <= t} exp(A (dt'_{u+1} + .. + dt'_t)) dt'_u (C_t . B_u) x_u + D x_t,
+
+  then the z gate. The checkpoint h0 is read once and touched by one product a draft with C_t
+  (T passes over the tile in registers, none in memory); the ring is gathered at once in age
+  order (x [RP, BLOCK_M], B [RP, N], dt' [RP], RP the window's next power of 2), its Gram
+  C_t . B_j is one [RP] reduction over N a draft; the drafts' own terms are a static loop.
+
+Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
+t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
+same inputs give the same bits.
+
+Accuracy (docs/numerics.md): every term is float32 from the stored inputs, as the recurrence's;
+the dual form re-associates the sums and replaces products of exps by an exp of a sum, a few
+float32 ulps, far below the bf16 rounding of out (tests/test_replay_fast.py holds out to 1 bf16
+ulp of the float64 recurrence and the flushed state to 1e-5 max|state|).
+
+Decode (T = 1): the engine calls the fast route every step with one token a request and
+replay_advance(..., num_accepted=1, tokens=1, ring=R) after it; prefill writes its final state
+into the slot as the checkpoint with num_cached = 0. With R = 16 a slot's state is written once
+every 15 steps instead of every step (docs/compat.md, "Replay decode").
+
+Engine conventions (compat.vllm's ReplaySSM adapter) use three private options of the launch,
+each a constexpr: the flush decided by the host (one int8 a request, HOST_FLUSH), a flush that
+absorbs the drafts too and appends nothing (FLUSH_DRAFTS, vLLM's ring restart), and cursors
+kept a request rather than a slot with the ring starting at row 0 (CURSOR_BY_REQUEST,
+HAS_RING_START).
+
+Shapes as replay.py's (B requests, T drafts, H heads, P head dim, N state dim, G groups, S
+slots, R ring).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
+from ssmdecode.ops.selective_state_update.common import STREAM_STATE, exp_dA, load, program_tile, stored
+from ssmdecode.ops.selective_state_update.launch import HEURISTICS, Launch, given, strides, tile_launch
+from ssmdecode.ops.selective_state_update.replay import _draft_inputs, _wrap
+
+__all__ = ["fast_launch"]
+
+_HEURISTICS = {
+    **HEURISTICS,
+    **given(VARLEN="p_cu_seqlens", HOST_FLUSH="p_flush", HAS_RING_START="p_ring_start"),
+}
+
+
+# fmt: off
+@triton.jit
+def _finish(b_y, b_xf, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+            HAS_SRC_IDX: tl.constexpr):
+    """A draft's out from its SSM part b_y [BLOCK_M]: + D x, times the z gate, 0 for a pad."""
+    if HAS_D:
+        b_y += b_xf * b_D
+    if HAS_Z:
+        b_zf = b_z.to(tl.float32)
+        b_y *= b_zf * tl.sigmoid(b_zf)
+    if HAS_SRC_IDX:
+        b_y = tl.where(m_live, b_y, 0.0)
+    return b_y
+
+
+@triton.jit
+def _and(a, b):
+    """a & b where either may be None (nothing masked)."""
+    if a is None:
+        return b
+    elif b is None:
+        return a
+    else:
+        return a & b
+# fmt: on
+
+
+# fmt: off
+@triton.heuristics(_HEURISTICS)
+@triton.jit
+def _selective_state_replay_fast_kernel(
+    # pointers
+    p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
+    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed,
+    # sizes
+    headdim, dstate, pad_slot_id, total_tokens, ring,
+    # strides, stride_<tensor>_<dim>
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+    stride_dtc_s, stride_dtc_h, stride_dtc_r,
+    stride_x_b, stride_x_t, stride_x_h, stride_x_p,
+    stride_dt_b, stride_dt_t, stride_dt_h,
+    stride_dt_bias_h, stride_A_h,
+    stride_B_b, stride_B_t, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_t, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p,
+    stride_z_b, stride_z_t, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_t, stride_out_h, stride_out_p,
+    stride_src_idx,
+    # flags
+    T: tl.constexpr,  # drafts a request (the most, with cu_seqlens)
+    WINDOW: tl.constexpr,  # the most cached tokens a request holds: R - T
+    RP: tl.constexpr,  # next_power_of_2(WINDOW): the rows of the gathered ring
+    FLUSH: tl.constexpr,  # 0: by the rule (or the host's flag); 1: always (replay_flush)
+    FLUSH_DRAFTS: tl.constexpr,  # a flush absorbs the drafts too and appends nothing (vLLM)
+    CURSOR_BY_REQUEST: tl.constexpr,  # num_cached indexed by request, not slot (vLLM's write_pos)
+    HEADS_PER_GROUP: tl.constexpr,
+    DT_SOFTPLUS: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr,
+    HAS_RING_START: tl.constexpr,  # else every ring starts at row 0
+    HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
+    VARLEN: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    PACKED_ROWS: tl.constexpr,
+    FAST_EXP: tl.constexpr,
+    STOCHASTIC: tl.constexpr,  # a 16-bit checkpoint stored with stochastic rounding (common.py)
+    PHILOX_ROUNDS: tl.constexpr,
+    # launch knobs
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLOT_MAJOR: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    # One program: BLOCK_M rows of one (request, head), all N columns.
+    if PDL:
+        gdc_launch_dependents()
+    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
+    i_g = i_h // HEADS_PER_GROUP
+    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
+    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
+
+    if VARLEN:  # packed drafts: offsets clamped to the tokens of x
+        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
+        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
+        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
+        n_tok = tl.minimum(eos - bos, T)
+        if n_tok == 0:  # a request of no drafts is left alone, as in the exact route
+            return
+        i_xb = 0
+        t0 = bos
+    else:
+        n_tok = T
+        i_xb = i_b
+        t0 = 0
+    if HAS_SRC_IDX:
+        i_slot = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
+        m_live = i_slot != pad_slot_id
+        i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
+    else:
+        i_slot = i_b.to(tl.int64)
+        m_live = None
+        i_ring = i_slot
+    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
+    start = 0
+    if HAS_RING_START:
+        start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
+    n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
+    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+    if FLUSH:
+        m_flush = n_old >= 0
+    elif HOST_FLUSH:
+        m_flush = tl.load(p_flush + i_b) != 0
+    else:  # the exact route's rule: the cached tokens and the drafts overflow the window
+        m_flush = n_old + n_tok + T > ring
+
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = tl.arange(0, BLOCK_N)
+    m_m = o_m < headdim
+    m_n = o_n < dstate
+    m_vm = None if EVEN_M else m_m
+    m_vn = None if EVEN_N else m_n
+    m_tile = None
+    if not EVEN_M:
+        m_tile = m_m[:, None]
+    if not EVEN_N:
+        m_tile = _and(m_tile, m_n[None, :])
+    m_read = _and(m_tile, m_live)
+
+    if PACKED_ROWS:
+        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
+        o_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + o_n[None, :]
+    else:
+        o_base = i_h * 0
+        o_tile = i_h * stride_state_h + o_m[:, None] * stride_state_p + o_n[None, :] * stride_state_n
+    p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
+    if m_read is None:
+        b_h0 = tl.load(p_tile, eviction_policy=STATE_EVICT).to(tl.float32)
+    else:
+        b_h0 = tl.load(p_tile, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    if PDL:
+        gdc_wait()
+
+    # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
+    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
+    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
+    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
+    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+
+    # The drafts' inputs, all loaded before any store (as the exact kernel does, replay.py).
+    b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+    p_xt = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m * stride_x_p
+    p_dtt = p_dt + i_xb * stride_dt_b + i_h * stride_dt_h
+    p_Bt = p_B + i_xb * stride_B_b + i_g * stride_B_g + o_n * stride_B_n
+    p_Ct = p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n * stride_C_n
+    p_zt = p_xt  # unread without z
+    if HAS_Z:
+        p_zt = p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m * stride_z_p
+    drafts = ()
+    for t in tl.static_range(T):
+        m_t = None
+        if VARLEN:
+            m_t = t < n_tok
+        drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
+            p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
+            stride_z_t, _and(m_vm, m_t), _and(m_vn, m_t), m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS,
+            HAS_Z),)
+    b_D = 0.0
+    if HAS_D:
+        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
+    p_out_t = p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m * stride_out_p
+
+    if m_flush:
+        # The exact kernel's flush, operation for operation: the cached tokens in order, the
+        # new checkpoint, then the drafts by the recurrence (out only).
+        b_state = b_h0
+        for k in tl.static_range(WINDOW):  # as the exact kernel: a branch a token past the count
+            if k < n_old:
+                m_k = _and(m_live, k < n_old)
+                pos = _wrap(start + k, ring)
+                b_xk = tl.load(p_xc + pos * stride_xc_r, mask=_and(m_vm, m_k), other=0.0).to(tl.float32)
+                b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=_and(m_vn, m_k), other=0.0).to(tl.float32)
+                b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
+                b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
+                                 (b_Bk * b_dtk)[None, :] * b_xk[:, None])
+        if not FLUSH_DRAFTS:
+            if STOCHASTIC:
+                b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed),
+                                 i_slot * stride_state_s + i_h * stride_state_h + o_m * stride_state_p,
+                                 STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, False)
+            else:
+                b_store = b_state.to(p_state.dtype.element_ty)
+            tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
+        for t in tl.static_range(T):
+            b_x, b_dt, b_B, b_C, b_z = drafts[t]
+            b_xf = b_x.to(tl.float32)
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
+                             (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
+            b_y = _finish(tl.sum(b_state * b_C[None, :], axis=1), b_xf, b_z, b_D, m_live, HAS_D, HAS_Z,
+                          HAS_SRC_IDX)
+            m_t = None
+            if VARLEN:
+                m_t = t < n_tok
+            tl.store(p_out_t + (t0 + t) * stride_out_t, b_y, mask=_and(m_vm, m_t))
+        if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
+            if STOCHASTIC:
+                b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed),
+                                 i_slot * stride_state_s + i_h * stride_state_h + o_m * stride_state_p,
+                                 STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, False)
+            else:
+                b_store = b_state.to(p_state.dtype.element_ty)
+            tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
+    else:
+        # The dual form (module docstring): the ring gathered in age order, masked past n_old.
+        o_r = tl.arange(0, RP)
+        m_r = _and(o_r < n_old, m_live)
+        pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
+        b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+        m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
+        m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+        b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
+        b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+        b_c = tl.cumsum(b_dtr, axis=0)
+        b_S = tl.sum(tl.where(o_r == n_old - 1, b_c, 0.0), axis=0)  # the last c, exactly
+        # w_j = dt'_j exp(A (S - c_j)): token j's weight at the last cached token
+        b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
+        b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+        b_d = 0.0  # the drafts' cumulative dt' up to t
+        for t in tl.static_range(T):
+            b_x, b_dt, b_B, b_C, b_z = drafts[t]
+            b_xf = b_x.to(tl.float32)
+            b_d = b_d + b_dt
+            b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C_t . B_j
+            b_acc = b_decay0 * tl.sum(b_h0 * b_C[None, :], axis=1) + tl.sum(b_xr * (b_w * b_gram)[:, None],
+                                                                               axis=0)
+            b_y = exp_dA(b_A * b_d, FAST_EXP) * b_acc
+            b_tail = 0.0  # dt'_{u+1} + .. + dt'_t
+            for v in tl.static_range(t + 1):
+                u: tl.constexpr = t - v
+                b_xu, b_dtu, b_Bu, _, _ = drafts[u]
+                if v > 0:
+                    b_tail = b_tail + drafts[u + 1][1]
+                b_cb = tl.sum(b_Bu.to(tl.float32) * b_C, axis=0)  # C_t . B_u
+                b_y += (exp_dA(b_A * b_tail, FAST_EXP) * b_dtu * b_cb) * b_xu.to(tl.float32)
+            b_y = _finish(b_y, b_xf, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+            m_t = None
+            if VARLEN:
+                m_t = t < n_tok
+            tl.store(p_out_t + (t0 + t) * stride_out_t, b_y, mask=_and(m_vm, m_t))
+
+    # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)
+    m_app0 = m_live
+    if FLUSH_DRAFTS:
+        m_app0 = _and(m_app0, m_flush == 0)
+    for t in tl.static_range(T):
+        b_x, b_dt, b_B, _, _ = drafts[t]
+        m_app = m_app0
+        if VARLEN:
+            m_app = _and(m_app, t < n_tok)
+        pos = _wrap(start + n_old + t, ring)
+        tl.store(p_xc + pos * stride_xc_r, b_x, mask=_and(m_vm, m_app))
+        if i_m == 0:
+            tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
+            if i_h % HEADS_PER_GROUP == 0:
+                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=_and(m_vn, m_app))
+# fmt: on
+
+
+def fast_launch(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor | None,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    out: torch.Tensor,
+    *,
+    state_batch_indices: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    rand_seed: torch.Tensor | None,
+    pad_slot_id: int,
+    tokens: int,
+    ring: int,
+    dt_softplus: bool,
+    fast_exp: bool,
+    philox_rounds: int,
+    config: LaunchConfig,
+    pdl: bool,
+    flush: bool = False,
+    host_flush: torch.Tensor | None = None,
+    flush_drafts: bool = False,
+    cursor_by_request: bool = False,
+) -> Launch:
+    """The fast kernel's launch for a checked call (replay.prepare checks it; x, dt, B, C, z,
+    out dense [B, T, ...], packed calls as one row). flush: every request flushes
+    (replay_flush). host_flush (int8/bool [B]), flush_drafts, cursor_by_request (num_cached
+    [B], ring_start None: rings start at row 0): the engine conventions of the module
+    docstring."""
+    if config.ordered_sum:
+        raise ValueError(
+            f"config {config.label}: the fast replay route sums rows in its own layout; the "
+            "ordered row sum matches upstream bits the fast route does not promise"
+        )
+    if flush_drafts and cu_seqlens is not None:
+        raise ValueError("flush_drafts (a flush that absorbs the drafts) takes dense drafts, not cu_seqlens")
+    nheads, headdim, dstate = state.shape[1:]
+    block_n = triton.next_power_of_2(dstate)
+    window = ring - tokens
+    kwargs = dict(
+        p_state=state,
+        p_x_cache=x_cache,
+        p_B_cache=B_cache,
+        p_dt_cache=dt_cache,
+        p_ring_start=ring_start,
+        p_cached=num_cached,
+        p_flush=host_flush,
+        p_x=x,
+        p_dt=dt,
+        p_dt_bias=dt_bias,
+        p_A=A,
+        p_B=B,
+        p_C=C,
+        p_D=D,
+        p_z=z,
+        p_out=out,
+        p_src_idx=state_batch_indices,
+        p_cu_seqlens=cu_seqlens,
+        p_seed=rand_seed,
+        headdim=headdim,
+        dstate=dstate,
+        pad_slot_id=pad_slot_id,
+        total_tokens=x.shape[1],
+        ring=ring,
+    )
+    named = (
+        ("state", state, "s", "h", "p", "n"),
+        ("xc", x_cache, "s", "h", "r", "p"),
+        ("Bc", B_cache, "s", "g", "r", "n"),
+        ("dtc", dt_cache, "s", "h", "r"),
+        ("x", x, "b", "t", "h", "p"),
+        ("B", B, "b", "t", "g", "n"),
+        ("C", C, "b", "t", "g", "n"),
+        ("out", out, "b", "t", "h", "p"),
+    )
+    for name, t, *dims in named:
+        kwargs.update({f"stride_{name}_{d}": s for d, s in zip(dims, t.stride(), strict=True)})
+    kwargs.update(zip(("stride_dt_b", "stride_dt_t", "stride_dt_h"), dt.stride()[:3], strict=True))
+    kwargs.update(zip(("stride_D_h", "stride_D_p"), strides(D, 2), strict=True))
+    kwargs.update(zip(("stride_z_b", "stride_z_t", "stride_z_h", "stride_z_p"), strides(z, 4), strict=True))
+    kwargs.update(
+        stride_dt_bias_h=0 if dt_bias is None else dt_bias.stride(0),
+        stride_A_h=A.stride(0),
+        stride_src_idx=0 if state_batch_indices is None else state_batch_indices.stride(0),
+    )
+    flags = dict(
+        T=tokens,
+        WINDOW=window,
+        RP=triton.next_power_of_2(max(window, 1)),
+        FLUSH=flush,
+        FLUSH_DRAFTS=flush_drafts,
+        CURSOR_BY_REQUEST=cursor_by_request,
+        HEADS_PER_GROUP=nheads // B.shape[-2],
+        DT_SOFTPLUS=dt_softplus,
+        EVEN_M=headdim % config.block_m == 0,
+        EVEN_N=dstate == block_n,
+        PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
+        FAST_EXP=fast_exp,
+        PHILOX_ROUNDS=philox_rounds if rand_seed is not None else 0,
+        BLOCK_M=config.block_m,
+        SLOT_MAJOR=config.slot_major,
+        EVICT_FIRST=config.evict_first,
+        PDL=pdl,
+        num_warps=config.num_warps,
+    )
+    launch = tile_launch(
+        _selective_state_replay_fast_kernel,
+        config,
+        headdim,
+        nheads,
+        x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1,
+        (),
+        flags,
+        pdl,
+    )
+    return Launch(launch.kernel, launch.grid, (), {**kwargs, **launch.kwargs})
