@@ -180,12 +180,19 @@ def _selective_state_replay_fast_kernel(
         m_live = None
         i_ring = i_slot
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    start = 0
-    if HAS_RING_START:
-        start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
-    n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
+    if HAS_SRC_IDX:
+        n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
+    else:
+        n_old = tl.load(p_cached + i_cur).to(tl.int32)
     n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
-    start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+    if HAS_RING_START:
+        if HAS_SRC_IDX:
+            start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
+        else:
+            start = tl.load(p_ring_start + i_cur).to(tl.int32)
+        start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+    else:
+        start = 0
     if FLUSH:
         m_flush = n_old >= 0
     elif HOST_FLUSH:
