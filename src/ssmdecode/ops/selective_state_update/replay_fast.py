@@ -83,17 +83,6 @@ def _finish(b_y, b_xf, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexp
     if HAS_SRC_IDX:
         b_y = tl.where(m_live, b_y, 0.0)
     return b_y
-
-
-@triton.jit
-def _and(a, b):
-    """a & b where either may be None (nothing masked)."""
-    if a is None:
-        return b
-    elif b is None:
-        return a
-    else:
-        return a & b
 # fmt: on
 
 
@@ -210,8 +199,8 @@ def _selective_state_replay_fast_kernel(
     if not EVEN_M:
         m_tile = m_m[:, None]
     if not EVEN_N:
-        m_tile = _and(m_tile, m_n[None, :])
-    m_read = _and(m_tile, m_live)
+        m_tile = m_n[None, :] if m_tile is None else m_tile & m_n[None, :]
+    m_read = m_tile if m_live is None else (m_live if m_tile is None else m_tile & m_live)
 
     if PACKED_ROWS:
         o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
@@ -249,25 +238,32 @@ def _selective_state_replay_fast_kernel(
         m_t = None
         if VARLEN:
             m_t = t < n_tok
+        m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
+        m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
         drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
             p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-            stride_z_t, _and(m_vm, m_t), _and(m_vn, m_t), m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS,
-            HAS_Z),)
+            stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
     b_D = 0.0
     if HAS_D:
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
     p_out_t = p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m * stride_out_p
 
+    # (The two branches name their loop variables and masks apart: Triton merges the names both
+    # branches assign, and a constexpr or None cannot be merged.)
     if m_flush:
         # The exact kernel's flush, operation for operation: the cached tokens in order, the
         # new checkpoint, then the drafts by the recurrence (out only).
         b_state = b_h0
         for k in tl.static_range(WINDOW):  # as the exact kernel: a branch a token past the count
             if k < n_old:
-                m_k = _and(m_live, k < n_old)
+                m_k = k < n_old
+                if HAS_SRC_IDX:
+                    m_k = m_k & m_live
                 pos = _wrap(start + k, ring)
-                b_xk = tl.load(p_xc + pos * stride_xc_r, mask=_and(m_vm, m_k), other=0.0).to(tl.float32)
-                b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=_and(m_vn, m_k), other=0.0).to(tl.float32)
+                b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
+                               other=0.0).to(tl.float32)
+                b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
+                               other=0.0).to(tl.float32)
                 b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
                 b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
                                  (b_Bk * b_dtk)[None, :] * b_xk[:, None])
@@ -279,17 +275,18 @@ def _selective_state_replay_fast_kernel(
             else:
                 b_store = b_state.to(p_state.dtype.element_ty)
             tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
-        for t in tl.static_range(T):
-            b_x, b_dt, b_B, b_C, b_z = drafts[t]
+        for tf in tl.static_range(T):
+            b_x, b_dt, b_B, b_C, b_z = drafts[tf]
             b_xf = b_x.to(tl.float32)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
                              (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
             b_y = _finish(tl.sum(b_state * b_C[None, :], axis=1), b_xf, b_z, b_D, m_live, HAS_D, HAS_Z,
                           HAS_SRC_IDX)
-            m_t = None
+            m_ft = None
             if VARLEN:
-                m_t = t < n_tok
-            tl.store(p_out_t + (t0 + t) * stride_out_t, b_y, mask=_and(m_vm, m_t))
+                m_ft = tf < n_tok
+            m_fv = m_vm if m_ft is None else (m_ft if m_vm is None else m_vm & m_ft)
+            tl.store(p_out_t + (t0 + tf) * stride_out_t, b_y, mask=m_fv)
         if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
             if STOCHASTIC:
                 b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed),
@@ -301,7 +298,9 @@ def _selective_state_replay_fast_kernel(
     else:
         # The dual form (module docstring): the ring gathered in age order, masked past n_old.
         o_r = tl.arange(0, RP)
-        m_r = _and(o_r < n_old, m_live)
+        m_r = o_r < n_old
+        if HAS_SRC_IDX:
+            m_r = m_r & m_live
         pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
         b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
         m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
@@ -313,9 +312,9 @@ def _selective_state_replay_fast_kernel(
         # w_j = dt'_j exp(A (S - c_j)): token j's weight at the last cached token
         b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
         b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
-        b_d = 0.0  # the drafts' cumulative dt' up to t
-        for t in tl.static_range(T):
-            b_x, b_dt, b_B, b_C, b_z = drafts[t]
+        b_d = 0.0  # the drafts' cumulative dt' up to td
+        for td in tl.static_range(T):
+            b_x, b_dt, b_B, b_C, b_z = drafts[td]
             b_xf = b_x.to(tl.float32)
             b_d = b_d + b_dt
             b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C_t . B_j
@@ -323,34 +322,36 @@ def _selective_state_replay_fast_kernel(
                                                                                axis=0)
             b_y = exp_dA(b_A * b_d, FAST_EXP) * b_acc
             b_tail = 0.0  # dt'_{u+1} + .. + dt'_t
-            for v in tl.static_range(t + 1):
-                u: tl.constexpr = t - v
-                b_xu, b_dtu, b_Bu, _, _ = drafts[u]
+            for v in tl.static_range(td + 1):
+                b_xu, b_dtu, b_Bu, _, _ = drafts[td - v]  # draft u = td - v
                 if v > 0:
-                    b_tail = b_tail + drafts[u + 1][1]
+                    b_tail = b_tail + drafts[td - v + 1][1]
                 b_cb = tl.sum(b_Bu.to(tl.float32) * b_C, axis=0)  # C_t . B_u
                 b_y += (exp_dA(b_A * b_tail, FAST_EXP) * b_dtu * b_cb) * b_xu.to(tl.float32)
             b_y = _finish(b_y, b_xf, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-            m_t = None
+            m_dt = None
             if VARLEN:
-                m_t = t < n_tok
-            tl.store(p_out_t + (t0 + t) * stride_out_t, b_y, mask=_and(m_vm, m_t))
+                m_dt = td < n_tok
+            m_dv = m_vm if m_dt is None else (m_dt if m_vm is None else m_vm & m_dt)
+            tl.store(p_out_t + (t0 + td) * stride_out_t, b_y, mask=m_dv)
 
     # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)
     m_app0 = m_live
     if FLUSH_DRAFTS:
-        m_app0 = _and(m_app0, m_flush == 0)
+        m_app0 = (m_flush == 0) if m_app0 is None else m_app0 & (m_flush == 0)
     for t in tl.static_range(T):
         b_x, b_dt, b_B, _, _ = drafts[t]
         m_app = m_app0
         if VARLEN:
-            m_app = _and(m_app, t < n_tok)
+            m_app = (t < n_tok) if m_app is None else m_app & (t < n_tok)
+        m_appv = m_vm if m_app is None else (m_app if m_vm is None else m_vm & m_app)
         pos = _wrap(start + n_old + t, ring)
-        tl.store(p_xc + pos * stride_xc_r, b_x, mask=_and(m_vm, m_app))
+        tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_appv)
         if i_m == 0:
             tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
             if i_h % HEADS_PER_GROUP == 0:
-                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=_and(m_vn, m_app))
+                m_appn = m_vn if m_app is None else (m_app if m_vn is None else m_vn & m_app)
+                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_appn)
 # fmt: on
 
 
