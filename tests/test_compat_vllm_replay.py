@@ -70,7 +70,7 @@ def call(pool: dict, tok: dict, out: torch.Tensor, L: int, **extra: object) -> t
         pool["state"], tok["x"], tok["dt"], pool["A"], tok["B"], tok["C"], pool["D"], pool["dt_bias"],
         tok["z"], True, x_cache=pool["x_cache"], dt_cache=pool["dt_cache"], B_cache=pool["B_cache"],
         bc_pre=pool["bc_pre"], write_pos=pool["write_pos"], is_flush=pool["is_flush"], max_cache_len=L,
-        state_batch_indices=pool["state_batch_indices"], out=out, config=LaunchConfig(8, 4), **extra,
+        state_batch_indices=pool["state_batch_indices"], out=out, config=LaunchConfig(16, 4), **extra,
     )  # fmt: skip
 
 

@@ -65,7 +65,7 @@ def assert_state_accurate(got: torch.Tensor, want: torch.Tensor, what: str = "st
 
 def _config(case: Replay) -> LaunchConfig:
     """One program a (request, head) on the CPU (the interpreter's cost is per program)."""
-    return LaunchConfig(1 << (case.headdim - 1).bit_length(), 4)
+    return LaunchConfig(max(16, 1 << (case.headdim - 1).bit_length()), 4)
 
 
 def _kwargs(pool: dict, drafts: dict) -> dict:
@@ -293,14 +293,15 @@ def test_bad_calls_raise_and_write_nothing() -> None:
 
 
 def test_default_config_of_the_fast_route() -> None:
-    """With no table entry: one program a (request, head) up to 64 rows, 8 warps at the
-    headline tile, its own key in the tables."""
+    """With no table entry: one program a (request, head) up to 64 rows, 8 warps capped at
+    128 registers; 16 rows at small batch; its own key in the tables."""
     from ssmdecode.config import lookup_config, replay_fast_config, table_key
 
-    assert replay_fast_config(64, 128) == LaunchConfig(64, 8, True, True)
-    assert replay_fast_config(12, 24) == LaunchConfig(16, 4, True, True)
+    assert replay_fast_config(64, 128) == LaunchConfig(64, 8, True, True, max_registers=128)
+    assert replay_fast_config(12, 24) == LaunchConfig(16, 8, True, True, max_registers=128)
+    assert replay_fast_config(64, 128, batch=8) == LaunchConfig(16, 4, True, True)
     assert table_key(64, 128, torch.float32, "replay-fast", 4).endswith("mode=replay-fast tokens=4")
-    got = lookup_config(64, 128, torch.float32, 8, "cpu", mode="replay-fast", tokens=1)
+    got = lookup_config(64, 128, torch.float32, 64, "cpu", mode="replay-fast", tokens=1)
     assert got == replay_fast_config(64, 128)
 
 

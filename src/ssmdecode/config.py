@@ -182,16 +182,19 @@ def default_config(dstate: int, state_dtype: torch.dtype = torch.float32) -> Lau
     return upstream_config(dstate)
 
 
-def replay_fast_config(headdim: int, dstate: int) -> LaunchConfig:
-    """The fast replay route's config for a device with no table entry (mode "replay-fast"):
-    one program a (request, head) up to 64 rows (the Gram of the ring, C_t . B_j, is
-    recomputed by every row block, so fewer blocks do less of it), 8 warps from 8192 state
-    elements a tile (32 fp32 registers a thread for the checkpoint), else 4; the slot-major
-    grid with cache hints, as the exact route's tuned entries. A guess to be replaced by the
-    tuner's entries (tools/tune.py admits them by accuracy and run-to-run identity)."""
-    block_m = min(64, 1 << max(headdim - 1, 0).bit_length())
-    block_n = 1 << max(dstate - 1, 0).bit_length()
-    return LaunchConfig(block_m, 8 if block_m * block_n >= 8192 else 4, True, True)
+def replay_fast_config(headdim: int, dstate: int, batch: int | None = None) -> LaunchConfig:
+    """The fast replay route's config for a device with no table entry (mode "replay-fast"),
+    a guess from the compiler's resource counts (sm_90, Triton 3.6, headline shape) until the
+    tuner's entries replace it: one program a (request, head) up to 64 rows, 8 warps capped
+    at 128 registers a thread (uncapped the kernel takes 150-170 and one program an SM fits;
+    capped, two, with no spill at T = 1 to 8), the slot-major grid with cache hints; at batch
+    8 and below 16 rows and 4 warps, four programs a head, so that a small batch still spreads
+    over the multiprocessors. The kernel multiplies tiles of at least 16 rows."""
+    top = 1 << max(headdim - 1, 0).bit_length()
+    del dstate  # the same guess for every state dim until measured
+    if batch is not None and batch <= 8:
+        return LaunchConfig(16, 4, True, True)
+    return LaunchConfig(max(16, min(64, top)), 8, True, True, max_registers=128)
 
 
 def candidate_configs(
@@ -485,7 +488,7 @@ def _lookup(
             if buckets:
                 return buckets[nearest_bucket(list(buckets), batch)].config
     if mode == "replay-fast":
-        return replay_fast_config(headdim, dstate)
+        return replay_fast_config(headdim, dstate, batch)
     return default_config(dstate, state_dtype)
 
 

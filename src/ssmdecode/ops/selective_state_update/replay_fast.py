@@ -58,9 +58,17 @@ import triton.language as tl
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
-from ssmdecode.ops.selective_state_update.common import STREAM_STATE, exp_dA, load, program_tile, stored
+from ssmdecode.ops.selective_state_update.common import (
+    _INTERPRETED,
+    STREAM_STATE,
+    exp_dA,
+    load,
+    program_tile,
+    softplus,
+    stored,
+)
 from ssmdecode.ops.selective_state_update.launch import HEURISTICS, Launch, given, strides, tile_launch
-from ssmdecode.ops.selective_state_update.replay import _draft_inputs, _wrap
+from ssmdecode.ops.selective_state_update.replay import _wrap
 
 __all__ = ["fast_launch"]
 
@@ -72,17 +80,79 @@ _HEURISTICS = {
 
 # fmt: off
 @triton.jit
-def _finish(b_y, b_xf, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+def _finish(b_y, b_x, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
             HAS_SRC_IDX: tl.constexpr):
-    """A draft's out from its SSM part b_y [BLOCK_M]: + D x, times the z gate, 0 for a pad."""
+    """The drafts' out [BLOCK_M, TD] from their SSM part b_y: + D x, times the z gate (x, z
+    [BLOCK_M, TD] in their dtype, D [BLOCK_M]), 0 for a pad."""
+    b_xf = b_x.to(tl.float32)
     if HAS_D:
-        b_y += b_xf * b_D
+        b_y += b_xf * b_D[:, None]
     if HAS_Z:
         b_zf = b_z.to(tl.float32)
         b_y *= b_zf * tl.sigmoid(b_zf)
     if HAS_SRC_IDX:
         b_y = tl.where(m_live, b_y, 0.0)
     return b_y
+
+
+@triton.jit
+def _column(b, o_t, t: tl.constexpr):
+    """Column t of the tile b [R, TD] (o_t = arange(TD)), exactly: one value and zeros summed."""
+    return tl.sum(tl.where(o_t[None, :] == t, b, 0.0), axis=1)
+
+
+@triton.jit
+def _mma(a, b, acc):
+    """acc + a @ b for 16-bit tiles of one dtype, float32 accumulation, on the tensor cores.
+    (Triton 3.6's interpreter multiplies 16-bit tiles wrongly: there, as float32; the values
+    and so the exact products are the same.)"""
+    if _INTERPRETED:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee", out_dtype=tl.float32)
+    else:
+        return tl.dot(a, b, acc, out_dtype=tl.float32)
+
+
+@triton.jit
+def _dot_exact(a, b, MMA16: tl.constexpr):
+    """a @ b in float32 where the products are exact: 16-bit a and b of one dtype on the tensor
+    cores (their products fit float32's mantissa; float32 accumulation), else float32 FMAs."""
+    if MMA16:
+        return _mma(a, b, None)
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee", out_dtype=tl.float32)
+
+
+@triton.jit
+def _dot_split(a, b, X16: tl.constexpr):
+    """a @ b for a bf16 tile a and a float32 tile b, float32-accurate: b split into three
+    bf16 parts (b = b1 + b2 + b3 to float32's 24 bits), each product exact on the tensor cores,
+    the small parts first; without X16 (a not bf16), float32 FMAs."""
+    if X16:
+        b1 = b.to(tl.bfloat16)
+        r1 = b - b1.to(tl.float32)
+        b2 = r1.to(tl.bfloat16)
+        b3 = (r1 - b2.to(tl.float32)).to(tl.bfloat16)
+        acc = _mma(a, b3, None)
+        acc = _mma(a, b2, acc)
+        return _mma(a, b1, acc)
+    else:
+        return tl.dot(a.to(tl.float32), b, input_precision="ieee", out_dtype=tl.float32)
+
+
+@triton.jit
+def _store_state(p_tile, b_state, m_read, p_seed, o_row, STOCHASTIC: tl.constexpr,
+                 PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr, STATE_EVICT: tl.constexpr):
+    """The new checkpoint as the exact kernel stores it (its stochastic rounding for a 16-bit
+    state with a seed; o_row the rows' offsets in the pool, the random bits' keys)."""
+    if STOCHASTIC:
+        b_store = stored(b_state, p_tile.dtype.element_ty, tl.load(p_seed), o_row, STREAM_STATE, True,
+                         PHILOX_ROUNDS, BLOCK_N, False)
+    else:
+        b_store = b_state.to(p_tile.dtype.element_ty)
+    if m_read is None:
+        tl.store(p_tile, b_store, eviction_policy=STATE_EVICT)
+    else:
+        tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
 # fmt: on
 
 
@@ -112,7 +182,10 @@ def _selective_state_replay_fast_kernel(
     # flags
     T: tl.constexpr,  # drafts a request (the most, with cu_seqlens)
     WINDOW: tl.constexpr,  # the most cached tokens a request holds: R - T
-    RP: tl.constexpr,  # next_power_of_2(WINDOW): the rows of the gathered ring
+    RP: tl.constexpr,  # max(16, next_power_of_2(WINDOW)): the rows of the gathered ring
+    TD: tl.constexpr,  # max(16, next_power_of_2(T)): the rows of the drafts' tiles
+    MMA16: tl.constexpr,  # B and C of one 16-bit dtype: their Gram on the tensor cores
+    X16: tl.constexpr,  # x bf16: the weighted sums over the ring and the drafts on the tensor cores
     FLUSH: tl.constexpr,  # 0: by the rule (or the host's flag); 1: always (replay_flush)
     FLUSH_DRAFTS: tl.constexpr,  # a flush absorbs the drafts too and appends nothing (vLLM)
     CURSOR_BY_REQUEST: tl.constexpr,  # num_cached indexed by request, not slot (vLLM's write_pos)
@@ -222,39 +295,47 @@ def _selective_state_replay_fast_kernel(
     p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
 
-    # The drafts' inputs, all loaded before any store (as the exact kernel does, replay.py).
+    # The drafts' inputs as tiles of TD rows (the first n_tok live), all loaded before any
+    # store: x, z [BLOCK_M, TD] (a column a draft), C [BLOCK_N, TD], B [TD, BLOCK_N], dt' [TD].
+    o_t = tl.arange(0, TD)
+    m_t = o_t < n_tok
+    o_tok = t0 + o_t
     b_dt_bias = 0.0
     if HAS_DT_BIAS:
         b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
-    p_xt = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m * stride_x_p
-    p_dtt = p_dt + i_xb * stride_dt_b + i_h * stride_dt_h
-    p_Bt = p_B + i_xb * stride_B_b + i_g * stride_B_g + o_n * stride_B_n
-    p_Ct = p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n * stride_C_n
-    p_zt = p_xt  # unread without z
+    p_xd = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m[:, None] * stride_x_p + o_tok[None, :] * stride_x_t
+    m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
+    m_nd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+    b_xd = tl.load(p_xd, mask=m_md, other=0.0)
+    b_zd = b_xd
     if HAS_Z:
-        p_zt = p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m * stride_z_p
-    drafts = ()
-    for t in tl.static_range(T):
-        m_t = None
-        if VARLEN:
-            m_t = t < n_tok
-        m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
-        m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
-        drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
-            p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-            stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
+        b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
+                       + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
+    b_dtd = tl.load(p_dt + i_xb * stride_dt_b + i_h * stride_dt_h + o_tok * stride_dt_t, mask=m_t,
+                    other=0.0).to(tl.float32)
+    if HAS_DT_BIAS:
+        b_dtd += b_dt_bias
+    if DT_SOFTPLUS:
+        b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
+    b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
+                   + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
+    b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                    + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
     b_D = 0.0
     if HAS_D:
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
-    p_out_t = p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m * stride_out_p
+    p_out_d = (p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
+               + o_tok[None, :] * stride_out_t)
 
-    # (The two branches name their loop variables and masks apart: Triton merges the names both
-    # branches assign, and a constexpr or None cannot be merged.)
+    # (The two branches name their loop variables apart: Triton merges the names both branches
+    # assign, and a constexpr cannot be merged.)
     if m_flush:
         # The exact kernel's flush, operation for operation: the cached tokens in order, the
         # new checkpoint, then the drafts by the recurrence (out only).
         b_state = b_h0
-        for k in tl.static_range(WINDOW):  # as the exact kernel: a branch a token past the count
+        # A loop of n_old tokens (Triton's interpreter takes no runtime trip count: there the
+        # window, each token past the count skipped); the same operations either way.
+        for k in range(0, WINDOW if _INTERPRETED else n_old):
             if k < n_old:
                 m_k = k < n_old
                 if HAS_SRC_IDX:
@@ -268,90 +349,72 @@ def _selective_state_replay_fast_kernel(
                 b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
                                  (b_Bk * b_dtk)[None, :] * b_xk[:, None])
         if not FLUSH_DRAFTS:
-            if STOCHASTIC:
-                b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed),
-                                 i_slot * stride_state_s + i_h * stride_state_h + o_m * stride_state_p,
-                                 STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, False)
-            else:
-                b_store = b_state.to(p_state.dtype.element_ty)
-            tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
-        for tf in tl.static_range(T):
-            b_x, b_dt, b_B, b_C, b_z = drafts[tf]
-            b_xf = b_x.to(tl.float32)
-            b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
-                             (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
-            b_y = _finish(tl.sum(b_state * b_C[None, :], axis=1), b_xf, b_z, b_D, m_live, HAS_D, HAS_Z,
-                          HAS_SRC_IDX)
-            m_ft = None
-            if VARLEN:
-                m_ft = tf < n_tok
-            m_fv = m_vm if m_ft is None else (m_ft if m_vm is None else m_vm & m_ft)
-            tl.store(p_out_t + (t0 + tf) * stride_out_t, b_y, mask=m_fv)
+            _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                         + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+        b_yf = tl.zeros((BLOCK_M, TD), dtype=tl.float32)
+        for tf in tl.static_range(T):  # draft tf's inputs: column (or row) tf of the tiles
+            b_xf = _column(b_xd.to(tl.float32), o_t, tf)
+            b_Bf = _column(tl.trans(b_Bd.to(tl.float32)), o_t, tf)
+            b_dtf = tl.sum(tl.where(o_t == tf, b_dtd, 0.0), axis=0)
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dtf, FAST_EXP), (b_Bf * b_dtf)[None, :] * b_xf[:, None])
+            b_yt = tl.sum(b_state * _column(b_CdT.to(tl.float32), o_t, tf)[None, :], axis=1)
+            b_yf += tl.where(o_t[None, :] == tf, b_yt[:, None], 0.0)
         if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
-            if STOCHASTIC:
-                b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed),
-                                 i_slot * stride_state_s + i_h * stride_state_h + o_m * stride_state_p,
-                                 STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, False)
-            else:
-                b_store = b_state.to(p_state.dtype.element_ty)
-            tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
+            _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                         + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+        b_yf = _finish(b_yf, b_xd, b_zd, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        tl.store(p_out_d, b_yf, mask=m_md)
     else:
-        # The dual form (module docstring): the ring gathered in age order, masked past n_old.
+        # The dual form (module docstring): the ring gathered in age order, masked past n_old,
+        # x as [BLOCK_M, RP] (a column a token), B as [RP, BLOCK_N].
         o_r = tl.arange(0, RP)
         m_r = o_r < n_old
         if HAS_SRC_IDX:
             m_r = m_r & m_live
         pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
         b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-        m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
+        m_xr = m_r[None, :] if m_vm is None else m_vm[:, None] & m_r[None, :]
         m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-        b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
-        b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+        b_xrT = tl.load(p_xc[:, None] + pos_r[None, :] * stride_xc_r, mask=m_xr, other=0.0)
+        b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
         b_c = tl.cumsum(b_dtr, axis=0)
         b_S = tl.sum(tl.where(o_r == n_old - 1, b_c, 0.0), axis=0)  # the last c, exactly
         # w_j = dt'_j exp(A (S - c_j)): token j's weight at the last cached token
         b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
         b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
-        b_d = 0.0  # the drafts' cumulative dt' up to td
-        for td in tl.static_range(T):
-            b_x, b_dt, b_B, b_C, b_z = drafts[td]
-            b_xf = b_x.to(tl.float32)
-            b_d = b_d + b_dt
-            b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C_t . B_j
-            b_acc = b_decay0 * tl.sum(b_h0 * b_C[None, :], axis=1) + tl.sum(b_xr * (b_w * b_gram)[:, None],
-                                                                               axis=0)
-            b_y = exp_dA(b_A * b_d, FAST_EXP) * b_acc
-            b_tail = 0.0  # dt'_{u+1} + .. + dt'_t
-            for v in tl.static_range(td + 1):
-                b_xu, b_dtu, b_Bu, _, _ = drafts[td - v]  # draft u = td - v
-                if v > 0:
-                    b_tail = b_tail + drafts[td - v + 1][1]
-                b_cb = tl.sum(b_Bu.to(tl.float32) * b_C, axis=0)  # C_t . B_u
-                b_y += (exp_dA(b_A * b_tail, FAST_EXP) * b_dtu * b_cb) * b_xu.to(tl.float32)
-            b_y = _finish(b_y, b_xf, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-            m_dt = None
-            if VARLEN:
-                m_dt = td < n_tok
-            m_dv = m_vm if m_dt is None else (m_dt if m_vm is None else m_vm & m_dt)
-            tl.store(p_out_t + (t0 + td) * stride_out_t, b_y, mask=m_dv)
+        b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt' (live drafts come first)
+        b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
+        # The Grams, C_t . B_j of ring token j and C_t . B_u of draft u, as MMAs: 16-bit B and C
+        # multiply exactly and accumulate in float32.
+        b_GrT = _dot_exact(b_Br, b_CdT, MMA16)  # [RP, TD]
+        b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)  # [TD (u), TD (t)]
+        b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
+        o_u = tl.arange(0, TD)
+        b_LT = tl.where(o_u[:, None] <= o_t[None, :],
+                        exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
+        b_y = _dot_split(b_xrT, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)  # [BLOCK_M, TD]
+        b_dec = b_decay0 * b_e
+        for td in tl.static_range(T):  # the checkpoint's part: h0 . C_t, one pass a draft
+            b_Ct = _column(b_CdT.to(tl.float32), o_t, td)
+            b_hc = tl.sum(b_h0 * b_Ct[None, :], axis=1)
+            b_y += tl.where(o_t[None, :] == td, b_hc[:, None], 0.0) * b_dec[None, :]
+        b_y = _finish(b_y, b_xd, b_zd, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        tl.store(p_out_d, b_y, mask=m_md)
 
     # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)
-    m_app0 = m_live
+    m_app = m_t
+    if HAS_SRC_IDX:
+        m_app = m_app & m_live
     if FLUSH_DRAFTS:
-        m_app0 = (m_flush == 0) if m_app0 is None else m_app0 & (m_flush == 0)
-    for t in tl.static_range(T):
-        b_x, b_dt, b_B, _, _ = drafts[t]
-        m_app = m_app0
-        if VARLEN:
-            m_app = (t < n_tok) if m_app is None else m_app & (t < n_tok)
-        m_appv = m_vm if m_app is None else (m_app if m_vm is None else m_vm & m_app)
-        pos = _wrap(start + n_old + t, ring)
-        tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_appv)
-        if i_m == 0:
-            tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
-            if i_h % HEADS_PER_GROUP == 0:
-                m_appn = m_vn if m_app is None else (m_app if m_vn is None else m_vn & m_app)
-                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_appn)
+        m_app = m_app & (m_flush == 0)
+    pos_t = _wrap(start + n_old + o_t, ring)
+    m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
+    tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
+    if i_m == 0:
+        tl.store(p_dtc + pos_t * stride_dtc_r, b_dtd, mask=m_app)
+        if i_h % HEADS_PER_GROUP == 0:
+            m_appn = m_app[:, None] if m_vn is None else m_app[:, None] & m_vn[None, :]
+            tl.store(p_Bc[None, :] + pos_t[:, None] * stride_Bc_r, b_Bd, mask=m_appn)
 # fmt: on
 
 
@@ -397,6 +460,11 @@ def fast_launch(
         raise ValueError(
             f"config {config.label}: the fast replay route sums rows in its own layout; the "
             "ordered row sum matches upstream bits the fast route does not promise"
+        )
+    if config.block_m < 16 or state.shape[-1] < 9:
+        raise ValueError(
+            f"config {config.label}, dstate {state.shape[-1]}: the fast replay route multiplies "
+            "tiles of at least 16 rows (block_m >= 16) and 16 state columns (dstate >= 9)"
         )
     if flush_drafts and cu_seqlens is not None:
         raise ValueError("flush_drafts (a flush that absorbs the drafts) takes dense drafts, not cu_seqlens")
@@ -452,7 +520,10 @@ def fast_launch(
     flags = dict(
         T=tokens,
         WINDOW=window,
-        RP=triton.next_power_of_2(max(window, 1)),
+        RP=max(16, triton.next_power_of_2(window)),
+        TD=max(16, triton.next_power_of_2(tokens)),
+        MMA16=B.dtype == C.dtype and B.dtype in (torch.bfloat16, torch.float16),
+        X16=x.dtype == torch.bfloat16,
         FLUSH=flush,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
