@@ -15,6 +15,7 @@ import torch
 
 from conftest import DEVICE, bits
 from ssmdecode import LaunchConfig
+from ssmdecode.numerics import FAST_MEAN_RATIO, FAST_OUT_ULPS, FAST_STATE_REL, bf16_ulp
 from ssmdecode.ops.selective_state_update import (
     replay_advance,
     replay_flush,
@@ -23,19 +24,9 @@ from ssmdecode.ops.selective_state_update import (
 )
 from test_replay import PAD, Replay, make_drafts, make_pool
 
-# The accuracy bars of the fast route (docs/numerics.md): out within OUT_ULPS bf16 ulps of the
-# float64 value, its mean error at most MEAN_RATIO that of bf16(float64); a flushed float32
-# state within STATE_REL of the state's largest magnitude.
-OUT_ULPS = 1.0
-MEAN_RATIO = 1.1
-STATE_REL = 1e-5
-
-
-def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
-    """The bf16 ulp at each float64 value (the gap above its binade's start; 2^-133 below the
-    normal range)."""
-    _, e = torch.frexp(v.double())
-    return torch.ldexp(torch.ones_like(v, dtype=torch.float64), (e - 8).clamp(min=-133))
+# The accuracy bars of the fast route (docs/numerics.md), one definition for the tests and the
+# tuner's admission (ssmdecode.numerics).
+OUT_ULPS, MEAN_RATIO, STATE_REL = FAST_OUT_ULPS, FAST_MEAN_RATIO, FAST_STATE_REL
 
 
 def assert_out_accurate(got: torch.Tensor, want: torch.Tensor, what: str = "out") -> None:

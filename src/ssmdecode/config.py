@@ -324,20 +324,27 @@ class TableEntry:
     """One bucket of a table: the config and how it got there. tuned_by: the command, UTC
     date and git commit of the tune run that chose it ({"command", "date", "git_commit"}),
     None in tables written before entries carried it (their file's made_by names the last
-    tune run only)."""
+    tune run only). accuracy: for the fast replay route's entries (mode replay-fast), which
+    are admitted by accuracy instead of bit identity, what the tuner measured against float64
+    ({"out_ulps", "mean_ratio", "state_rel"}: numerics.FastAccuracy), else None."""
 
     config: LaunchConfig
     tuned_by: dict[str, str | None] | None = None
+    accuracy: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self.config.to_dict()
         if self.tuned_by is not None:
             data[_TUNED_BY] = dict(self.tuned_by)
+        if self.accuracy is not None:
+            data[_ACCURACY] = dict(self.accuracy)
         return data
 
 
 _TUNED_BY = "tuned_by"
 _TUNED_BY_FIELDS = ("command", "date", "git_commit")
+_ACCURACY = "accuracy"
+_ACCURACY_FIELDS = ("out_ulps", "mean_ratio", "state_rel")
 
 Table = dict[str, dict[int, TableEntry]]
 
@@ -382,8 +389,18 @@ def _validate_table(path: Path, data: Any) -> Table:
                     f"{where}.{_TUNED_BY}",
                     f"expected an object of {list(_TUNED_BY_FIELDS)} (strings or null), got {tuned_by!r}",
                 )
+            accuracy = cfg.pop(_ACCURACY, None)
+            if accuracy is not None and (
+                not isinstance(accuracy, dict)
+                or set(accuracy) != set(_ACCURACY_FIELDS)
+                or not all(isinstance(v, (int, float)) for v in accuracy.values())
+            ):
+                raise fail(
+                    f"{where}.{_ACCURACY}",
+                    f"expected an object of {list(_ACCURACY_FIELDS)} (numbers), got {accuracy!r}",
+                )
             try:
-                table[key][int(bucket)] = TableEntry(LaunchConfig.from_dict(cfg), tuned_by)
+                table[key][int(bucket)] = TableEntry(LaunchConfig.from_dict(cfg), tuned_by, accuracy)
             except (TypeError, ValueError) as e:
                 raise fail(where, str(e)) from None
     return table
