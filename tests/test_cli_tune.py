@@ -473,11 +473,11 @@ def test_fast_replay_route_is_admitted_by_accuracy(tmp_path: Path, monkeypatch) 
     key = table_key(16, 16, torch.float32, "replay-fast", 1)
     report = json.loads((tmp_path / "results" / "tune.json").read_text())
     (bucket,) = report["keys"][key]
-    # 8 rows and the ordered sum left out; the default (replay_fast_config) added
-    assert sorted(bucket["admitted"]) == ["(16,2,slot,evict)", "(16,8,slot,evict,regs128)"]
+    # 8 rows and the ordered sum left out; the bucket's default (replay_fast_config) added
+    assert sorted(bucket["admitted"]) == ["(16,2,slot,evict)", "(16,4,slot,evict)"]
     assert bucket["choice_label"] == "(16,2,slot,evict)" and set(timed) == {
         LaunchConfig(16, 2, True, True),
-        LaunchConfig(16, 8, True, True, max_registers=128),
+        LaunchConfig(16, 4, True, True),  # the baseline at batch 2
     }
     entry = load_table_entries("cpu", tmp_path / "cfg")[key][2]
     assert entry.config == LaunchConfig(16, 2, True, True)

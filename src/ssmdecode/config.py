@@ -182,19 +182,24 @@ def default_config(dstate: int, state_dtype: torch.dtype = torch.float32) -> Lau
     return upstream_config(dstate)
 
 
-def replay_fast_config(headdim: int, dstate: int, batch: int | None = None) -> LaunchConfig:
+def replay_fast_config(
+    headdim: int, dstate: int, batch: int | None = None, tokens: int | None = None
+) -> LaunchConfig:
     """The fast replay route's config for a device with no table entry (mode "replay-fast"),
-    a guess from the compiler's resource counts (sm_90, Triton 3.6, headline shape) until the
-    tuner's entries replace it: one program a (request, head) up to 64 rows, 8 warps capped
-    at 128 registers a thread (uncapped the kernel takes 150-170 and one program an SM fits;
-    capped, two, with no spill at T = 1 to 8), the slot-major grid with cache hints; at batch
-    8 and below 16 rows and 4 warps, four programs a head, so that a small batch still spreads
-    over the multiprocessors. The kernel multiplies tiles of at least 16 rows."""
-    top = 1 << max(headdim - 1, 0).bit_length()
+    a guess from the compiler's counts (sm_90, Triton 3.6, H16 P64 N128, batch 512:
+    benchmarks/compile_info.py --fast) until the tuner's entries replace it. One program a
+    (request, head) up to 64 rows, the slot-major grid with cache hints. T = 1: 8 warps, 128
+    registers a thread (the step that does not flush issues 880 instructions a warp, a floor
+    of 55 us against the 70 us of the state stream). T >= 2: 4 warps, where 8 repeat the
+    tiles' fixed work in twice the warps (T = 4: an issue floor of 84 us at 4 warps, 133 us at
+    8, against a state stream of 84 us); the flush branch then takes about 234 registers, two
+    programs an SM. At batch 8 and below, 16 rows and 4 warps: four programs a head, so that
+    a small batch still spreads over the multiprocessors. Tiles of at least 16 rows."""
     del dstate  # the same guess for every state dim until measured
     if batch is not None and batch <= 8:
         return LaunchConfig(16, 4, True, True)
-    return LaunchConfig(max(16, min(64, top)), 8, True, True, max_registers=128)
+    block_m = max(16, min(64, 1 << max(headdim - 1, 0).bit_length()))
+    return LaunchConfig(block_m, 8 if tokens == 1 else 4, True, True)
 
 
 def candidate_configs(
@@ -505,7 +510,7 @@ def _lookup(
             if buckets:
                 return buckets[nearest_bucket(list(buckets), batch)].config
     if mode == "replay-fast":
-        return replay_fast_config(headdim, dstate, batch)
+        return replay_fast_config(headdim, dstate, batch, tokens)
     return default_config(dstate, state_dtype)
 
 

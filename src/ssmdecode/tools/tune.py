@@ -413,7 +413,7 @@ def _tune_bucket(
         progress.update()
     baseline = default_config(first.dstate, first.state_dtype)
     if tokens and args.mode == FAST:
-        baseline = replay_fast_config(first.headdim, first.dstate, bucket)
+        baseline = replay_fast_config(first.headdim, first.dstate, bucket, tokens)
         if baseline not in admitted:
             if not admitted:
                 raise SystemExit(
@@ -530,7 +530,8 @@ def run(args: argparse.Namespace) -> int:
         space = args.config or candidate_configs(first.headdim, first.dstate, first.state_dtype, args.space)
         if key_tokens[key] and args.mode == FAST:  # tiles of 16 rows and more, the layout's sums
             fast = [c for c in space if c.block_m >= 16 and not c.ordered_sum]
-            candidates = list(dict.fromkeys([replay_fast_config(first.headdim, first.dstate), *fast]))
+            defaults = [replay_fast_config(first.headdim, first.dstate, b, key_tokens[key]) for b in buckets]
+            candidates = list(dict.fromkeys([*defaults, *fast]))  # every bucket's baseline among them
         else:
             candidates = list(
                 dict.fromkeys(

@@ -82,11 +82,11 @@ _HEURISTICS = {
 @triton.jit
 def _finish(b_y, b_x, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
             HAS_SRC_IDX: tl.constexpr):
-    """The drafts' out [BLOCK_M, TD] from their SSM part b_y: + D x, times the z gate (x, z
-    [BLOCK_M, TD] in their dtype, D [BLOCK_M]), 0 for a pad."""
+    """The drafts' out ([BLOCK_M, TD], or one draft's [BLOCK_M]) from their SSM part b_y: + D x,
+    times the z gate (x, z like b_y in their dtype, D broadcastable to it), 0 for a pad."""
     b_xf = b_x.to(tl.float32)
     if HAS_D:
-        b_y += b_xf * b_D[:, None]
+        b_y += b_xf * b_D
     if HAS_Z:
         b_zf = b_z.to(tl.float32)
         b_y *= b_zf * tl.sigmoid(b_zf)
@@ -137,6 +137,29 @@ def _dot_split(a, b, X16: tl.constexpr):
         return _mma(a, b1, acc)
     else:
         return tl.dot(a.to(tl.float32), b, input_precision="ieee", out_dtype=tl.float32)
+
+
+@triton.jit
+def _replay_cached(b_state, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start, n_old, ring,
+                   b_A, m_live, m_vm, m_vn, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr,
+                   HAS_SRC_IDX: tl.constexpr):
+    """The checkpoint b_state [BLOCK_M, BLOCK_N] with its n_old cached ring tokens replayed in
+    order, with the exact kernel's operations (replay.py): s = fma(s, exp(A dt'), (B dt') x)."""
+    # A loop of n_old tokens (Triton's interpreter takes no runtime trip count: there the
+    # window, each token past the count skipped); the same operations either way.
+    for k in range(0, WINDOW if _INTERPRETED else n_old):
+        if k < n_old:
+            m_k = k < n_old
+            if HAS_SRC_IDX:
+                m_k = m_k & m_live
+            pos = _wrap(start + k, ring)
+            b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
+                           other=0.0).to(tl.float32)
+            b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
+                           other=0.0).to(tl.float32)
+            b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP), (b_Bk * b_dtk)[None, :] * b_xk[:, None])
+    return b_state
 
 
 @triton.jit
@@ -295,126 +318,182 @@ def _selective_state_replay_fast_kernel(
     p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
 
-    # The drafts' inputs as tiles of TD rows (the first n_tok live), all loaded before any
-    # store: x, z [BLOCK_M, TD] (a column a draft), C [BLOCK_N, TD], B [TD, BLOCK_N], dt' [TD].
-    o_t = tl.arange(0, TD)
-    m_t = o_t < n_tok
-    o_tok = t0 + o_t
     b_dt_bias = 0.0
     if HAS_DT_BIAS:
         b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
-    p_xd = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m[:, None] * stride_x_p + o_tok[None, :] * stride_x_t
-    m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
-    m_nd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
-    b_xd = tl.load(p_xd, mask=m_md, other=0.0)
-    b_zd = b_xd
-    if HAS_Z:
-        b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
-                       + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
-    b_dtd = tl.load(p_dt + i_xb * stride_dt_b + i_h * stride_dt_h + o_tok * stride_dt_t, mask=m_t,
-                    other=0.0).to(tl.float32)
-    if HAS_DT_BIAS:
-        b_dtd += b_dt_bias
-    if DT_SOFTPLUS:
-        b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
-    b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
-                   + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
-    b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
-                    + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
     b_D = 0.0
     if HAS_D:
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
-    p_out_d = (p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
-               + o_tok[None, :] * stride_out_t)
-
-    # (The two branches name their loop variables apart: Triton merges the names both branches
-    # assign, and a constexpr cannot be merged.)
-    if m_flush:
-        # The exact kernel's flush, operation for operation: the cached tokens in order, the
-        # new checkpoint, then the drafts by the recurrence (out only).
-        b_state = b_h0
-        # A loop of n_old tokens (Triton's interpreter takes no runtime trip count: there the
-        # window, each token past the count skipped); the same operations either way.
-        for k in range(0, WINDOW if _INTERPRETED else n_old):
-            if k < n_old:
-                m_k = k < n_old
-                if HAS_SRC_IDX:
-                    m_k = m_k & m_live
-                pos = _wrap(start + k, ring)
-                b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
-                               other=0.0).to(tl.float32)
-                b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
-                               other=0.0).to(tl.float32)
-                b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
-                b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP),
-                                 (b_Bk * b_dtk)[None, :] * b_xk[:, None])
-        if not FLUSH_DRAFTS:
-            _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
-                         + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
-        b_yf = tl.zeros((BLOCK_M, TD), dtype=tl.float32)
-        for tf in tl.static_range(T):  # draft tf's inputs: column (or row) tf of the tiles
-            b_xf = _column(b_xd.to(tl.float32), o_t, tf)
-            b_Bf = _column(tl.trans(b_Bd.to(tl.float32)), o_t, tf)
-            b_dtf = tl.sum(tl.where(o_t == tf, b_dtd, 0.0), axis=0)
-            b_state = tl.fma(b_state, exp_dA(b_A * b_dtf, FAST_EXP), (b_Bf * b_dtf)[None, :] * b_xf[:, None])
-            b_yt = tl.sum(b_state * _column(b_CdT.to(tl.float32), o_t, tf)[None, :], axis=1)
-            b_yf += tl.where(o_t[None, :] == tf, b_yt[:, None], 0.0)
-        if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
-            _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
-                         + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
-        b_yf = _finish(b_yf, b_xd, b_zd, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-        tl.store(p_out_d, b_yf, mask=m_md)
+    if T == 1:
+        # Decode: one token (a packed request of none returned above), its inputs as vectors.
+        # (The tiles of the drafts below cost more instructions than they save at T = 1: 848
+        # SASS instructions for the step that does not flush against 1320, sm_90, headline.)
+        b_x = load(p_x + i_xb * stride_x_b + t0 * stride_x_t + i_h * stride_x_h + o_m * stride_x_p, m_vm)
+        b_xf = b_x.to(tl.float32)
+        b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += b_dt_bias
+        if DT_SOFTPLUS:
+            b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
+        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
+        b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                   m_vn).to(tl.float32)
+        b_z = b_x
+        if HAS_Z:
+            b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
+        if m_flush:
+            b_state = _replay_cached(b_h0, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start,
+                                     n_old, ring, b_A, m_live, m_vm, m_vn, WINDOW, FAST_EXP, HAS_SRC_IDX)
+            if not FLUSH_DRAFTS:
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
+                             (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
+            b_y = tl.sum(b_state * b_C[None, :], axis=1)
+            if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+        else:
+            # The dual form with one token: the ring gathered in age order, masked past n_old.
+            o_r = tl.arange(0, RP)
+            m_r = o_r < n_old
+            if HAS_SRC_IDX:
+                m_r = m_r & m_live
+            pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
+            b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+            m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
+            m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+            b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
+            b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+            b_c = tl.cumsum(b_dtr, axis=0)
+            b_S = tl.sum(tl.where(o_r == n_old - 1, b_c, 0.0), axis=0)  # the last c, exactly
+            b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
+            b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
+            b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
+                     + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
+            b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * tl.sum(b_B.to(tl.float32) * b_C, axis=0)) * b_xf
+        b_y = _finish(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
+                 b_y, mask=m_vm)
+        # append: the exact kernel's position and values (a flush of FLUSH_DRAFTS none)
+        m_app = m_live
+        if FLUSH_DRAFTS:
+            m_app = (m_flush == 0) if m_app is None else m_app & (m_flush == 0)
+        pos = _wrap(start + n_old, ring)
+        tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_vm if m_app is None else (
+            m_app if m_vm is None else m_vm & m_app))
+        if i_m == 0:
+            if m_app is None:
+                tl.store(p_dtc + pos * stride_dtc_r, b_dt)
+            else:
+                tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
+            if i_h % HEADS_PER_GROUP == 0:
+                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_vn if m_app is None else (
+                    m_app if m_vn is None else m_vn & m_app))
     else:
-        # The dual form (module docstring): the ring gathered in age order, masked past n_old,
-        # x as [BLOCK_M, RP] (a column a token), B as [RP, BLOCK_N].
-        o_r = tl.arange(0, RP)
-        m_r = o_r < n_old
-        if HAS_SRC_IDX:
-            m_r = m_r & m_live
-        pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
-        b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-        m_xr = m_r[None, :] if m_vm is None else m_vm[:, None] & m_r[None, :]
-        m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-        b_xrT = tl.load(p_xc[:, None] + pos_r[None, :] * stride_xc_r, mask=m_xr, other=0.0)
-        b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
-        b_c = tl.cumsum(b_dtr, axis=0)
-        b_S = tl.sum(tl.where(o_r == n_old - 1, b_c, 0.0), axis=0)  # the last c, exactly
-        # w_j = dt'_j exp(A (S - c_j)): token j's weight at the last cached token
-        b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
-        b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
-        b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt' (live drafts come first)
-        b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
-        # The Grams, C_t . B_j of ring token j and C_t . B_u of draft u, as MMAs: 16-bit B and C
-        # multiply exactly and accumulate in float32.
-        b_GrT = _dot_exact(b_Br, b_CdT, MMA16)  # [RP, TD]
-        b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)  # [TD (u), TD (t)]
-        b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
-        o_u = tl.arange(0, TD)
-        b_LT = tl.where(o_u[:, None] <= o_t[None, :],
-                        exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
-        b_y = _dot_split(b_xrT, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)  # [BLOCK_M, TD]
-        b_dec = b_decay0 * b_e
-        for td in tl.static_range(T):  # the checkpoint's part: h0 . C_t, one pass a draft
-            b_Ct = _column(b_CdT.to(tl.float32), o_t, td)
-            b_hc = tl.sum(b_h0 * b_Ct[None, :], axis=1)
-            b_y += tl.where(o_t[None, :] == td, b_hc[:, None], 0.0) * b_dec[None, :]
-        b_y = _finish(b_y, b_xd, b_zd, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-        tl.store(p_out_d, b_y, mask=m_md)
+        # The drafts' inputs as tiles of TD rows (the first n_tok live), all loaded before any
+        # store: x, z [BLOCK_M, TD] (a column a draft), C [BLOCK_N, TD], B [TD, BLOCK_N], dt' [TD].
+        o_t = tl.arange(0, TD)
+        m_t = o_t < n_tok
+        o_tok = t0 + o_t
+        p_xd = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m[:, None] * stride_x_p + o_tok[None, :] * stride_x_t
+        m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
+        m_nd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+        b_xd = tl.load(p_xd, mask=m_md, other=0.0)
+        b_zd = b_xd
+        if HAS_Z:
+            b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
+                           + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
+        b_dtd = tl.load(p_dt + i_xb * stride_dt_b + i_h * stride_dt_h + o_tok * stride_dt_t, mask=m_t,
+                        other=0.0).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dtd += b_dt_bias
+        if DT_SOFTPLUS:
+            b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
+        b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
+                       + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
+        b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                        + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
+        b_Dd = 0.0
+        if HAS_D:
+            b_Dd = b_D[:, None]
+        p_out_d = (p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
+                   + o_tok[None, :] * stride_out_t)
 
-    # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)
-    m_app = m_t
-    if HAS_SRC_IDX:
-        m_app = m_app & m_live
-    if FLUSH_DRAFTS:
-        m_app = m_app & (m_flush == 0)
-    pos_t = _wrap(start + n_old + o_t, ring)
-    m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
-    tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
-    if i_m == 0:
-        tl.store(p_dtc + pos_t * stride_dtc_r, b_dtd, mask=m_app)
-        if i_h % HEADS_PER_GROUP == 0:
-            m_appn = m_app[:, None] if m_vn is None else m_app[:, None] & m_vn[None, :]
-            tl.store(p_Bc[None, :] + pos_t[:, None] * stride_Bc_r, b_Bd, mask=m_appn)
+        # (The two branches name their loop variables apart: Triton merges the names both branches
+        # assign, and a constexpr cannot be merged.)
+        if m_flush:
+            # The exact kernel's flush, operation for operation: the cached tokens in order, the
+            # new checkpoint, then the drafts by the recurrence (out only).
+            b_state = _replay_cached(b_h0, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start, n_old,
+                                     ring, b_A, m_live, m_vm, m_vn, WINDOW, FAST_EXP, HAS_SRC_IDX)
+            if not FLUSH_DRAFTS:
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+            b_yf = tl.zeros((BLOCK_M, TD), dtype=tl.float32)
+            for tf in tl.static_range(T):  # draft tf's inputs: column (or row) tf of the tiles
+                b_xf = _column(b_xd.to(tl.float32), o_t, tf)
+                b_Bf = _column(tl.trans(b_Bd.to(tl.float32)), o_t, tf)
+                b_dtf = tl.sum(tl.where(o_t == tf, b_dtd, 0.0), axis=0)
+                b_state = tl.fma(b_state, exp_dA(b_A * b_dtf, FAST_EXP), (b_Bf * b_dtf)[None, :] * b_xf[:, None])
+                b_yt = tl.sum(b_state * _column(b_CdT.to(tl.float32), o_t, tf)[None, :], axis=1)
+                b_yf += tl.where(o_t[None, :] == tf, b_yt[:, None], 0.0)
+            if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+            b_yf = _finish(b_yf, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+            tl.store(p_out_d, b_yf, mask=m_md)
+        else:
+            # The dual form (module docstring): the ring gathered in age order, masked past n_old,
+            # x as [BLOCK_M, RP] (a column a token), B as [RP, BLOCK_N].
+            o_r = tl.arange(0, RP)
+            m_r = o_r < n_old
+            if HAS_SRC_IDX:
+                m_r = m_r & m_live
+            pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
+            b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+            m_xr = m_r[None, :] if m_vm is None else m_vm[:, None] & m_r[None, :]
+            m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+            b_xrT = tl.load(p_xc[:, None] + pos_r[None, :] * stride_xc_r, mask=m_xr, other=0.0)
+            b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
+            b_c = tl.cumsum(b_dtr, axis=0)
+            b_S = tl.sum(tl.where(o_r == n_old - 1, b_c, 0.0), axis=0)  # the last c, exactly
+            # w_j = dt'_j exp(A (S - c_j)): token j's weight at the last cached token
+            b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
+            b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+            b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt' (live drafts come first)
+            b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
+            # The Grams, C_t . B_j of ring token j and C_t . B_u of draft u, as MMAs: 16-bit B and C
+            # multiply exactly and accumulate in float32.
+            b_GrT = _dot_exact(b_Br, b_CdT, MMA16)  # [RP, TD]
+            b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)  # [TD (u), TD (t)]
+            b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
+            o_u = tl.arange(0, TD)
+            b_LT = tl.where(o_u[:, None] <= o_t[None, :],
+                            exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
+            b_y = _dot_split(b_xrT, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)  # [BLOCK_M, TD]
+            b_dec = b_decay0 * b_e
+            for td in tl.static_range(T):  # the checkpoint's part: h0 . C_t, one pass a draft
+                b_Ct = _column(b_CdT.to(tl.float32), o_t, td)
+                b_hc = tl.sum(b_h0 * b_Ct[None, :], axis=1)
+                b_y += tl.where(o_t[None, :] == td, b_hc[:, None], 0.0) * b_dec[None, :]
+            b_y = _finish(b_y, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+            tl.store(p_out_d, b_y, mask=m_md)
+
+        # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)
+        m_app = m_t
+        if HAS_SRC_IDX:
+            m_app = m_app & m_live
+        if FLUSH_DRAFTS:
+            m_app = m_app & (m_flush == 0)
+        pos_t = _wrap(start + n_old + o_t, ring)
+        m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
+        tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
+        if i_m == 0:
+            tl.store(p_dtc + pos_t * stride_dtc_r, b_dtd, mask=m_app)
+            if i_h % HEADS_PER_GROUP == 0:
+                m_appn = m_app[:, None] if m_vn is None else m_app[:, None] & m_vn[None, :]
+                tl.store(p_Bc[None, :] + pos_t[:, None] * stride_Bc_r, b_Bd, mask=m_appn)
 # fmt: on
 
 
