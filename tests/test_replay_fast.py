@@ -172,6 +172,29 @@ def test_16bit_state_flushes_as_the_exact_route(state: torch.dtype, seeded: bool
         assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
 
 
+@pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
+@pytest.mark.parametrize("inputs", [torch.float32, torch.float16], ids=["fp32in", "fp16in"])
+def test_other_input_dtypes_and_no_slot_indices(tokens: int, inputs: torch.dtype) -> None:
+    """float32 and float16 inputs and rings (the Grams and sums by float32 FMAs, or fp16
+    tensor-core products), request b on slot b (no state_batch_indices)."""
+    case = Replay(tokens=tokens, window=5, nheads=2, ngroups=1)
+    pool, drafts = make_pool(case), make_drafts(case, 4)
+    _set_cursors(pool, case, "steady", 4)
+    pool["state_batch_indices"] = None
+    for name in ("x_cache", "B_cache"):
+        pool[name] = pool[name].to(inputs)
+    drafts = {k: None if v is None else v.to(inputs) for k, v in drafts.items()}
+    drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)  # tied over P again
+    twin = _twin(pool)
+    want = selective_state_replay_reference(**_kwargs(pool, drafts))
+    out = _run(_kwargs(pool, drafts), _config(case), exact=False)
+    assert_out_accurate(out, want[0])
+    assert_state_accurate(pool["state"], want[1])
+    _run(_kwargs(twin, drafts), _config(case), exact=True)
+    for name in ("state", "x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+
+
 def test_packed_drafts_against_float64() -> None:
     """cu_seqlens: requests of 3, 0, 1 and 2 drafts (max_seqlen 3); a request of none is left
     alone, each flushes by its own count."""
@@ -288,7 +311,7 @@ def test_default_config_of_the_fast_route() -> None:
     4 at T >= 2; 16 rows at small batch; its own key in the tables."""
     from ssmdecode.config import lookup_config, replay_fast_config, table_key
 
-    assert replay_fast_config(64, 128, 512, tokens=1) == LaunchConfig(64, 8, True, True)
+    assert replay_fast_config(64, 128, 512, tokens=1) == LaunchConfig(64, 8, True, True, max_registers=128)
     assert replay_fast_config(64, 128, 512, tokens=4) == LaunchConfig(64, 4, True, True)
     assert replay_fast_config(12, 24, 64, tokens=2) == LaunchConfig(16, 4, True, True)
     assert replay_fast_config(64, 128, batch=8, tokens=1) == LaunchConfig(16, 4, True, True)

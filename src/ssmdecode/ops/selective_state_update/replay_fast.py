@@ -19,12 +19,20 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   d_t = dt'_0 + .. + dt'_t:
 
       y_t = exp(A d_t) [exp(A S) (h0 . C_t) + sum_j w_j (C_t . B_j) x_j]
-            + sum_{u <= t} exp(A (dt'_{u+1} + .. + dt'_t)) dt'_u (C_t . B_u) x_u + D x_t,
+            + sum_{u <= t} exp(A (d_t - d_u)) dt'_u (C_t . B_u) x_u + D x_t,
 
   then the z gate. The checkpoint h0 is read once and touched by one product a draft with C_t
   (T passes over the tile in registers, none in memory); the ring is gathered at once in age
-  order (x [RP, BLOCK_M], B [RP, N], dt' [RP], RP the window's next power of 2), its Gram
-  C_t . B_j is one [RP] reduction over N a draft; the drafts' own terms are a static loop.
+  order (x, B and dt' of RP rows, RP = max(16, the window's next power of 2), masked past
+  num_cached). Decode (T = 1) works on vectors: the Gram C . B_j is one [RP] reduction over N,
+  the weighted sum over the ring one over RP. Verify (T >= 2) takes the drafts as tiles of
+  TD = max(16, next power of 2 of T) rows and does the rest as small matmuls: the Grams
+  B_ring C^T [RP, TD] and B_drafts C^T [TD, TD] on the tensor cores, whose 16-bit operands
+  multiply exactly into float32 (bf16 or fp16 B and C; float32 FMAs otherwise), and the
+  weighted sums x_ring^T W [BLOCK_M, TD] and x_drafts^T L with the float32 weights W, L split
+  into three bf16 parts each (24 bits: float32's mantissa), so that every product is exact
+  and the sums accumulate in float32. (Per-draft reductions took 255 registers at T = 4 and
+  spilled at T = 8 on sm_90; the matmuls keep the kernel at 125-170.)
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
