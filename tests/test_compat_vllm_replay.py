@@ -250,3 +250,36 @@ def test_bad_calls_raise_and_write_nothing(name: str) -> None:
     with pytest.raises(error, match=message):
         call(pool, tok, kw["out"], kw["L"])
     assert all(torch.equal(bits(v), b) for v, b in zip(pool.values(), before, strict=True))
+
+
+def test_layout_without_heads_is_one_head() -> None:
+    """vLLM's layout without the head dim (state [S, P, N], x [B, P], B [B, N], ...) runs as
+    one head: the same out, state and rings as the call with H = 1."""
+    L = 8
+    pool = make_pool(L, 3)
+    tok = make_token(3)
+    one = {k: v[:, :1].clone() if k in ("state", "x_cache", "dt_cache") else v for k, v in pool.items()}
+    one["A"], one["D"], one["dt_bias"] = pool["A"][:1], pool["D"][:1], pool["dt_bias"][:1]
+    one["write_pos"].fill_(3)
+    one["is_flush"].copy_(torch.tensor([0, 0, 1], dtype=torch.int8))
+    written = ("state", "x_cache", "dt_cache", "B_cache", "write_pos", "is_flush")
+    flat = {k: {k2: v2.clone() if k2 in written else v2 for k2, v2 in one.items()} for k in ("heads", "flat")}
+    t1 = {k: v[:, :1] for k, v in tok.items()}
+    t1["B"], t1["C"] = tok["B"], tok["C"]  # G = 1
+    outs = {}
+    for name, p in flat.items():
+        out = torch.full((BATCH, 1, P), float("nan"), device=DEVICE)
+        if name == "heads":
+            call(p, t1, out, L)
+        else:
+            selective_state_update_replayssm_output_only(
+                p["state"][:, 0], t1["x"][:, 0], t1["dt"][:, 0], p["A"][0], t1["B"][:, 0], t1["C"][:, 0],
+                p["D"][0], p["dt_bias"][0], t1["z"][:, 0], True, x_cache=p["x_cache"], dt_cache=p["dt_cache"],
+                B_cache=p["B_cache"], bc_pre=p["bc_pre"], write_pos=p["write_pos"], is_flush=p["is_flush"],
+                max_cache_len=L, state_batch_indices=p["state_batch_indices"], out=out[:, 0],
+                config=LaunchConfig(16, 4),
+            )  # fmt: skip
+        outs[name] = out
+    assert torch.equal(bits(outs["heads"]), bits(outs["flat"]))
+    for k in ("state", "x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(flat["heads"][k]), bits(flat["flat"][k])), k

@@ -289,7 +289,7 @@ def selective_state_update_replayssm_output_only(
     )
     heads = state.dim() == 4
     if not heads:  # one head: vLLM's layout without the head dim
-        state, A = state.unsqueeze(1), A.unsqueeze(0) if A.dim() == 2 else A
+        state, A = state.unsqueeze(1), (A.unsqueeze(0) if A.dim() == 2 else A)
         x, dt, B, C, z, kernel_out = (_heads(t, 2) for t in (x, dt, B, C, z, out))
         D, dt_bias = _heads(D, 1), _heads(dt_bias, 1)
     else:
