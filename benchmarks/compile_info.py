@@ -9,6 +9,8 @@ a 16-bit state stochastically (rand_seed; --state-dtype bfloat16 or float16).
         --config 16,1,slot,evict 16,1,slot,evict,ordered,regs96 [--ptx DIR]
     python benchmarks/compile_info.py --preset nemotron3-super --tp 8 --tokens 4 --mode replay \
         --batch 512 --config 8,1,slot,evict,ordered,regs96 16,1,slot,evict,ordered
+    python benchmarks/compile_info.py --preset nemotron3-super --tp 8 --tokens 1 --mode replay \
+        --window 15 --fast --batch 512 --config 64,8,slot,evict,regs128 16,4,slot,evict
 
 The last column, "issue us", is a floor from instruction issue alone: the warp instructions a
 call executes over what the GPU issues a second (--sms multiprocessors x 4 schedulers x
@@ -126,6 +128,12 @@ def main() -> int:
         "--window", type=int, default=DEFAULT_WINDOW, help=f"replay's window (default {DEFAULT_WINDOW})"
     )
     p.add_argument(
+        "--fast",
+        action="store_true",
+        help="with --mode replay: the fast route (exact=False); its issue floor counts the whole "
+        "SASS, the flush branch's too (an upper bound for the steps that do not flush)",
+    )
+    p.add_argument(
         "--stochastic",
         action="store_true",
         help="stochastic rounding of the state store (rand_seed; a 16-bit --state-dtype)",
@@ -155,9 +163,14 @@ def main() -> int:
         kwargs = make_shape_inputs(shape, 8, cpu, seed=0).kwargs(0)
     if args.stochastic:
         kwargs.update(rand_seed=torch.tensor([1], dtype=torch.int64), philox_rounds=args.philox_rounds)
+    if args.fast:
+        if not replay:
+            raise SystemExit("--fast is replay's fast route: pass --tokens T --mode replay")
+        kwargs["exact"] = False
     target = GPUTarget("cuda", args.arch, 32)
     what = (
-        f", T = {args.tokens} ({args.mode}" + (f", window {args.window})" if replay else ")")
+        f", T = {args.tokens} ({args.mode}{' fast' if args.fast else ''}"
+        + (f", window {args.window})" if replay else ")")
         if args.tokens
         else ""
     )
@@ -176,7 +189,7 @@ def main() -> int:
         per_warp = -(-regs * 32 // 256) * 256  # allocation granule: 256 registers a warp
         warps = min(64, 65536 // per_warp // config.num_warps * config.num_warps, 32 * config.num_warps)
         executed = float(len(sass))
-        if replay:  # the cached tokens past the steady state's mean are skipped
+        if replay and not args.fast:  # the cached tokens past the steady state's mean are skipped
             per_cached = _replay_token_span(sass, args.window)
             executed = float("nan") if per_cached is None else executed - per_cached * args.window / 2
         programs = batch * shape.nheads * -(-shape.headdim // config.block_m)

@@ -444,3 +444,42 @@ def test_in_model_rejects_zero_layers(tmp_path: Path) -> None:
                 str(tmp_path),
             ]
         )
+
+
+# --- the fast replay route (admitted by accuracy) ---------------------------------------------
+
+
+def test_fast_replay_route_is_admitted_by_accuracy(tmp_path: Path, monkeypatch) -> None:
+    """--mode replay-fast: candidates of 16 rows and more, each admitted by the accuracy bars
+    against float64 and two runs' bits (real calls, under the interpreter), timed by the fast
+    route's timer (faked here); the table's entries record the accuracy measured."""
+    timed: list[LaunchConfig] = []
+
+    def fake_time(spec, config: LaunchConfig, device) -> Timing:
+        timed.append(config)
+        us = 5.0 if config == LaunchConfig(16, 2, True, True) else 10.0
+        return Timing(us, (us,), 1, 1, 1, False)
+
+    monkeypatch.setattr(tune, "_time_fast", fake_time)
+    code = cli.main(
+        [
+            "tune", "--heads", "2", "--headdim", "16", "--dstate", "16", "--batch", "2",
+            "--tokens", "1", "--mode", "replay-fast", "--window", "3",
+            "--config", "8,4", "16,2,slot,evict", "16,4,slot,evict,ordered", "--rounds", "1",
+            "--out-dir", str(tmp_path / "cfg"), "--out", str(tmp_path / "results"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    key = table_key(16, 16, torch.float32, "replay-fast", 1)
+    report = json.loads((tmp_path / "results" / "tune.json").read_text())
+    (bucket,) = report["keys"][key]
+    # 8 rows and the ordered sum left out; the bucket's default (replay_fast_config) added
+    assert sorted(bucket["admitted"]) == ["(16,2,slot,evict)", "(16,4,slot,evict)"]
+    assert bucket["choice_label"] == "(16,2,slot,evict)" and set(timed) == {
+        LaunchConfig(16, 2, True, True),
+        LaunchConfig(16, 4, True, True),  # the baseline at batch 2
+    }
+    entry = load_table_entries("cpu", tmp_path / "cfg")[key][2]
+    assert entry.config == LaunchConfig(16, 2, True, True)
+    assert entry.accuracy is not None and entry.accuracy["out_ulps"] <= 1.0
+    assert entry.accuracy["state_rel"] <= 1e-5

@@ -40,7 +40,7 @@ BATCH, T, WINDOW, H, P, N, G = 3, 2, 3, 4, 8, 16, 2
 RING = WINDOW + T
 SLOTS = 2 * BATCH + 1
 PAD = -1
-CONFIG = LaunchConfig(8, 4)
+CONFIG = LaunchConfig(16, 4)  # the fast route multiplies tiles of at least 16 rows
 TOL_OUT = dict(rtol=1.6e-2, atol=5e-2)  # out rounded to bf16; references in float64
 TOL_STATE = dict(rtol=1e-4, atol=1e-4)
 
@@ -124,20 +124,21 @@ def snapshot(*tensors: torch.Tensor) -> list[torch.Tensor]:
 
 def test_signature_is_flashinfers() -> None:
     params = list(inspect.signature(checkpointing_ssu).parameters.values())
-    assert [(p.name, p.default) for p in params[:-1]] == FLASHINFER_PARAMS
-    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:-1])
-    assert (params[-1].name, params[-1].kind, params[-1].default) == (
-        "config",
-        inspect.Parameter.KEYWORD_ONLY,
-        None,
-    )
+    assert [(p.name, p.default) for p in params[:-2]] == FLASHINFER_PARAMS
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:-2])
+    assert [(p.name, p.kind, p.default) for p in params[-2:]] == [
+        ("exact", inspect.Parameter.KEYWORD_ONLY, False),  # ssmdecode's: the fast route by default
+        ("config", inspect.Parameter.KEYWORD_ONLY, None),
+    ]
 
 
-def test_consecutive_steps_with_flashinfers_bookkeeping() -> None:
-    """Five steps (flushes among them, a pad row): each step's out and rings against the
-    replay reference, out bit for bit against selective_state_replay on a twin pool kept by
-    replay_advance, whose bookkeeping matches flashinfer's; and out and the final state
-    against the per-token recurrence of the accepted drafts."""
+@pytest.mark.parametrize("exact", [False, True], ids=["fast", "exact"])
+def test_consecutive_steps_with_flashinfers_bookkeeping(exact: bool) -> None:
+    """Five steps (flushes among them, a pad row), by the fast route (the default) and the
+    exact one: each step's out and rings against the replay reference, out bit for bit against
+    selective_state_replay of the same route on a twin pool kept by replay_advance, whose
+    bookkeeping matches flashinfer's; and out and the final state against the per-token
+    recurrence of the accepted drafts."""
     pool, twin = make_pool(), make_pool()
     slots = pool["state_batch_indices"]
     live = slots != PAD
@@ -149,8 +150,10 @@ def test_consecutive_steps_with_flashinfers_bookkeeping() -> None:
         want = selective_state_replay_reference(**native_kwargs(pool, d))
         flushes += int(((pool["prev_num_accepted_tokens"][slots[live]] + 2 * T) > RING).sum())
         out = poisoned(d["x"])
-        assert call(pool, d, out) is out
-        native = selective_state_replay(**native_kwargs(twin, d), out=poisoned(d["x"]), config=CONFIG)
+        assert call(pool, d, out, **({"exact": True} if exact else {})) is out
+        native = selective_state_replay(
+            **native_kwargs(twin, d), out=poisoned(d["x"]), config=CONFIG, exact=exact
+        )
         assert torch.equal(bits(out), bits(native)), f"step {step}: out, adapter against native"
         assert (out[~live] == 0).all(), "pad rows"
         torch.testing.assert_close(out[live].double(), want[0][live], **TOL_OUT)

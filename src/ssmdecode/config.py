@@ -182,6 +182,29 @@ def default_config(dstate: int, state_dtype: torch.dtype = torch.float32) -> Lau
     return upstream_config(dstate)
 
 
+def replay_fast_config(
+    headdim: int, dstate: int, batch: int | None = None, tokens: int | None = None
+) -> LaunchConfig:
+    """The fast replay route's config for a device with no table entry (mode "replay-fast"),
+    a guess from the compiler's counts (sm_90, Triton 3.6, H16 P64 N128, batch 512:
+    benchmarks/compile_info.py --fast) until the tuner's entries replace it. One program a
+    (request, head) up to 64 rows, the slot-major grid with cache hints. T = 1: 8 warps capped
+    at 128 registers a thread, two programs an SM (uncapped, some variants take 158, one
+    program; capped, none spills), where the step that does not flush issues 880 instructions
+    a warp, a floor of 55 us against the 70 us of the state stream. T >= 2: 4 warps, where 8 repeat the
+    tiles' fixed work in twice the warps (T = 4: an issue floor of 84 us at 4 warps, 133 us at
+    8, against a state stream of 84 us); the flush branch then takes about 234 registers, two
+    programs an SM. At batch 8 and below, 16 rows and 4 warps: four programs a head, so that
+    a small batch still spreads over the multiprocessors. Tiles of at least 16 rows."""
+    del dstate  # the same guess for every state dim until measured
+    if batch is not None and batch <= 8:
+        return LaunchConfig(16, 4, True, True)
+    block_m = max(16, min(64, 1 << max(headdim - 1, 0).bit_length()))
+    if tokens == 1:
+        return LaunchConfig(block_m, 8, True, True, max_registers=128)
+    return LaunchConfig(block_m, 4, True, True)
+
+
 def candidate_configs(
     headdim: int, dstate: int, state_dtype: torch.dtype, space: str = "tune"
 ) -> list[LaunchConfig]:
@@ -247,8 +270,8 @@ def _cuda_device_key(index: int) -> str:
 # What a call writes besides out (see Call.mode in ops/selective_state_update/checks.py):
 # single-token decode, or T tokens a request writing the final state, every token's state to an
 # intermediate buffer (sglang's verify), or every token's state to its own slot (vLLM's); or a
-# verify step by replay (selective_state_replay).
-MODES = ("single", "final", "buffer", "dst", "replay")
+# verify step by replay (selective_state_replay), exact or by its fast route (exact=False).
+MODES = ("single", "final", "buffer", "dst", "replay", "replay-fast")
 
 
 # How a multi-token call's dt, A and dt_bias come: tied over the head dim (stride 0 over P, and
@@ -308,8 +331,8 @@ def table_key(
 
 _KEY_RE = re.compile(
     r"^headdim=(\d+) dstate=(\d+) state=(?P<state>float32|bfloat16|float16)"
-    r"(?: mode=(?P<mode>final|buffer|dst|replay) tokens=(?P<tokens>[1-9]\d*)(?: params=(?P<params>dense))?)?"
-    r"(?: rounding=(?P<rounding>stochastic))?$"
+    r"(?: mode=(?P<mode>final|buffer|dst|replay-fast|replay) tokens=(?P<tokens>[1-9]\d*)"
+    r"(?: params=(?P<params>dense))?)?(?: rounding=(?P<rounding>stochastic))?$"
 )
 
 
@@ -329,20 +352,27 @@ class TableEntry:
     """One bucket of a table: the config and how it got there. tuned_by: the command, UTC
     date and git commit of the tune run that chose it ({"command", "date", "git_commit"}),
     None in tables written before entries carried it (their file's made_by names the last
-    tune run only)."""
+    tune run only). accuracy: for the fast replay route's entries (mode replay-fast), which
+    are admitted by accuracy instead of bit identity, what the tuner measured against float64
+    ({"out_ulps", "mean_ratio", "state_rel"}: numerics.FastAccuracy), else None."""
 
     config: LaunchConfig
     tuned_by: dict[str, str | None] | None = None
+    accuracy: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self.config.to_dict()
         if self.tuned_by is not None:
             data[_TUNED_BY] = dict(self.tuned_by)
+        if self.accuracy is not None:
+            data[_ACCURACY] = dict(self.accuracy)
         return data
 
 
 _TUNED_BY = "tuned_by"
 _TUNED_BY_FIELDS = ("command", "date", "git_commit")
+_ACCURACY = "accuracy"
+_ACCURACY_FIELDS = ("out_ulps", "mean_ratio", "state_rel")
 
 Table = dict[str, dict[int, TableEntry]]
 
@@ -368,8 +398,9 @@ def _validate_table(path: Path, data: Any) -> Table:
             raise fail(
                 f"entries.{key}",
                 "key must read 'headdim=P dstate=N state=DTYPE', then optionally "
-                "' mode=final|buffer|dst|replay tokens=T' (then optionally ' params=dense', not "
-                "for replay), then optionally ' rounding=stochastic' (a 16-bit DTYPE)",
+                "' mode=final|buffer|dst|replay|replay-fast tokens=T' (then optionally "
+                "' params=dense', modes final, buffer and dst), then optionally "
+                "' rounding=stochastic' (a 16-bit DTYPE)",
             )
         if not isinstance(buckets, dict) or not buckets:
             raise fail(f"entries.{key}", "expected a non-empty object of batch buckets")
@@ -391,8 +422,18 @@ def _validate_table(path: Path, data: Any) -> Table:
                     f"{where}.{_TUNED_BY}",
                     f"expected an object of {list(_TUNED_BY_FIELDS)} (strings or null), got {tuned_by!r}",
                 )
+            accuracy = cfg.pop(_ACCURACY, None)
+            if accuracy is not None and (
+                not isinstance(accuracy, dict)
+                or set(accuracy) != set(_ACCURACY_FIELDS)
+                or not all(isinstance(v, (int, float)) for v in accuracy.values())
+            ):
+                raise fail(
+                    f"{where}.{_ACCURACY}",
+                    f"expected an object of {list(_ACCURACY_FIELDS)} (numbers), got {accuracy!r}",
+                )
             try:
-                table[key][int(bucket)] = TableEntry(LaunchConfig.from_dict(cfg), tuned_by)
+                table[key][int(bucket)] = TableEntry(LaunchConfig.from_dict(cfg), tuned_by, accuracy)
             except (TypeError, ValueError) as e:
                 raise fail(where, str(e)) from None
     return table
@@ -522,6 +563,8 @@ def _lookup(
                 buckets = _buckets(table, headdim, dstate, state_dtype, mode, tokens, rounding, params)
                 if buckets:
                     return buckets[nearest_bucket(list(buckets), batch)].config
+    if mode == "replay-fast":
+        return replay_fast_config(headdim, dstate, batch, tokens)
     return default_config(dstate, state_dtype)
 
 

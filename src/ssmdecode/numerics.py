@@ -15,7 +15,20 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["TOLERANCES", "BitDiff", "ToleranceCheck", "bit_diff", "bits", "tolerance_check"]
+__all__ = [
+    "FAST_MEAN_RATIO",
+    "FAST_OUT_ULPS",
+    "FAST_STATE_REL",
+    "TOLERANCES",
+    "BitDiff",
+    "FastAccuracy",
+    "ToleranceCheck",
+    "bf16_ulp",
+    "bit_diff",
+    "bits",
+    "fast_accuracy",
+    "tolerance_check",
+]
 
 TOLERANCES = {
     torch.float32: {"rtol": 1e-4, "atol": 1e-4},
@@ -82,3 +95,65 @@ def tolerance_check(got: torch.Tensor, want: torch.Tensor) -> ToleranceCheck:
     excess = diff / (tol["atol"] + tol["rtol"] * want.abs())
     worst = float(excess.max())
     return ToleranceCheck(worst <= 1.0, float(diff.max()), worst, tol["rtol"], tol["atol"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast replay route's accuracy bars (docs/numerics.md, "Verify steps"): out within
+# FAST_OUT_ULPS bf16 ulps of the float64 recurrence (the ulp at the float64 value), its mean
+# error at most FAST_MEAN_RATIO times that of the float64 value rounded to bf16, a flushed
+# state within FAST_STATE_REL of the state's largest magnitude. The tests and the tuner's
+# admission of replay-fast configs (tools/tune.py) both read them here.
+FAST_OUT_ULPS = 1.0
+FAST_MEAN_RATIO = 1.1
+FAST_STATE_REL = 1e-5
+
+
+def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
+    """The bf16 ulp at each value (float64): the gap above the start of its binade, 2^-133
+    below bf16's normal range."""
+    _, e = torch.frexp(v.double())
+    return torch.ldexp(torch.ones_like(v, dtype=torch.float64), (e - 8).clamp(min=-133))
+
+
+@dataclass(frozen=True)
+class FastAccuracy:
+    """A fast-route call against float64: out_ulps, the worst out error in bf16 ulps;
+    mean_ratio, the mean out error over that of bf16(float64 out); state_rel, the worst state
+    error over max|state|; nan_out, whether an out element was NaN (never written)."""
+
+    out_ulps: float
+    mean_ratio: float
+    state_rel: float
+    nan_out: bool = False
+
+    @property
+    def within(self) -> bool:
+        return (
+            not self.nan_out
+            and self.out_ulps <= FAST_OUT_ULPS
+            and self.mean_ratio <= FAST_MEAN_RATIO
+            and self.state_rel <= FAST_STATE_REL
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {"out_ulps": self.out_ulps, "mean_ratio": self.mean_ratio, "state_rel": self.state_rel}
+
+
+def fast_accuracy(
+    out: torch.Tensor, want_out: torch.Tensor, state: torch.Tensor, want_state: torch.Tensor
+) -> FastAccuracy:
+    """out (bf16 as stored, or float32, rounded here to bf16 to nearest as the GPU's store
+    rounds) and state against their float64 references."""
+    want_out = want_out.double().to(out.device)
+    got = out.to(torch.bfloat16) if out.dtype == torch.float32 else out
+    err = (got.double() - want_out).abs()
+    base = (want_out.to(torch.bfloat16).double() - want_out).abs().mean().item()
+    want_state = want_state.double().to(state.device)
+    scale = want_state.abs().max().item() if want_state.numel() else 0.0
+    worst = (state.double() - want_state).abs().max().item() if state.numel() else 0.0
+    return FastAccuracy(
+        out_ulps=(err / bf16_ulp(want_out)).max().item() if err.numel() else 0.0,
+        mean_ratio=err.mean().item() / base if base > 0 else 0.0,
+        state_rel=worst / scale if scale > 0 else worst,
+        nan_out=bool(got.isnan().any()),
+    )

@@ -31,6 +31,7 @@ _TRITON_TYPES = {
     torch.float16: "fp16",
     torch.int32: "i32",
     torch.int64: "i64",
+    torch.int8: "i8",  # vLLM's is_flush flags (the fast replay route)
 }
 
 

@@ -9,19 +9,21 @@ steps), and for flashinfer's verify step by replay (checkpointing_ssu).
 Each adapter keeps its engine's argument names, order and defaults, its pad / null-slot
 sentinel, and its in-place `out` (required and written in place; returned only by
 checkpointing_ssu, as flashinfer returns it). The sglang and vLLM adapters keep their engines'
-bits (vLLM's kernel computes dA with exp2, sglang's with exp); the flashinfer adapter writes the
-per-token recurrence's bits, which flashinfer's matmul form does not. Stochastic rounding
-(sglang's and vLLM's enable_stochastic_rounding, cache_philox_rounds) follows each engine's
-rules: fp16 states, the state slots' stores, a fresh seed a call (`stochastic_rounding`); its
-random bits are ssmdecode's own, not the engines' (docs/numerics.md). Arguments of features
-ssmdecode does not implement yet (flashinfer's stochastic rounding, int8 / fp8 states, in every
-adapter) raise NotImplementedError naming the argument: an adapter never drops an argument that
-would change what the engine computes. Every tensor argument is checked to be a tensor (or None
-where optional) before anything is touched, and every error names the caller's argument: where
-an adapter passes an argument on under ssmdecode's name (flashinfer's
-prev_num_accepted_tokens is replay's num_cached), its messages are given the engine's name
-(`engine_names`). docs/compat.md maps every argument and names the engine file and version it
-was read from.
+bits (vLLM's kernel computes dA with exp2, sglang's with exp). The replay adapters
+(flashinfer's checkpointing_ssu, vLLM's ReplaySSM output-only decode) run ssmdecode's fast
+replay route: their engines' semantics and float32 accuracy, not their bits (neither engine's
+kernel is exact); checkpointing_ssu(..., exact=True) writes the per-token recurrence's bits.
+Stochastic rounding (sglang's and vLLM's enable_stochastic_rounding, cache_philox_rounds)
+follows each engine's rules: fp16 states, the state slots' stores, a fresh seed a call
+(`stochastic_rounding`); its random bits are ssmdecode's own, not the engines'
+(docs/numerics.md). Arguments of features ssmdecode does not implement yet (flashinfer's
+stochastic rounding, int8 / fp8 states, in every adapter) raise NotImplementedError naming the
+argument: an adapter never drops an argument that would change what the engine computes. Every
+tensor argument is checked to be a tensor (or None where optional) before anything is touched,
+and every error names the caller's argument: where an adapter passes an argument on under
+ssmdecode's name (flashinfer's prev_num_accepted_tokens is replay's num_cached), its messages
+are given the engine's name (`engine_names`). docs/compat.md maps every argument and names the
+engine file and version it was read from.
 """
 
 from __future__ import annotations

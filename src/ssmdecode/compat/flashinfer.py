@@ -42,14 +42,17 @@ read, and notes that the release branches v0.6.16 to v0.6.18 revert it to an old
   them; never written here), precompute_heads_per_cta and d_split. philox_rounds is read by
   flashinfer only with rand_seed. enable_pdl is ssmdecode's pdl.
 
-Bits: flashinfer computes the window in matmul form (C Bᵀ with cumulative decays, tensor-core
-MMAs on bfloat16 operands), which is not the per-token recurrence's rounding; ssmdecode's
-replay runs the recurrence token by token, so its out and states are the multi-token kernel's
-and T single-token calls' bits (float32 state). A pool filled by one kernel and read by the
-other is the same layout, but their dt' (softplus) and states may differ in the last bits.
+Route and bits: flashinfer computes the window in matmul form (C Bᵀ with cumulative decays,
+tensor-core MMAs on bfloat16 operands), which is neither the per-token recurrence's rounding nor
+fp32-accurate. The adapter runs ssmdecode's fast replay route by default (exact=False,
+replay_fast.py): flashinfer's semantics, ring and flush rule, out within 1 bf16 ulp of the
+float64 recurrence and a flushed state the exact route's bits, but not flashinfer's bits (no
+adapter can promise those). exact=True runs the exact route: out and states the multi-token
+kernel's and T single-token calls' bits (float32 state). A pool filled by either kernel and read
+by another is the same layout, but dt' (softplus) and states may differ in the last bits.
 
-`config` is ssmdecode's own keyword-only addition: a LaunchConfig to force, None for the
-device's table. flashinfer's callers never pass it.
+`exact` and `config` are ssmdecode's own keyword-only additions: the route, and a LaunchConfig
+to force (None for the device's table). flashinfer's callers never pass them.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from ssmdecode.ops.selective_state_update.replay import selective_state_replay
 __all__ = ["ALGORITHMS", "checkpointing_ssu"]
 
 ALGORITHMS = ("auto", "monolith", "two-kernel")
-"""flashinfer's kernel choices; each runs ssmdecode's one replay kernel here."""
+"""flashinfer's kernel choices; each runs ssmdecode's replay route (exact or fast) here."""
 
 _ENGINE = "flashinfer"
 _OPTIONAL = (
@@ -184,6 +187,7 @@ def checkpointing_ssu(
     precompute_heads_per_cta: int = 0,
     algorithm: str = "auto",
     *,
+    exact: bool = False,
     config: LaunchConfig | None = None,
 ) -> torch.Tensor:
     """A verify step by replay with flashinfer's arguments; updates state (where a request
@@ -198,7 +202,8 @@ def checkpointing_ssu(
         N; D, dt_bias [H, P] (dt_bias tied); state_batch_indices int32/int64 [B].
 
     The module docstring maps every argument; the ones with no meaning here are checked as
-    flashinfer checks them and ignored.
+    flashinfer checks them and ignored. exact: False (default) the fast replay route, True the
+    exact one (the module docstring's "Route and bits").
     """
     require_tensors(
         _ENGINE,
@@ -268,5 +273,6 @@ def checkpointing_ssu(
             cu_seqlens=cu_seqlens,
             max_seqlen=max_seqlen,
             pdl=enable_pdl,
+            exact=exact,
         )
     return out

@@ -7,7 +7,9 @@
                     intermediate-state buffer and EAGLE trees and vLLM's accepted-token slots
     replay.py       selective_state_replay: the verify step by replay (a ring of the inputs of
                     the tokens since each slot's checkpoint; the state written once a window),
-                    with replay_advance (the bookkeeping) and replay_flush
+                    with replay_advance (the bookkeeping) and replay_flush; its exact route
+    replay_fast.py  replay's fast route (exact=False): out from the checkpoint and the ring in
+                    the dual form, the state written only by the flushes (decode and verify)
     naive.py        the float64 reference of every mode, for tests and tools
     common.py       the @triton.jit helpers every kernel shares (the ordered row sum above all:
                     each mode must compute with them to keep the bits)

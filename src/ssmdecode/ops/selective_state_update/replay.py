@@ -378,8 +378,11 @@ def _check_replay(
     dt_softplus,
     fast_exp,
     pdl,
+    cursors_by_request=False,
 ):
-    """Every argument of selective_state_replay checked; returns (tokens, batch, out)."""
+    """Every argument of selective_state_replay checked; returns (tokens, batch, out).
+    cursors_by_request (the fast route's vLLM convention): ring_start None (rings start at row
+    0) and num_cached one int32 a request [B]."""
     for name, value in (("dt_softplus", dt_softplus), ("fast_exp", fast_exp), ("pdl", pdl)):
         if type(value) is not bool:
             raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
@@ -481,8 +484,13 @@ def _check_replay(
     expect(
         "dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device, "(slots, heads, ring), float32"
     )
-    for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
-        expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
+    if cursors_by_request:
+        if ring_start is not None:
+            raise ValueError("with cursors kept a request, ring_start must be None (rings start at row 0)")
+        expect("num_cached", num_cached, (batch,), (torch.int32,), device, "(one int32 a request)")
+    else:
+        for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
+            expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
     _check_ring_length(ring, tokens, f"x_cache holds a ring of {ring} tokens")
     if state_batch_indices is not None:
         expect(
@@ -525,11 +533,23 @@ def prepare(
     pdl: bool = False,
     rand_seed: torch.Tensor | None = None,
     philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
+    exact: bool = True,
     _flush: bool = False,
+    _host_flush: torch.Tensor | None = None,
+    _flush_drafts: bool = False,
+    _cursors_by_request: bool = False,
 ) -> tuple[torch.Tensor, Launch | None]:
     """selective_state_replay's arguments checked and its launch prepared, not run: (out,
     the launch, or None for an empty batch). What benchmarks/ptx_snapshot.py compiles.
-    _flush (replay_flush): every request's checkpoint written, whatever the flush rule says."""
+    exact=False: the fast route's kernel (replay_fast.py). _flush (replay_flush): every
+    request's checkpoint written, whatever the flush rule says. The fast route's engine
+    conventions (compat.vllm): _host_flush, the flush flag a request (int8 or bool [B]);
+    _flush_drafts, a flush absorbs the drafts and appends nothing; _cursors_by_request,
+    num_cached [B] and ring_start None (replay_fast.py's docstring)."""
+    if type(exact) is not bool:
+        raise TypeError(f"exact must be a bool, got {type(exact).__name__} {exact!r}")
+    if exact and (_host_flush is not None or _flush_drafts or _cursors_by_request):
+        raise ValueError("the host's flush flags, flushing drafts and cursors a request are the fast route's")
     tokens, batch, ring, out = _check_replay(
         state,
         x_cache,
@@ -554,9 +574,14 @@ def prepare(
         dt_softplus,
         fast_exp,
         pdl,
+        _cursors_by_request,
     )
+    if _host_flush is not None:
+        expect(
+            "is_flush", _host_flush, (batch,), (torch.int8, torch.bool), state.device, "(one flag a request)"
+        )
     check_rounding(rand_seed, philox_rounds, state.device, (state,))
-    if validation_on(validate_indices):
+    if validation_on(validate_indices) and not _cursors_by_request:
         _validate(
             state, ring_start, num_cached, state_batch_indices, pad_slot_id, ring, tokens, batch,
             cu_seqlens, x.shape[0],
@@ -575,15 +600,51 @@ def prepare(
             state.dtype,
             batch,
             state.device,
-            mode="replay",
+            mode="replay" if exact else "replay-fast",
             tokens=tokens,
             stochastic=rand_seed is not None,
         )
-    block_n = triton.next_power_of_2(dstate)
-    check_ordered_sum(config, block_n, dstate)
     pdl = pdl and state.device.type == "cuda"
     if pdl and gdc_wait is None:
         raise ValueError(f"pdl=True needs Triton >= 3.3; got Triton {triton.__version__}")
+    if not exact:
+        # The fast route builds on this module's checks and jit helpers, so it is imported here.
+        from ssmdecode.ops.selective_state_update.replay_fast import fast_launch
+
+        return result, fast_launch(
+            state,
+            x_cache,
+            B_cache,
+            dt_cache,
+            ring_start,
+            num_cached,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            out,
+            state_batch_indices=state_batch_indices,
+            cu_seqlens=cu_seqlens,
+            rand_seed=rand_seed,
+            pad_slot_id=pad_slot_id,
+            tokens=tokens,
+            ring=ring,
+            dt_softplus=dt_softplus,
+            fast_exp=fast_exp,
+            philox_rounds=philox_rounds,
+            config=config,
+            pdl=pdl,
+            flush=_flush,
+            host_flush=_host_flush,
+            flush_drafts=_flush_drafts,
+            cursor_by_request=_cursors_by_request,
+        )
+    block_n = triton.next_power_of_2(dstate)
+    check_ordered_sum(config, block_n, dstate)
     nheads = state.shape[1]
     args = (
         state,
@@ -731,6 +792,7 @@ def selective_state_replay(
     pdl: bool = False,
     rand_seed: torch.Tensor | None = None,
     philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
+    exact: bool = True,
 ) -> torch.Tensor:
     """A verify step of T draft tokens a request by replay (see the module docstring): the
     checkpoint state[slot] and its num_cached[slot] ring tokens replayed, the state written back
@@ -764,6 +826,10 @@ def selective_state_replay(
         pdl: programmatic dependent launch, as selective_state_update's.
         rand_seed, philox_rounds: a 16-bit checkpoint written with stochastic rounding, as
             selective_state_update's (refresh the seed every step).
+        exact: True (default), the recurrence's bits (this module's kernel); False, the fast
+            route (replay_fast.py): the same semantics, ring, flush rule and cursors, out
+            fp32-accurate from the checkpoint and the ring without building the state, a
+            flushed checkpoint the exact route's bits. T = 1 is the decode step.
 
     Returns:
         out.
@@ -795,6 +861,7 @@ def selective_state_replay(
         pdl=pdl,
         rand_seed=rand_seed,
         philox_rounds=philox_rounds,
+        exact=exact,
     )
     run_on(state.device, launch)
     return result

@@ -1,0 +1,640 @@
+r"""Replay's fast route: the verify step (T >= 2) and the decode step (T = 1) by replay without
+materialising the state, fp32-accurate but not the recurrence's bits.
+
+selective_state_replay(..., exact=False) runs this kernel: the same arguments, ring, flush rule,
+cursors and replay_advance as the exact route (replay.py's docstring), so either route reads
+the rings and checkpoints the other wrote. A request's program decides, as the exact kernel
+does, whether this call flushes (num_cached + n + T > R, n its drafts; always in replay_flush):
+
+- a flush (every R - T tokens or so: rare) does what the exact kernel does, with the same
+  operations: the num_cached ring tokens replayed onto the checkpoint token by token
+  (s = fma(s, exp(A dt'_k), (B_k dt'_k) x_k)), the new checkpoint stored (a float32 state:
+  the exact route's bits; a 16-bit state: the same stochastic rounding), then the drafts run
+  by the recurrence from that tile (out only). So the checkpoints, and the state error over a
+  long decode, are the exact route's;
+- every other call (the common case, and the whole speed win) never builds the state. With
+  the k cached tokens j = 0 .. k - 1 in age order (ring row (ring_start + j) mod R), their
+  dt'_j, S = sum_j dt'_j, w_j = dt'_j exp(A (S - c_j)) (c the inclusive cumulative sum: the
+  decay from token j to the last cached one), and for draft t its drafts' cumulative
+  d_t = dt'_0 + .. + dt'_t:
+
+      y_t = exp(A d_t) [exp(A S) (h0 . C_t) + sum_j w_j (C_t . B_j) x_j]
+            + sum_{u <= t} exp(A (d_t - d_u)) dt'_u (C_t . B_u) x_u + D x_t,
+
+  then the z gate. The checkpoint h0 is read once and touched by one product a draft with C_t
+  (T passes over the tile in registers, none in memory); the ring is gathered at once in age
+  order (x, B and dt' of RP rows, RP = max(16, the window's next power of 2), masked past
+  num_cached). Decode (T = 1) works on vectors: the Gram C . B_j is one [RP] reduction over N,
+  the weighted sum over the ring one over RP. Verify (T >= 2) takes the drafts as tiles of
+  TD = max(16, next power of 2 of T) rows and does the rest as small matmuls: the Grams
+  B_ring C^T [RP, TD] and B_drafts C^T [TD, TD] on the tensor cores, whose 16-bit operands
+  multiply exactly into float32 (bf16 or fp16 B and C; float32 FMAs otherwise), and the
+  weighted sums x_ring^T W [BLOCK_M, TD] and x_drafts^T L with the float32 weights W, L split
+  into three bf16 parts each (24 bits: float32's mantissa), so that every product is exact
+  and the sums accumulate in float32. (Per-draft reductions took 255 registers at T = 4 and
+  spilled at T = 8 on sm_90; the matmuls keep the kernel at 125-170.)
+
+Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
+t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
+same inputs give the same bits.
+
+Accuracy (docs/numerics.md): every term is float32 from the stored inputs, as the recurrence's;
+the dual form re-associates the sums and replaces products of exps by an exp of a sum, a few
+float32 ulps, far below the bf16 rounding of out (tests/test_replay_fast.py holds out to 1 bf16
+ulp of the float64 recurrence and the flushed state to 1e-5 max|state|).
+
+Decode (T = 1): the engine calls the fast route every step with one token a request and
+replay_advance(..., num_accepted=1, tokens=1, ring=R) after it; prefill writes its final state
+into the slot as the checkpoint with num_cached = 0. With R = 16 a slot's state is written once
+every 15 steps instead of every step (docs/compat.md, "Replay decode").
+
+Engine conventions (compat.vllm's ReplaySSM adapter) use three private options of the launch,
+each a constexpr: the flush decided by the host (one int8 a request, HOST_FLUSH), a flush that
+absorbs the drafts too and appends nothing (FLUSH_DRAFTS, vLLM's ring restart), and cursors
+kept a request rather than a slot with the ring starting at row 0 (CURSOR_BY_REQUEST,
+HAS_RING_START).
+
+Shapes as replay.py's (B requests, T drafts, H heads, P head dim, N state dim, G groups, S
+slots, R ring).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
+from ssmdecode.ops.selective_state_update.common import (
+    _INTERPRETED,
+    STREAM_STATE,
+    exp_dA,
+    load,
+    program_tile,
+    softplus,
+    stored,
+)
+from ssmdecode.ops.selective_state_update.launch import HEURISTICS, Launch, given, strides, tile_launch
+from ssmdecode.ops.selective_state_update.replay import _wrap
+
+__all__ = ["fast_launch"]
+
+_HEURISTICS = {
+    **HEURISTICS,
+    **given(VARLEN="p_cu_seqlens", HOST_FLUSH="p_flush", HAS_RING_START="p_ring_start"),
+}
+
+
+# fmt: off
+@triton.jit
+def _finish(b_y, b_x, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+            HAS_SRC_IDX: tl.constexpr):
+    """The drafts' out ([BLOCK_M, TD], or one draft's [BLOCK_M]) from their SSM part b_y: + D x,
+    times the z gate (x, z like b_y in their dtype, D broadcastable to it), 0 for a pad."""
+    b_xf = b_x.to(tl.float32)
+    if HAS_D:
+        b_y += b_xf * b_D
+    if HAS_Z:
+        b_zf = b_z.to(tl.float32)
+        b_y *= b_zf * tl.sigmoid(b_zf)
+    if HAS_SRC_IDX:
+        b_y = tl.where(m_live, b_y, 0.0)
+    return b_y
+
+
+@triton.jit
+def _column(b, o_t, t: tl.constexpr):
+    """Column t of the tile b [R, TD] (o_t = arange(TD)), exactly: one value and zeros summed."""
+    return tl.sum(tl.where(o_t[None, :] == t, b, 0.0), axis=1)
+
+
+@triton.jit
+def _mma(a, b, acc):
+    """acc + a @ b for 16-bit tiles of one dtype, float32 accumulation, on the tensor cores.
+    (Triton 3.6's interpreter multiplies 16-bit tiles wrongly: there, as float32; the values
+    and so the exact products are the same.)"""
+    if _INTERPRETED:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee", out_dtype=tl.float32)
+    else:
+        return tl.dot(a, b, acc, out_dtype=tl.float32)
+
+
+@triton.jit
+def _dot_exact(a, b, MMA16: tl.constexpr):
+    """a @ b in float32 where the products are exact: 16-bit a and b of one dtype on the tensor
+    cores (their products fit float32's mantissa; float32 accumulation), else float32 FMAs."""
+    if MMA16:
+        return _mma(a, b, None)
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee", out_dtype=tl.float32)
+
+
+@triton.jit
+def _dot_split(a, b, X16: tl.constexpr):
+    """a @ b for a bf16 tile a and a float32 tile b, float32-accurate: b split into three
+    bf16 parts (b = b1 + b2 + b3 to float32's 24 bits), each product exact on the tensor cores,
+    the small parts first; without X16 (a not bf16), float32 FMAs."""
+    if X16:
+        b1 = b.to(tl.bfloat16)
+        r1 = b - b1.to(tl.float32)
+        b2 = r1.to(tl.bfloat16)
+        b3 = (r1 - b2.to(tl.float32)).to(tl.bfloat16)
+        acc = _mma(a, b3, None)
+        acc = _mma(a, b2, acc)
+        return _mma(a, b1, acc)
+    else:
+        return tl.dot(a.to(tl.float32), b, input_precision="ieee", out_dtype=tl.float32)
+
+
+@triton.jit
+def _replay_cached(b_state, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start, n_old, ring,
+                   b_A, m_live, m_vm, m_vn, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr,
+                   HAS_SRC_IDX: tl.constexpr):
+    """The checkpoint b_state [BLOCK_M, BLOCK_N] with its n_old cached ring tokens replayed in
+    order, with the exact kernel's operations (replay.py): s = fma(s, exp(A dt'), (B dt') x)."""
+    # A loop of n_old tokens (Triton's interpreter takes no runtime trip count: there the
+    # window, each token past the count skipped); the same operations either way.
+    for k in range(0, WINDOW if _INTERPRETED else n_old):
+        if k < n_old:
+            m_k = k < n_old
+            if HAS_SRC_IDX:
+                m_k = m_k & m_live
+            pos = _wrap(start + k, ring)
+            b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
+                           other=0.0).to(tl.float32)
+            b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
+                           other=0.0).to(tl.float32)
+            b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP), (b_Bk * b_dtk)[None, :] * b_xk[:, None])
+    return b_state
+
+
+@triton.jit
+def _store_state(p_tile, b_state, m_read, p_seed, o_row, STOCHASTIC: tl.constexpr,
+                 PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr, STATE_EVICT: tl.constexpr):
+    """The new checkpoint as the exact kernel stores it (its stochastic rounding for a 16-bit
+    state with a seed; o_row the rows' offsets in the pool, the random bits' keys)."""
+    if STOCHASTIC:
+        b_store = stored(b_state, p_tile.dtype.element_ty, tl.load(p_seed), o_row, STREAM_STATE, True,
+                         PHILOX_ROUNDS, BLOCK_N, False)
+    else:
+        b_store = b_state.to(p_tile.dtype.element_ty)
+    if m_read is None:
+        tl.store(p_tile, b_store, eviction_policy=STATE_EVICT)
+    else:
+        tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
+# fmt: on
+
+
+# fmt: off
+@triton.heuristics(_HEURISTICS)
+@triton.jit
+def _selective_state_replay_fast_kernel(
+    # pointers
+    p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
+    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed,
+    # sizes
+    headdim, dstate, pad_slot_id, total_tokens, ring,
+    # strides, stride_<tensor>_<dim>
+    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+    stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+    stride_dtc_s, stride_dtc_h, stride_dtc_r,
+    stride_x_b, stride_x_t, stride_x_h, stride_x_p,
+    stride_dt_b, stride_dt_t, stride_dt_h,
+    stride_dt_bias_h, stride_A_h,
+    stride_B_b, stride_B_t, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_t, stride_C_g, stride_C_n,
+    stride_D_h, stride_D_p,
+    stride_z_b, stride_z_t, stride_z_h, stride_z_p,
+    stride_out_b, stride_out_t, stride_out_h, stride_out_p,
+    stride_src_idx,
+    # flags
+    T: tl.constexpr,  # drafts a request (the most, with cu_seqlens)
+    WINDOW: tl.constexpr,  # the most cached tokens a request holds: R - T
+    RP: tl.constexpr,  # max(16, next_power_of_2(WINDOW)): the rows of the gathered ring
+    TD: tl.constexpr,  # max(16, next_power_of_2(T)): the rows of the drafts' tiles
+    MMA16: tl.constexpr,  # B and C of one 16-bit dtype: their Gram on the tensor cores
+    X16: tl.constexpr,  # x bf16: the weighted sums over the ring and the drafts on the tensor cores
+    FLUSH: tl.constexpr,  # 0: by the rule (or the host's flag); 1: always (replay_flush)
+    FLUSH_DRAFTS: tl.constexpr,  # a flush absorbs the drafts too and appends nothing (vLLM)
+    CURSOR_BY_REQUEST: tl.constexpr,  # num_cached indexed by request, not slot (vLLM's write_pos)
+    HEADS_PER_GROUP: tl.constexpr,
+    DT_SOFTPLUS: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SRC_IDX: tl.constexpr,
+    HAS_RING_START: tl.constexpr,  # else every ring starts at row 0
+    HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
+    VARLEN: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    PACKED_ROWS: tl.constexpr,
+    FAST_EXP: tl.constexpr,
+    STOCHASTIC: tl.constexpr,  # a 16-bit checkpoint stored with stochastic rounding (common.py)
+    PHILOX_ROUNDS: tl.constexpr,
+    # launch knobs
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLOT_MAJOR: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    # One program: BLOCK_M rows of one (request, head), all N columns.
+    if PDL:
+        gdc_launch_dependents()
+    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
+    i_g = i_h // HEADS_PER_GROUP
+    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
+    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
+
+    if VARLEN:  # packed drafts: offsets clamped to the tokens of x
+        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
+        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
+        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
+        n_tok = tl.minimum(eos - bos, T)
+        if n_tok == 0:  # a request of no drafts is left alone, as in the exact route
+            return
+        i_xb = 0
+        t0 = bos
+    else:
+        n_tok = T
+        i_xb = i_b
+        t0 = 0
+    if HAS_SRC_IDX:
+        i_slot = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
+        m_live = i_slot != pad_slot_id
+        i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
+    else:
+        i_slot = i_b.to(tl.int64)
+        m_live = None
+        i_ring = i_slot
+    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
+    if HAS_SRC_IDX:
+        n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
+    else:
+        n_old = tl.load(p_cached + i_cur).to(tl.int32)
+    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    if HAS_RING_START:
+        if HAS_SRC_IDX:
+            start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
+        else:
+            start = tl.load(p_ring_start + i_cur).to(tl.int32)
+        start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+    else:
+        start = 0
+    if FLUSH:
+        m_flush = n_old >= 0
+    elif HOST_FLUSH:
+        m_flush = tl.load(p_flush + i_b) != 0
+    else:  # the exact route's rule: the cached tokens and the drafts overflow the window
+        m_flush = n_old + n_tok + T > ring
+
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = tl.arange(0, BLOCK_N)
+    m_m = o_m < headdim
+    m_n = o_n < dstate
+    m_vm = None if EVEN_M else m_m
+    m_vn = None if EVEN_N else m_n
+    m_tile = None
+    if not EVEN_M:
+        m_tile = m_m[:, None]
+    if not EVEN_N:
+        m_tile = m_n[None, :] if m_tile is None else m_tile & m_n[None, :]
+    m_read = m_tile if m_live is None else (m_live if m_tile is None else m_tile & m_live)
+
+    if PACKED_ROWS:
+        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
+        o_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + o_n[None, :]
+    else:
+        o_base = i_h * 0
+        o_tile = i_h * stride_state_h + o_m[:, None] * stride_state_p + o_n[None, :] * stride_state_n
+    p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
+    if m_read is None:
+        b_h0 = tl.load(p_tile, eviction_policy=STATE_EVICT).to(tl.float32)
+    else:
+        b_h0 = tl.load(p_tile, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+    if PDL:
+        gdc_wait()
+
+    # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
+    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
+    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
+    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
+    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+
+    b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+    b_D = 0.0
+    if HAS_D:
+        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
+    if T == 1:
+        # Decode: one token (a packed request of none returned above), its inputs as vectors.
+        # (The tiles of the drafts below cost more instructions than they save at T = 1: 848
+        # SASS instructions for the step that does not flush against 1320, sm_90, headline.)
+        b_x = load(p_x + i_xb * stride_x_b + t0 * stride_x_t + i_h * stride_x_h + o_m * stride_x_p, m_vm)
+        b_xf = b_x.to(tl.float32)
+        b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += b_dt_bias
+        if DT_SOFTPLUS:
+            b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
+        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
+        b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                   m_vn).to(tl.float32)
+        b_z = b_x
+        if HAS_Z:
+            b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
+        if m_flush:
+            b_state = _replay_cached(b_h0, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start,
+                                     n_old, ring, b_A, m_live, m_vm, m_vn, WINDOW, FAST_EXP, HAS_SRC_IDX)
+            if not FLUSH_DRAFTS:
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+            b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
+                             (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
+            b_y = tl.sum(b_state * b_C[None, :], axis=1)
+            if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+        else:
+            # The dual form with one token: the ring gathered in age order, masked past n_old.
+            o_r = tl.arange(0, RP)
+            m_r = o_r < n_old
+            if HAS_SRC_IDX:
+                m_r = m_r & m_live
+            pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
+            b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+            m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
+            m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+            b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
+            b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+            b_c = tl.cumsum(b_dtr, axis=0)
+            b_S = tl.sum(tl.where(o_r == n_old - 1, b_c, 0.0), axis=0)  # the last c, exactly
+            b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
+            b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
+            b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
+                     + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
+            b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * tl.sum(b_B.to(tl.float32) * b_C, axis=0)) * b_xf
+        b_y = _finish(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
+                 b_y, mask=m_vm)
+        # append: the exact kernel's position and values (a flush of FLUSH_DRAFTS none)
+        m_app = m_live
+        if FLUSH_DRAFTS:
+            m_app = (m_flush == 0) if m_app is None else m_app & (m_flush == 0)
+        pos = _wrap(start + n_old, ring)
+        tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_vm if m_app is None else (
+            m_app if m_vm is None else m_vm & m_app))
+        if i_m == 0:
+            if m_app is None:
+                tl.store(p_dtc + pos * stride_dtc_r, b_dt)
+            else:
+                tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
+            if i_h % HEADS_PER_GROUP == 0:
+                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_vn if m_app is None else (
+                    m_app if m_vn is None else m_vn & m_app))
+    else:
+        # The drafts' inputs as tiles of TD rows (the first n_tok live), all loaded before any
+        # store: x, z [BLOCK_M, TD] (a column a draft), C [BLOCK_N, TD], B [TD, BLOCK_N], dt' [TD].
+        o_t = tl.arange(0, TD)
+        m_t = o_t < n_tok
+        o_tok = t0 + o_t
+        p_xd = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m[:, None] * stride_x_p + o_tok[None, :] * stride_x_t
+        m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
+        m_nd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+        b_xd = tl.load(p_xd, mask=m_md, other=0.0)
+        b_zd = b_xd
+        if HAS_Z:
+            b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
+                           + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
+        b_dtd = tl.load(p_dt + i_xb * stride_dt_b + i_h * stride_dt_h + o_tok * stride_dt_t, mask=m_t,
+                        other=0.0).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dtd += b_dt_bias
+        if DT_SOFTPLUS:
+            b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
+        b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
+                       + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
+        b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                        + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
+        b_Dd = 0.0
+        if HAS_D:
+            b_Dd = b_D[:, None]
+        p_out_d = (p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
+                   + o_tok[None, :] * stride_out_t)
+
+        # (The two branches name their loop variables apart: Triton merges the names both branches
+        # assign, and a constexpr cannot be merged.)
+        if m_flush:
+            # The exact kernel's flush, operation for operation: the cached tokens in order, the
+            # new checkpoint, then the drafts by the recurrence (out only).
+            b_state = _replay_cached(b_h0, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start, n_old,
+                                     ring, b_A, m_live, m_vm, m_vn, WINDOW, FAST_EXP, HAS_SRC_IDX)
+            if not FLUSH_DRAFTS:
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+            b_yf = tl.zeros((BLOCK_M, TD), dtype=tl.float32)
+            for tf in tl.static_range(T):  # draft tf's inputs: column (or row) tf of the tiles
+                b_xf = _column(b_xd.to(tl.float32), o_t, tf)
+                b_Bf = _column(tl.trans(b_Bd.to(tl.float32)), o_t, tf)
+                b_dtf = tl.sum(tl.where(o_t == tf, b_dtd, 0.0), axis=0)
+                b_state = tl.fma(b_state, exp_dA(b_A * b_dtf, FAST_EXP), (b_Bf * b_dtf)[None, :] * b_xf[:, None])
+                b_yt = tl.sum(b_state * _column(b_CdT.to(tl.float32), o_t, tf)[None, :], axis=1)
+                b_yf += tl.where(o_t[None, :] == tf, b_yt[:, None], 0.0)
+            if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
+                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
+                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+            b_yf = _finish(b_yf, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+            tl.store(p_out_d, b_yf, mask=m_md)
+        else:
+            # The dual form (module docstring): the ring gathered in age order, masked past n_old,
+            # x as [BLOCK_M, RP] (a column a token), B as [RP, BLOCK_N].
+            o_r = tl.arange(0, RP)
+            m_r = o_r < n_old
+            if HAS_SRC_IDX:
+                m_r = m_r & m_live
+            pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
+            b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+            m_xr = m_r[None, :] if m_vm is None else m_vm[:, None] & m_r[None, :]
+            m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+            b_xrT = tl.load(p_xc[:, None] + pos_r[None, :] * stride_xc_r, mask=m_xr, other=0.0)
+            b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
+            b_c = tl.cumsum(b_dtr, axis=0)
+            b_S = tl.sum(tl.where(o_r == n_old - 1, b_c, 0.0), axis=0)  # the last c, exactly
+            # w_j = dt'_j exp(A (S - c_j)): token j's weight at the last cached token
+            b_w = tl.where(m_r, b_dtr * exp_dA(b_A * (b_S - b_c), FAST_EXP), 0.0)
+            b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+            b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt' (live drafts come first)
+            b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
+            # The Grams, C_t . B_j of ring token j and C_t . B_u of draft u, as MMAs: 16-bit B and C
+            # multiply exactly and accumulate in float32.
+            b_GrT = _dot_exact(b_Br, b_CdT, MMA16)  # [RP, TD]
+            b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)  # [TD (u), TD (t)]
+            b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
+            o_u = tl.arange(0, TD)
+            b_LT = tl.where(o_u[:, None] <= o_t[None, :],
+                            exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
+            b_y = _dot_split(b_xrT, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)  # [BLOCK_M, TD]
+            b_dec = b_decay0 * b_e
+            for td in tl.static_range(T):  # the checkpoint's part: h0 . C_t, one pass a draft
+                b_Ct = _column(b_CdT.to(tl.float32), o_t, td)
+                b_hc = tl.sum(b_h0 * b_Ct[None, :], axis=1)
+                b_y += tl.where(o_t[None, :] == td, b_hc[:, None], 0.0) * b_dec[None, :]
+            b_y = _finish(b_y, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+            tl.store(p_out_d, b_y, mask=m_md)
+
+        # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)
+        m_app = m_t
+        if HAS_SRC_IDX:
+            m_app = m_app & m_live
+        if FLUSH_DRAFTS:
+            m_app = m_app & (m_flush == 0)
+        pos_t = _wrap(start + n_old + o_t, ring)
+        m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
+        tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
+        if i_m == 0:
+            tl.store(p_dtc + pos_t * stride_dtc_r, b_dtd, mask=m_app)
+            if i_h % HEADS_PER_GROUP == 0:
+                m_appn = m_app[:, None] if m_vn is None else m_app[:, None] & m_vn[None, :]
+                tl.store(p_Bc[None, :] + pos_t[:, None] * stride_Bc_r, b_Bd, mask=m_appn)
+# fmt: on
+
+
+def fast_launch(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor | None,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    out: torch.Tensor,
+    *,
+    state_batch_indices: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    rand_seed: torch.Tensor | None,
+    pad_slot_id: int,
+    tokens: int,
+    ring: int,
+    dt_softplus: bool,
+    fast_exp: bool,
+    philox_rounds: int,
+    config: LaunchConfig,
+    pdl: bool,
+    flush: bool = False,
+    host_flush: torch.Tensor | None = None,
+    flush_drafts: bool = False,
+    cursor_by_request: bool = False,
+) -> Launch:
+    """The fast kernel's launch for a checked call (replay.prepare checks it; x, dt, B, C, z,
+    out dense [B, T, ...], packed calls as one row). flush: every request flushes
+    (replay_flush). host_flush (int8/bool [B]), flush_drafts, cursor_by_request (num_cached
+    [B], ring_start None: rings start at row 0): the engine conventions of the module
+    docstring."""
+    if config.ordered_sum:
+        raise ValueError(
+            f"config {config.label}: the fast replay route sums rows in its own layout; the "
+            "ordered row sum matches upstream bits the fast route does not promise"
+        )
+    if config.block_m < 16 or state.shape[-1] < 9:
+        raise ValueError(
+            f"config {config.label}, dstate {state.shape[-1]}: the fast replay route multiplies "
+            "tiles of at least 16 rows (block_m >= 16) and 16 state columns (dstate >= 9)"
+        )
+    if flush_drafts and cu_seqlens is not None:
+        raise ValueError("flush_drafts (a flush that absorbs the drafts) takes dense drafts, not cu_seqlens")
+    nheads, headdim, dstate = state.shape[1:]
+    block_n = triton.next_power_of_2(dstate)
+    window = ring - tokens
+    kwargs = dict(
+        p_state=state,
+        p_x_cache=x_cache,
+        p_B_cache=B_cache,
+        p_dt_cache=dt_cache,
+        p_ring_start=ring_start,
+        p_cached=num_cached,
+        p_flush=host_flush,
+        p_x=x,
+        p_dt=dt,
+        p_dt_bias=dt_bias,
+        p_A=A,
+        p_B=B,
+        p_C=C,
+        p_D=D,
+        p_z=z,
+        p_out=out,
+        p_src_idx=state_batch_indices,
+        p_cu_seqlens=cu_seqlens,
+        p_seed=rand_seed,
+        headdim=headdim,
+        dstate=dstate,
+        pad_slot_id=pad_slot_id,
+        total_tokens=x.shape[1],
+        ring=ring,
+    )
+    named = (
+        ("state", state, "s", "h", "p", "n"),
+        ("xc", x_cache, "s", "h", "r", "p"),
+        ("Bc", B_cache, "s", "g", "r", "n"),
+        ("dtc", dt_cache, "s", "h", "r"),
+        ("x", x, "b", "t", "h", "p"),
+        ("B", B, "b", "t", "g", "n"),
+        ("C", C, "b", "t", "g", "n"),
+        ("out", out, "b", "t", "h", "p"),
+    )
+    for name, t, *dims in named:
+        kwargs.update({f"stride_{name}_{d}": s for d, s in zip(dims, t.stride(), strict=True)})
+    kwargs.update(zip(("stride_dt_b", "stride_dt_t", "stride_dt_h"), dt.stride()[:3], strict=True))
+    kwargs.update(zip(("stride_D_h", "stride_D_p"), strides(D, 2), strict=True))
+    kwargs.update(zip(("stride_z_b", "stride_z_t", "stride_z_h", "stride_z_p"), strides(z, 4), strict=True))
+    kwargs.update(
+        stride_dt_bias_h=0 if dt_bias is None else dt_bias.stride(0),
+        stride_A_h=A.stride(0),
+        stride_src_idx=0 if state_batch_indices is None else state_batch_indices.stride(0),
+    )
+    flags = dict(
+        T=tokens,
+        WINDOW=window,
+        RP=max(16, triton.next_power_of_2(window)),
+        TD=max(16, triton.next_power_of_2(tokens)),
+        MMA16=B.dtype == C.dtype and B.dtype in (torch.bfloat16, torch.float16),
+        X16=x.dtype == torch.bfloat16,
+        FLUSH=flush,
+        FLUSH_DRAFTS=flush_drafts,
+        CURSOR_BY_REQUEST=cursor_by_request,
+        HEADS_PER_GROUP=nheads // B.shape[-2],
+        DT_SOFTPLUS=dt_softplus,
+        EVEN_M=headdim % config.block_m == 0,
+        EVEN_N=dstate == block_n,
+        PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
+        FAST_EXP=fast_exp,
+        PHILOX_ROUNDS=philox_rounds if rand_seed is not None else 0,
+        BLOCK_M=config.block_m,
+        SLOT_MAJOR=config.slot_major,
+        EVICT_FIRST=config.evict_first,
+        PDL=pdl,
+        num_warps=config.num_warps,
+    )
+    launch = tile_launch(
+        _selective_state_replay_fast_kernel,
+        config,
+        headdim,
+        nheads,
+        x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1,
+        (),
+        flags,
+        pdl,
+    )
+    return Launch(launch.kernel, launch.grid, (), {**kwargs, **launch.kwargs})

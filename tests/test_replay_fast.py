@@ -1,0 +1,426 @@
+"""selective_state_replay(..., exact=False), the fast route, against the float64 recurrence on
+the CPU (Triton's interpreter): out within 1 bf16 ulp of the float64 value and no worse on
+average than bf16 rounding itself, a flushed state within 1e-5 max|state|; the same rings,
+cursors and flushed checkpoints as the exact route (bit for bit); decode (T = 1) and verify
+(T = 2, 4, 8) over many steps with replay_advance; no flush, flush, steady state, pads, packed
+drafts, ring wrap-around, 16-bit states with stochastic rounding, odd shapes, G < H.
+@pytest.mark.gpu: the headline shape at batch 64 and 512, run-to-run bits, CUDA graphs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import DEVICE, bits
+from ssmdecode import LaunchConfig
+from ssmdecode.numerics import FAST_MEAN_RATIO, FAST_OUT_ULPS, FAST_STATE_REL, bf16_ulp
+from ssmdecode.ops.selective_state_update import (
+    replay_advance,
+    replay_flush,
+    selective_state_replay,
+    selective_state_replay_reference,
+)
+from test_replay import PAD, Replay, make_drafts, make_pool
+
+# The accuracy bars of the fast route (docs/numerics.md), one definition for the tests and the
+# tuner's admission (ssmdecode.numerics).
+OUT_ULPS, MEAN_RATIO, STATE_REL = FAST_OUT_ULPS, FAST_MEAN_RATIO, FAST_STATE_REL
+
+
+def assert_out_accurate(got: torch.Tensor, want: torch.Tensor, what: str = "out") -> None:
+    """got against the float64 want: within OUT_ULPS bf16 ulps everywhere and a mean error at
+    most MEAN_RATIO times that of want rounded to bf16. A float32 got is rounded to bf16 here
+    (to nearest, as the GPU's store does; Triton's interpreter converts float32 to bf16 toward
+    zero, so the CPU tests store float32 out)."""
+    want = want.double().to(got.device)
+    if got.dtype == torch.float32:
+        got = got.to(torch.bfloat16)
+    err = (got.double() - want).abs()
+    assert not got.isnan().any(), f"{what}: NaN (an element never written)"
+    worst = (err / bf16_ulp(want)).max().item()
+    assert worst <= OUT_ULPS, f"{what}: {worst:.3f} bf16 ulps off the float64 value"
+    base = (want.to(torch.bfloat16).double() - want).abs().mean().item()
+    assert err.mean().item() <= MEAN_RATIO * base + 1e-30, f"{what}: mean error {err.mean()} vs bf16's {base}"
+
+
+def assert_state_accurate(got: torch.Tensor, want: torch.Tensor, what: str = "state") -> None:
+    want = want.double().to(got.device)
+    scale = want.abs().max().item()
+    worst = (got.double() - want).abs().max().item()
+    assert worst <= STATE_REL * scale, (
+        f"{what}: {worst:.3g} off, {worst / scale:.3g} of max|state| {scale:.3g}"
+    )
+
+
+def _config(case: Replay) -> LaunchConfig:
+    """One program a (request, head) on the CPU (the interpreter's cost is per program)."""
+    return LaunchConfig(max(16, 1 << (case.headdim - 1).bit_length()), 4)
+
+
+def _kwargs(pool: dict, drafts: dict) -> dict:
+    return dict(pool, **drafts, dt_softplus=True, pad_slot_id=PAD)
+
+
+def _set_cursors(pool: dict, case: Replay, cached: str, seed: int, wrap: bool = False) -> None:
+    """num_cached of every slot: 'none' (0), 'keep' (the most that does not flush), 'flush'
+    (past the flush rule), 'steady' (uniform over 0 .. window); wrap: rings starting at R - 1
+    or R - 2, so that the cached tokens and the drafts wrap around."""
+    g = torch.Generator().manual_seed(seed)
+    S, R, T = pool["state"].shape[0], case.ring, case.tokens
+    if cached == "none":
+        n = torch.zeros(S, dtype=torch.int32)
+    elif cached == "keep":
+        n = torch.full((S,), R - 2 * T, dtype=torch.int32)
+    elif cached == "flush":
+        n = torch.randint(R - 2 * T + 1, case.window + 1, (S,), generator=g).to(torch.int32)
+    else:
+        n = torch.randint(0, case.window + 1, (S,), generator=g).to(torch.int32)
+    pool["num_cached"].copy_(n)
+    if wrap:
+        pool["ring_start"].copy_(R - 1 - torch.randint(0, 2, (S,), generator=g).to(torch.int32))
+
+
+WRITTEN = ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached")
+
+
+def _twin(pool: dict) -> dict:
+    """The pool with its own copies of what a call or replay_advance writes (A, D, dt_bias stay
+    the tied broadcasts they are)."""
+    return {k: v.clone() if k in WRITTEN else v for k, v in pool.items()}
+
+
+def _run(kw: dict, config: LaunchConfig, exact: bool, **extra: object) -> torch.Tensor:
+    """One call into a NaN-poisoned out, float32 on the CPU (see assert_out_accurate)."""
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    out = torch.full(kw["x"].shape, float("nan"), dtype=dtype, device=DEVICE)
+    assert selective_state_replay(**kw, out=out, config=config, exact=exact, **extra) is out
+    return out
+
+
+CASES = [
+    (Replay(tokens=1, window=7, ngroups=1), "steady"),  # decode
+    (Replay(tokens=1, window=15, nheads=2, ngroups=1), "keep"),  # vLLM's ring of 16, no flush
+    (Replay(tokens=1, window=15, nheads=2, ngroups=1), "flush"),
+    (Replay(tokens=2, window=4), "none"),
+    (Replay(tokens=4, window=12, nheads=2, ngroups=1), "keep"),  # flashinfer's window of 12
+    (Replay(tokens=4, window=12, nheads=2, ngroups=1), "flush"),
+    (Replay(tokens=4, window=12, nheads=2, ngroups=1, pad_rows=(1,)), "steady"),
+    (Replay(tokens=8, window=8, nheads=2, ngroups=1, batch=2), "steady"),
+    (Replay(tokens=3, window=5, headdim=6, dstate=12, ngroups=1, has_z=False), "steady"),  # masks
+    (Replay(tokens=2, window=6, headdim=12, dstate=24, nheads=4, ngroups=2), "steady"),  # odd P, N
+]
+
+
+def _id(case: Replay, cached: str, wrap: bool) -> str:
+    parts = [f"B{case.batch}", f"T{case.tokens}", f"W{case.window}", f"H{case.nheads}", f"P{case.headdim}"]
+    parts += [f"N{case.dstate}", f"G{case.ngroups}", cached]
+    return "-".join(parts + ["pad"] * bool(case.pad_rows) + ["noz"] * (not case.has_z) + ["wrap"] * wrap)
+
+
+PARAMS = [(c, n, False) for c, n in CASES] + [(CASES[0][0], "steady", True), (CASES[5][0], "flush", True),
+                                               (CASES[4][0], "keep", True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "cached", "wrap"), [pytest.param(*p, id=_id(*p)) for p in PARAMS])
+def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None:
+    """out to 1 bf16 ulp, the flushed state to 1e-5 max|state|, the rings as the reference's;
+    the slots that do not flush (and those of no request) keep their state bit for bit; the
+    exact route, from the same pool, writes the same rings and the same flushed bits."""
+    pool, drafts = make_pool(case), make_drafts(case, 0)
+    _set_cursors(pool, case, cached, 0, wrap)
+    twin = _twin(pool)
+    before = {k: v.clone() for k, v in pool.items() if isinstance(v, torch.Tensor)}
+    kw = _kwargs(pool, drafts)
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, _config(case), exact=False)
+    live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+    assert_out_accurate(out[live], want[0][live])
+    assert (out[~live] == 0).all(), "pad requests' out"
+    assert_state_accurate(pool["state"], want[1])
+    for name, got in zip(("x_cache", "B_cache"), want[2:4], strict=True):
+        assert torch.equal(bits(pool[name]), bits(got.to(DEVICE))), name
+    torch.testing.assert_close(pool["dt_cache"], want[4].to(DEVICE), rtol=1e-6, atol=1e-7)
+    for name in ("ring_start", "num_cached"):
+        assert torch.equal(pool[name], before[name]), f"{name} is the engine's to advance"
+    flushed = (before["num_cached"] + 2 * case.tokens > case.ring).cpu()
+    written = (bits(pool["state"]) != bits(before["state"])).flatten(1).any(1).cpu()
+    used = [s for s in pool["state_batch_indices"].tolist() if s != PAD]
+    for s in range(pool["state"].shape[0]):
+        assert bool(written[s]) == (s in used and bool(flushed[s])), f"slot {s}: written iff flushed"
+    _run(_kwargs(twin, drafts), _config(case), exact=True)
+    for name in ("state", "x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+
+
+@pytest.mark.parametrize("state", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("seeded", [False, True], ids=["nearest", "stochastic"])
+def test_16bit_state_flushes_as_the_exact_route(state: torch.dtype, seeded: bool) -> None:
+    """A 16-bit checkpoint: the flush stores the exact route's bits (with a seed, the same
+    stochastic rounding); out within 1 bf16 ulp of the float64 value."""
+    case = Replay(tokens=2, window=4, state=state)
+    pool, drafts = make_pool(case), make_drafts(case, 3)
+    _set_cursors(pool, case, "steady", 3)
+    twin = _twin(pool)
+    extra = {"rand_seed": torch.tensor([987654321], dtype=torch.int64, device=DEVICE)} if seeded else {}
+    want = selective_state_replay_reference(**_kwargs(pool, drafts))
+    out = _run(_kwargs(pool, drafts), _config(case), exact=False, **extra)
+    assert_out_accurate(out, want[0])
+    _run(_kwargs(twin, drafts), _config(case), exact=True, **extra)
+    for name in ("state", "x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+
+
+@pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
+@pytest.mark.parametrize("inputs", [torch.float32, torch.float16], ids=["fp32in", "fp16in"])
+def test_other_input_dtypes_and_no_slot_indices(tokens: int, inputs: torch.dtype) -> None:
+    """float32 and float16 inputs and rings (the Grams and sums by float32 FMAs, or fp16
+    tensor-core products), request b on slot b (no state_batch_indices)."""
+    case = Replay(tokens=tokens, window=5, nheads=2, ngroups=1)
+    pool, drafts = make_pool(case), make_drafts(case, 4)
+    _set_cursors(pool, case, "steady", 4)
+    pool["state_batch_indices"] = None
+    for name in ("x_cache", "B_cache"):
+        pool[name] = pool[name].to(inputs)
+    drafts = {k: None if v is None else v.to(inputs) for k, v in drafts.items()}
+    drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)  # tied over P again
+    twin = _twin(pool)
+    want = selective_state_replay_reference(**_kwargs(pool, drafts))
+    out = _run(_kwargs(pool, drafts), _config(case), exact=False)
+    assert_out_accurate(out, want[0])
+    assert_state_accurate(pool["state"], want[1])
+    _run(_kwargs(twin, drafts), _config(case), exact=True)
+    for name in ("state", "x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+
+
+def test_packed_drafts_against_float64() -> None:
+    """cu_seqlens: requests of 3, 0, 1 and 2 drafts (max_seqlen 3); a request of none is left
+    alone, each flushes by its own count."""
+    case = Replay(batch=4, tokens=3, window=5, nheads=2, ngroups=1)
+    pool, drafts = make_pool(case), make_drafts(case, 1)
+    _set_cursors(pool, case, "steady", 1)
+    lengths = [3, 0, 1, 2]
+    packed = {
+        k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+        for k, v in drafts.items()
+    }
+    packed["dt"] = packed["dt"][..., :1].expand(*packed["dt"].shape)
+    cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
+    kw = _kwargs(pool, packed)
+    twin = _twin(pool)
+    want = selective_state_replay_reference(**kw, cu_seqlens=cu, max_seqlen=3)
+    out = torch.full(packed["x"].shape, float("nan"), dtype=torch.float32, device=DEVICE)
+    selective_state_replay(**kw, out=out, cu_seqlens=cu, max_seqlen=3, config=_config(case), exact=False)
+    assert_out_accurate(out, want[0])
+    assert_state_accurate(pool["state"], want[1])
+    selective_state_replay(
+        **_kwargs(twin, packed), cu_seqlens=cu, max_seqlen=3, config=_config(case), exact=True
+    )
+    for name in ("state", "x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+
+
+def _materialize(state: torch.Tensor, pool: dict, slots: list[int], case: Replay) -> torch.Tensor:
+    """float64: each slot's checkpoint plus its cached ring tokens (what replay_flush writes)."""
+    s = state.clone()
+    A = pool["A"][:, 0, 0].double()
+    hpg = case.nheads // case.ngroups
+    for slot in slots:
+        for k in range(int(pool["num_cached"][slot])):
+            pos = (int(pool["ring_start"][slot]) + k) % case.ring
+            d = pool["dt_cache"][slot, :, pos].double()
+            Bk = pool["B_cache"][slot, :, pos].double().repeat_interleave(hpg, 0)
+            xk = pool["x_cache"][slot, :, pos].double()
+            s[slot] = (
+                s[slot] * torch.exp(A * d)[:, None, None] + (d[:, None] * Bk)[:, None, :] * xk[..., None]
+            )
+    return s
+
+
+@pytest.mark.parametrize("tokens", [1, 4], ids=["decode-T1", "verify-T4"])
+def test_steps_track_float64_and_the_exact_route(tokens: int) -> None:
+    """40 steps from a prefilled pool (num_cached 0), a random acceptance each (T = 1: one),
+    replay_advance after each: every step's out within 1 bf16 ulp of the float64 recurrence
+    (a float64 mirror of the pool run by the reference), the fast and exact routes' rings,
+    cursors and states bit for bit equal at every step, and the materialized state within
+    1e-5 max|state| of float64 at the end."""
+    case = Replay(batch=3, tokens=tokens, window=7 if tokens == 1 else 8, nheads=2, headdim=8, ngroups=1,
+                  pad_rows=(1,))  # fmt: skip
+    pool = make_pool(case, 5)
+    pool["num_cached"].zero_()  # after prefill: the checkpoint is the state
+    twin = _twin(pool)
+    mirror = pool["state"].double()  # the float64 checkpoints, on the same rings and cursors
+    slots = pool["state_batch_indices"]
+    used = [s for s in slots.tolist() if s != PAD]
+    live = slots != PAD
+    g = torch.Generator().manual_seed(5)
+    config = _config(case)
+    for step in range(40):
+        drafts = make_drafts(case, step)
+        want = selective_state_replay_reference(**_kwargs(dict(pool, state=mirror), drafts))
+        out = _run(_kwargs(pool, drafts), config, exact=False)
+        _run(_kwargs(twin, drafts), config, exact=True)
+        assert_out_accurate(out[live], want[0][live], f"step {step}: out")
+        mirror = want[1]
+        accepted = torch.randint(1, tokens + 1, (case.batch,), generator=g).to(torch.int32)
+        for p in (pool, twin):
+            replay_advance(p["ring_start"], p["num_cached"], accepted, tokens, case.ring, slots, PAD)
+        for name in ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached"):
+            assert torch.equal(bits(pool[name]), bits(twin[name])), f"step {step}: {name} differs by route"
+    truth = _materialize(mirror, pool, used, case)
+    replay_flush(*(pool[k] for k in ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached")),
+                 pool["A"], slots, PAD, config)  # fmt: skip
+    assert_state_accurate(pool["state"][used], truth[used], "materialized state")
+
+
+def test_same_inputs_same_bits() -> None:
+    """No atomics: two runs from the same pool give the same bits (on the GPU too:
+    test_gpu_run_to_run_bits)."""
+    case = Replay(tokens=4, window=12, nheads=2, ngroups=1)
+    results = []
+    for _ in range(2):
+        pool, drafts = make_pool(case), make_drafts(case, 2)
+        _set_cursors(pool, case, "steady", 2)
+        out = _run(_kwargs(pool, drafts), _config(case), exact=False)
+        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_bad_calls_raise_and_write_nothing() -> None:
+    """Mamba1's layout (dt not tied over the head dim) and an ordered-sum config are refused;
+    exact must be a bool; nothing written."""
+    case = Replay()
+    pool, drafts = make_pool(case), make_drafts(case, 0)
+    before = [v.clone() for v in pool.values() if isinstance(v, torch.Tensor)]
+    kw = _kwargs(pool, drafts)
+    with pytest.raises(ValueError, match="tied over the head dim"):
+        selective_state_replay(**dict(kw, dt=kw["dt"].contiguous()), exact=False, config=_config(case))
+    with pytest.raises(ValueError, match="the fast replay route sums rows in its own layout"):
+        selective_state_replay(**kw, exact=False, config=LaunchConfig.parse("8,1,slot,evict,ordered"))
+    with pytest.raises(TypeError, match="exact must be a bool"):
+        selective_state_replay(**kw, exact=0)
+    for v, b in zip([v for v in pool.values() if isinstance(v, torch.Tensor)], before, strict=True):
+        assert torch.equal(v, b)
+
+
+def test_default_config_of_the_fast_route() -> None:
+    """With no table entry: one program a (request, head) up to 64 rows, 8 warps at T = 1 and
+    4 at T >= 2; 16 rows at small batch; its own key in the tables."""
+    from ssmdecode.config import lookup_config, replay_fast_config, table_key
+
+    assert replay_fast_config(64, 128, 512, tokens=1) == LaunchConfig(64, 8, True, True, max_registers=128)
+    assert replay_fast_config(64, 128, 512, tokens=4) == LaunchConfig(64, 4, True, True)
+    assert replay_fast_config(12, 24, 64, tokens=2) == LaunchConfig(16, 4, True, True)
+    assert replay_fast_config(64, 128, batch=8, tokens=1) == LaunchConfig(16, 4, True, True)
+    assert table_key(64, 128, torch.float32, "replay-fast", 4).endswith("mode=replay-fast tokens=4")
+    got = lookup_config(64, 128, torch.float32, 64, "cpu", mode="replay-fast", tokens=1)
+    assert got == replay_fast_config(64, 128, 64, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU
+
+HEADLINE = Replay(batch=64, tokens=4, window=16, nheads=16, headdim=64, dstate=128, ngroups=1, pad_rows=(5,))
+
+
+def _headline(batch: int, tokens: int, seed: int = 0) -> tuple[dict, dict, Replay]:
+    case = replace(HEADLINE, batch=batch, tokens=tokens, window=15 if tokens == 1 else 16)
+    pool, drafts = make_pool(case, seed), make_drafts(case, seed)
+    _set_cursors(pool, case, "steady", seed)
+    return pool, drafts, case
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [64, 512])
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
+    """H16 P64 N128 G1, fp32 state, bf16 inputs, steady state: the accuracy bars at the
+    device's table config (or the fast default), and the exact route's rings and flushed
+    bits."""
+    pool, drafts, _ = _headline(batch, tokens)
+    twin = _twin(pool)
+    want = selective_state_replay_reference(**_kwargs(pool, drafts))
+    out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+    live = pool["state_batch_indices"] != PAD
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    selective_state_replay(**_kwargs(twin, drafts), exact=True)
+    for name in ("state", "x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_gpu_run_to_run_bits(tokens: int) -> None:
+    """The same inputs, the same bits, five runs (no atomics; every config of the grid is
+    fixed)."""
+    results = []
+    for _ in range(5):
+        pool, drafts, _ = _headline(512, tokens)
+        out = torch.empty(drafts["x"].shape, dtype=torch.bfloat16, device=DEVICE)
+        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+        torch.cuda.synchronize()
+        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_gpu_cuda_graph_of_fast_steps(tokens: int) -> None:
+    """A fast step and its bookkeeping capture in a CUDA graph and replay to the eager bits."""
+    pool, drafts, case = _headline(64, tokens)
+    accepted = torch.full((case.batch,), 1, dtype=torch.int32, device=DEVICE)
+    written = ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached")
+    snapshot = {k: pool[k].clone() for k in written}
+
+    def step(out: torch.Tensor) -> None:
+        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+        replay_advance(
+            pool["ring_start"],
+            pool["num_cached"],
+            accepted,
+            tokens,
+            case.ring,
+            pool["state_batch_indices"],
+            PAD,
+        )
+
+    eager = torch.empty(drafts["x"].shape, dtype=torch.bfloat16, device=DEVICE)
+    step(eager)
+    want = {k: pool[k].clone() for k in written}
+    out = torch.empty_like(eager)
+    stream = torch.cuda.Stream()
+    for k, v in snapshot.items():
+        pool[k].copy_(v)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(out)  # warm-up (compiles) outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(out)
+    for k, v in snapshot.items():
+        pool[k].copy_(v)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(bits(out), bits(eager))
+    for k, v in want.items():
+        assert torch.equal(bits(pool[k]), bits(v)), k
+
+
+@pytest.mark.gpu
+def test_gpu_exact_route_is_the_default() -> None:
+    """exact=True is the default and keeps the exact route's bits (test_replay.py holds them
+    against the multi-token kernel; benchmarks/ptx_snapshot.py holds its PTX)."""
+    pool, drafts, _ = _headline(64, 4)
+    twin = _twin(pool)
+    a = selective_state_replay(**_kwargs(pool, drafts))
+    b = selective_state_replay(**_kwargs(twin, drafts), exact=True)
+    for x, y in ((a, b), *((pool[k], twin[k]) for k in ("state", "x_cache", "B_cache", "dt_cache"))):
+        assert torch.equal(bits(x), bits(y))
