@@ -9,10 +9,10 @@ steps), and for flashinfer's verify step by replay (checkpointing_ssu).
 Each adapter keeps its engine's argument names, order and defaults, its pad / null-slot
 sentinel, and its in-place `out` (required and written in place; returned only by
 checkpointing_ssu, as flashinfer returns it). The sglang and vLLM adapters keep their engines'
-bits (vLLM's kernel computes dA with exp2, sglang's with exp). The replay adapters
-(flashinfer's checkpointing_ssu, vLLM's ReplaySSM output-only decode) run ssmdecode's fast
-replay route: their engines' semantics and float32 accuracy, not their bits (neither engine's
-kernel is exact); checkpointing_ssu(..., exact=True) writes the per-token recurrence's bits.
+bits (vLLM's kernel computes dA with exp2, sglang's with exp). vLLM's ReplaySSM output-only
+decode runs ssmdecode's fast replay route, and flashinfer's checkpointing_ssu the exact one
+(exact=False: the fast one): their engines' semantics and float32 accuracy, not their bits
+(neither engine's kernel is exact); the exact route writes the per-token recurrence's bits.
 Stochastic rounding (sglang's and vLLM's enable_stochastic_rounding, cache_philox_rounds)
 follows each engine's rules: fp16 states, the state slots' stores, a fresh seed a call
 (`stochastic_rounding`); its random bits are ssmdecode's own, not the engines'
