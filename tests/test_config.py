@@ -11,13 +11,16 @@ import torch
 from ssmdecode import config as cfgmod
 from ssmdecode.config import (
     LaunchConfig,
+    TableEntry,
     TableError,
     candidate_configs,
     clear_config_cache,
     default_config,
     load_table,
+    load_table_entries,
     lookup_config,
     nearest_bucket,
+    run_id,
     table_key,
     upstream_config,
     write_table,
@@ -180,6 +183,33 @@ def test_stochastic_calls_take_their_entries_then_round_to_nearests(table_dir: P
     assert lookup_config(64, 128, torch.float32, 8, stochastic=True) == nearest
 
 
+def test_dense_verify_calls_take_their_entries_then_the_tied_ones(table_dir: Path) -> None:
+    """A verify call whose dt, A or dt_bias is not tied over the head dim takes the entries
+    keyed params=dense, else the tied ones; single-token calls and replay have no such key."""
+    tied, dense = (table_key(64, 128, torch.float32, "buffer", 8, params=p) for p in ("tied", "dense"))
+    assert dense == "headdim=64 dstate=128 state=float32 mode=buffer tokens=8 params=dense"
+    assert tied == "headdim=64 dstate=128 state=float32 mode=buffer tokens=8"
+    for mode in ("single", "replay"):
+        with pytest.raises(ValueError, match="params 'dense'"):
+            table_key(64, 128, torch.float32, mode, 0 if mode == "single" else 4, params="dense")
+    with pytest.raises(ValueError, match="params 'packed'"):
+        table_key(64, 128, torch.float32, "buffer", 4, params="packed")
+    one_warp, four_rows = LaunchConfig(16, 1, True, True, True), LaunchConfig(4, 1, True, True)
+    _write(table_dir, _table({tied: {"64": one_warp.to_dict()}, dense: {"64": four_rows.to_dict()}}))
+    assert lookup_config(64, 128, torch.float32, 64, mode="buffer", tokens=8) == one_warp
+    assert lookup_config(64, 128, torch.float32, 64, mode="buffer", tokens=8, dense=True) == four_rows
+    # a mode without dense entries: the tied ones
+    _write(table_dir, _table({tied: {"64": one_warp.to_dict()}}))
+    clear_config_cache()
+    assert lookup_config(64, 128, torch.float32, 64, mode="buffer", tokens=8, dense=True) == one_warp
+    # a replay key with params is refused when the table loads
+    bad = "headdim=64 dstate=128 state=float32 mode=replay tokens=4 params=dense"
+    _write(table_dir, _table({bad: {"64": one_warp.to_dict()}}))
+    clear_config_cache()
+    with pytest.raises(TableError, match="params=dense"):
+        lookup_config(64, 128, torch.float32, 64, mode="replay", tokens=4)
+
+
 def test_lookup_uses_table_then_default(table_dir: Path) -> None:
     _write(
         table_dir,
@@ -258,3 +288,38 @@ def test_shipped_tables_are_valid() -> None:
     for path in sorted(folder.glob("*.json")):
         table = load_table(path.stem, cfgmod.PACKAGE_CONFIG_DIR)
         assert table, f"{path} holds no entries"
+
+
+def test_table_keeps_each_tune_run_once_and_entries_name_it(tmp_path: Path) -> None:
+    """write_table stores a tune run's record once, under "runs", and each entry names it by
+    id; loading gives every entry its record back. An inline record (older tables) still
+    loads, and an id that names no run is refused."""
+    first = {"command": "ssmdecode tune --batch 1", "date": "2026-12-01T21:45:14+00:00", "git_commit": "abc"}
+    second = {"command": "ssmdecode tune --batch 8", "date": "2026-12-01T22:00:00+00:00", "git_commit": None}
+    entries = {
+        "headdim=64 dstate=128 state=float32": {
+            1: TableEntry(LaunchConfig(8, 1), first),
+            8: TableEntry(LaunchConfig(4, 1), first),
+            64: TableEntry(LaunchConfig(4, 4), second),
+            512: TableEntry(LaunchConfig(16, 4)),
+        }
+    }
+    path = write_table("TEST_DEV", entries, {"made_by": "test"}, tmp_path)
+    data = json.loads(path.read_text())
+    assert sorted(data["runs"].values(), key=lambda r: r["command"]) == [first, second]
+    bucket = data["entries"]["headdim=64 dstate=128 state=float32"]
+    assert bucket["1"]["tuned_by"] == bucket["8"]["tuned_by"] == run_id(first)
+    assert "tuned_by" not in bucket["512"]
+    loaded = load_table_entries("TEST_DEV", tmp_path)["headdim=64 dstate=128 state=float32"]
+    assert [loaded[b].tuned_by for b in (1, 8, 64, 512)] == [first, first, second, None]
+    bucket["1"]["tuned_by"] = dict(first)  # the inline form of older tables
+    path.write_text(json.dumps(data))
+    clear_config_cache()
+    assert (
+        load_table_entries("TEST_DEV", tmp_path)["headdim=64 dstate=128 state=float32"][1].tuned_by == first
+    )
+    bucket["1"]["tuned_by"] = "2026-12-01T00:00-00000000"
+    path.write_text(json.dumps(data))
+    clear_config_cache()
+    with pytest.raises(TableError, match="names no run"):
+        load_table_entries("TEST_DEV", tmp_path)

@@ -18,6 +18,7 @@ the folder named by the environment variable SSMDECODE_CONFIG_DIR.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -360,10 +361,12 @@ class TableEntry:
     tuned_by: dict[str, str | None] | None = None
     accuracy: dict[str, float] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, run_id: str | None = None) -> dict[str, Any]:
+        """The entry as the table file holds it: the config's fields, its tune run's id (the
+        record itself lives once in the file's "runs") and its accuracy where it has them."""
         data = self.config.to_dict()
-        if self.tuned_by is not None:
-            data[_TUNED_BY] = dict(self.tuned_by)
+        if run_id is not None:
+            data[_TUNED_BY] = run_id
         if self.accuracy is not None:
             data[_ACCURACY] = dict(self.accuracy)
         return data
@@ -371,6 +374,20 @@ class TableEntry:
 
 _TUNED_BY = "tuned_by"
 _TUNED_BY_FIELDS = ("command", "date", "git_commit")
+# The table's tune runs, once each: {id: {"command", "date", "git_commit"}}; an entry's
+# tuned_by names one by its id (tables before this kept the record in every entry, which
+# made half the file repeated commands; an inline record still loads).
+_RUNS = "runs"
+
+
+def run_id(record: dict[str, str | None]) -> str:
+    """A tune run's id: its UTC date to the minute and the first 8 hex digits of its record's
+    SHA-1, e.g. "2026-12-01T21:45-3fa2c1d0" (readable, sorted by date, unique per run)."""
+    digest = hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
+    date = (record.get("date") or "undated")[:16]
+    return f"{date}-{digest}"
+
+
 _ACCURACY = "accuracy"
 _ACCURACY_FIELDS = ("out_ulps", "mean_ratio", "state_rel")
 
@@ -388,6 +405,14 @@ def _validate_table(path: Path, data: Any) -> Table:
     entries = data.get("entries")
     if not isinstance(entries, dict) or not entries:
         raise fail("entries", "expected a non-empty object of shape keys")
+    runs = data.get(_RUNS, {})
+    if not isinstance(runs, dict) or not all(
+        isinstance(r, dict)
+        and set(r) == set(_TUNED_BY_FIELDS)
+        and all(v is None or isinstance(v, str) for v in r.values())
+        for r in runs.values()
+    ):
+        raise fail(_RUNS, f"expected an object of run ids, each {list(_TUNED_BY_FIELDS)} (strings or null)")
     table: Table = {}
     for key, buckets in entries.items():
         if (
@@ -413,6 +438,10 @@ def _validate_table(path: Path, data: Any) -> Table:
                 raise fail(where, f"expected a config object, got {cfg!r}")
             cfg = dict(cfg)
             tuned_by = cfg.pop(_TUNED_BY, None)
+            if isinstance(tuned_by, str):  # a run of the file's "runs"
+                if tuned_by not in runs:
+                    raise fail(f"{where}.{_TUNED_BY}", f"names no run of the table's {_RUNS!r}: {tuned_by!r}")
+                tuned_by = runs[tuned_by]
             if tuned_by is not None and (
                 not isinstance(tuned_by, dict)
                 or set(tuned_by) != set(_TUNED_BY_FIELDS)
@@ -584,13 +613,22 @@ def write_table(
     keys and batch buckets in numeric order, each with its provenance where it has one, indent
     2, newline at end. Validates what it writes by loading it back."""
 
+    runs: dict[str, dict[str, str | None]] = {}
+
     def entry(e: LaunchConfig | TableEntry) -> dict[str, Any]:
-        return (e if isinstance(e, TableEntry) else TableEntry(e)).to_dict()
+        e = e if isinstance(e, TableEntry) else TableEntry(e)
+        if e.tuned_by is None:
+            return e.to_dict()
+        record = {f: e.tuned_by.get(f) for f in _TUNED_BY_FIELDS}
+        runs[run_id(record)] = record
+        return e.to_dict(run_id(record))
 
     data: dict[str, Any] = {"kernel": KERNEL, "device_key": device, **meta}
     data["entries"] = {
         shape: {str(b): entry(cfgs[b]) for b in sorted(cfgs)} for shape, cfgs in sorted(entries.items())
     }
+    if runs:
+        data[_RUNS] = dict(sorted(runs.items()))
     path = table_path(device, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
