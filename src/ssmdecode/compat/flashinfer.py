@@ -49,8 +49,9 @@ semantics, ring and flush rule, out within 1 bf16 ulp of the float64 recurrence 
 state the exact route's bits, but not flashinfer's bits (no adapter can promise those).
 exact=True, for now the default, runs the exact route: out and states the multi-token kernel's
 and T single-token calls' bits (float32 state). The fast route becomes the default once the
-GPU tests have run it (its tensor-core products have run only on CPU, in float32, so far). A pool filled by either kernel and read
-by another is the same layout, but dt' (softplus) and states may differ in the last bits.
+GPU tests have run it (its tensor-core products have run only on CPU, in float32, so far).
+A pool filled by either kernel and read by another is the same layout, but dt' (softplus) and
+states may differ in the last bits.
 
 `exact` and `config` are ssmdecode's own keyword-only additions: the route, and a LaunchConfig
 to force (None for the device's table). flashinfer's callers never pass them.
