@@ -74,6 +74,28 @@ def test_bench_of_verify_calls_reports_each_mode_and_replays_bookkeeping(tmp_pat
     assert "### mode replay, T = 2" in md and "of which bookkeeping, us" in md
 
 
+def test_bench_of_verify_calls_takes_both_params_layouts_in_interleaved_rounds(tmp_path: Path) -> None:
+    """bench --tokens --params tied dense --rounds 2: a row per layout and config, each the
+    median of its 2 interleaved rounds; the dense rows ran a dense A; replay refuses dense."""
+    argv = ["bench", *TINY, "--tokens", "2", "--mode", "buffer", "--params", "tied", "dense", "--rounds", "2"]
+    code = cli.main([*argv, "--batch", "1", "--config", "4,1", "table", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert sorted((r["params"], r["config"]) for r in data["rows"]) == [
+        ("dense", "4,1"),
+        ("dense", "table"),
+        ("tied", "4,1"),
+        ("tied", "table"),
+    ]
+    assert all(len(r["rounds_us"]) == 2 and r["us"] in r["rounds_us"] for r in data["rows"])
+    assert "2 interleaved rounds" in data["method"]["rounds"]
+    assert "### mode buffer, T = 2, params dense" in (tmp_path / "bench.md").read_text()
+    with pytest.raises(SystemExit, match="replay takes dt, A and dt_bias tied"):
+        cli.main(
+            ["bench", *TINY, "--tokens", "2", "--mode", "replay", "--params", "dense", "--out", str(tmp_path)]
+        )
+
+
 def test_bench_times_both_roundings_in_one_run(tmp_path: Path, capsys) -> None:
     args = ["bench", *TINY, "--state-dtype", "bfloat16", "--batch", "1", "--config", "default"]
     code = cli.main([*args, "--rounding", "nearest", "stochastic", "--out", str(tmp_path)])

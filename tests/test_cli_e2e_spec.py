@@ -33,3 +33,11 @@ def test_spec_timing_and_greedy(tmp_path: Path) -> None:
     )
     data = json.loads((tmp_path / "g" / "e2e-greedy.json").read_text())
     assert data["identical"] and len(data["results"]) == 3
+
+
+def test_spec_timing_in_interleaved_repeats(tmp_path: Path) -> None:
+    """--repeats 2: every way of a batch timed in 2 interleaved rounds, the median reported."""
+    assert main(["e2e", "--spec", "2", "--window", "2", "--repeats", "2", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "e2e.json").read_text())
+    assert all(len(r["rounds_us"]) == 2 and r["step_us"] in r["rounds_us"] for r in data["rows"])
+    assert "2 interleaved rounds" in data["method"]["repeats"]

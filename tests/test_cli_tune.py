@@ -192,6 +192,47 @@ def test_stochastic_tune_refuses_what_it_cannot_tune(tmp_path: Path, extra: list
         cli.main([*argv, "--out-dir", str(tmp_path)])
 
 
+def test_dense_tune_writes_the_params_dense_key(tmp_path: Path) -> None:
+    """tune --tokens --params dense: the verify entries of calls with a dense A, under their
+    own key; the tied key is not written."""
+    argv = ["tune", *TINY, "--batch", "1", "--tokens", "2", "--mode", "buffer", "--params", "dense"]
+    code = cli.main(
+        [*argv, "--config", "4,1", "--rounds", "1", "--out-dir", str(tmp_path), "--out", str(tmp_path)]
+    )
+    assert code == 0
+    table = json.loads(next((tmp_path / "selective_state_update").glob("*.json")).read_text())
+    assert [k for k in table["entries"]] == [
+        "headdim=4 dstate=8 state=float32 mode=buffer tokens=2 params=dense"
+    ]
+    assert json.loads((tmp_path / "tune.json").read_text())["method"]["params"] == "dense"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--params", "dense"], "--params dense tunes verify calls"),
+        (["--params", "dense", "--tokens", "2", "--mode", "replay"], "--params dense tunes verify calls"),
+        (["--params", "dense", "--tokens", "2", "--in-model"], "--params dense tunes verify calls"),
+        (["--tokens", "2", "--mode", "dst", "--in-model"], "paths are buffer and replay"),
+    ],
+)
+def test_tune_refuses_params_and_in_model_it_cannot_time(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit, match=message):
+        cli.main(["tune", *TINY, "--batch", "1", *extra, "--out-dir", str(tmp_path)])
+
+
+def test_in_model_verify_tune_times_verify_steps(tmp_path: Path) -> None:
+    """tune --tokens --in-model: candidates timed as verify steps of the Mamba2 stack."""
+    argv = ["tune", *TINY, "--batch", "1", "--tokens", "2", "--mode", "buffer", "--in-model", "--layers", "1"]
+    code = cli.main(
+        [*argv, "--config", "4,1", "--rounds", "1", "--out-dir", str(tmp_path), "--out", str(tmp_path)]
+    )
+    assert code == 0
+    assert "verify step" in json.loads((tmp_path / "tune.json").read_text())["method"]["timed"]
+
+
 def test_tune_groups_shapes_of_one_key_and_keeps_other_keys(tmp_path: Path, monkeypatch) -> None:
     other = table_key(64, 128, torch.float32)
     write_table("cpu", {other: {8: LaunchConfig(8, 1)}}, {"made_by": "earlier"}, tmp_path)

@@ -87,3 +87,17 @@ def test_a_request_far_ahead_of_the_others_stays_inside_its_buffers() -> None:
     ids, _, counts = speculative_greedy(lm, prompts, drafts, n_new=10)
     assert ids.shape == (2, 10) and counts.shape[0] >= 9
     assert (counts[:, 1] == 1).all() and (counts[:6, 0] == 2).all()  # then past its drafts
+
+
+def test_conv_hands_the_ssm_token_major_rows() -> None:
+    """conv_verify returns [B, T, X] laid out a token a row (stride 1 over X), as engines' conv
+    kernels write it: its transposed view compiled the verify kernel into 68 registers instead
+    of 58 on the H200 (docs/performance.md, "the verify step in the model")."""
+    rows, tokens, channels, width = 3, 4, 6, 4
+    g = torch.Generator().manual_seed(0)
+    conv_state = torch.randn(5, channels, width - 1 + tokens, generator=g)
+    offset = torch.full((5,), tokens, dtype=torch.int64)
+    xbc = torch.randn(rows, tokens, channels, generator=g)
+    weight, bias = torch.randn(channels, width, generator=g), torch.zeros(channels)
+    out = conv_verify(conv_state, offset, xbc, weight, bias, torch.tensor([1, 2, 4]))
+    assert out.shape == (rows, tokens, channels) and out.is_contiguous()

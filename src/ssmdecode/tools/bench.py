@@ -27,6 +27,7 @@ import argparse
 import functools
 import itertools
 import logging
+from collections.abc import Callable
 
 import torch
 
@@ -231,29 +232,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     peak = measure_peak(device)
-    rows: list[dict[str, object]] = []
-    ceilings: dict[int, Ceiling] = {}
-    gathers: dict[int, Timing] = {}
-    for batch in batches:
-        inputs = timing_inputs(shape, batch, device, args.seed, args.pdl)
-        ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
-        gathers[batch] = measure_gather_ceiling(
-            inputs.state, inputs.slot_sets, call_orders(inputs, args.slot_order)
-        )
-        for spec, rounding in itertools.product(args.config, args.rounding):
-            config = spec.resolve(shape, batch, device, stochastic=rounding == "stochastic")
-            timing = time_config(inputs, config, device, kernels[rounding], args.slot_order)
-            rows.append(
-                {
-                    "config": spec.text + ("" if rounding == "nearest" else " sr"),
-                    "rounding": rounding,
-                    "launch": config.label,
-                    "launch_config": config.to_dict(),
-                    **bench_row(shape, batch, timing, ceilings[batch], gathers[batch]),
-                }
-            )
-            log.info("%s %s batch %d: %.2f us", spec.text, config.label, batch, timing.us)
-        del inputs
+    rows, ceilings, gathers = _time_single(args, shape, batches, device, kernels)
 
     env = environment(device, args.command_line)
     data = {
@@ -279,6 +258,67 @@ def run(args: argparse.Namespace) -> int:
         "gather_ceilings": {str(b): t.to_dict() for b, t in gathers.items()},
         "rows": rows,
     }
+    markdown = _single_markdown(args, shape, peak, rows)
+    out_dir = results_dir(args.out, device)
+    paths = write_outputs(out_dir, "bench", data, markdown)
+    series: dict[str, dict[int, float]] = {}
+    for r in rows:
+        series.setdefault(r["config"], {})[r["batch"]] = r["tbps"]
+    paths.append(
+        plot_vs_batch(
+            out_dir / "bench.png",
+            f"selective_state_update, {shape.label}",
+            series,
+            {b: c.tbps for b, c in ceilings.items()},
+            peak.tbps,
+        )
+    )
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths)))
+    if device.type != "cuda":
+        print(MEANINGLESS + " Timings need a GPU.")
+    return 0
+
+
+def _time_single(
+    args: argparse.Namespace,
+    shape: Shape,
+    batches: list[int],
+    device: torch.device,
+    kernels: dict[str, Callable[..., object]],
+) -> tuple[list[dict[str, object]], dict[int, Ceiling], dict[int, Timing]]:
+    """Every batch's ceilings (flat and gathered), then each config and rounding timed on the
+    same inputs: (rows, ceilings, gather ceilings)."""
+    rows: list[dict[str, object]] = []
+    ceilings: dict[int, Ceiling] = {}
+    gathers: dict[int, Timing] = {}
+    for batch in batches:
+        inputs = timing_inputs(shape, batch, device, args.seed, args.pdl)
+        ceilings[batch] = measure_ceiling(shape.state_bytes(batch), device, pdl=args.pdl)
+        gathers[batch] = measure_gather_ceiling(
+            inputs.state, inputs.slot_sets, call_orders(inputs, args.slot_order)
+        )
+        for spec, rounding in itertools.product(args.config, args.rounding):
+            config = spec.resolve(shape, batch, device, stochastic=rounding == "stochastic")
+            timing = time_config(inputs, config, device, kernels[rounding], args.slot_order)
+            rows.append(
+                {
+                    "config": spec.text + ("" if rounding == "nearest" else " sr"),
+                    "rounding": rounding,
+                    "launch": config.label,
+                    "launch_config": config.to_dict(),
+                    **bench_row(shape, batch, timing, ceilings[batch], gathers[batch]),
+                }
+            )
+            log.info("%s %s batch %d: %.2f us", spec.text, config.label, batch, timing.us)
+        del inputs
+    return rows, ceilings, gathers
+
+
+def _single_markdown(
+    args: argparse.Namespace, shape: Shape, peak: Ceiling, rows: list[dict[str, object]]
+) -> str:
+    """bench.md of a single-token run: the shape, the launch options, the peak, the table."""
     pdl_columns = all("pdl_ceiling_us" in r for r in rows)  # --pdl on a GPU
     table = markdown_table(
         [
@@ -323,25 +363,7 @@ def run(args: argparse.Namespace) -> int:
         f"Shape: {shape.label}.{launch} Large-transfer peak ({peak.nbytes / 2**20:g} MiB in "
         f"place): {peak.tbps:.2f} TB/s.\n\n{table}"
     )
-    out_dir = results_dir(args.out, device)
-    paths = write_outputs(out_dir, "bench", data, markdown)
-    series: dict[str, dict[int, float]] = {}
-    for r in rows:
-        series.setdefault(r["config"], {})[r["batch"]] = r["tbps"]
-    paths.append(
-        plot_vs_batch(
-            out_dir / "bench.png",
-            f"selective_state_update, {shape.label}",
-            series,
-            {b: c.tbps for b, c in ceilings.items()},
-            peak.tbps,
-        )
-    )
-    print(markdown)
-    print("wrote " + ", ".join(map(str, paths)))
-    if device.type != "cuda":
-        print(MEANINGLESS + " Timings need a GPU.")
-    return 0
+    return markdown
 
 
 def run_spec(args: argparse.Namespace) -> int:
@@ -357,89 +379,12 @@ def run_spec(args: argparse.Namespace) -> int:
     if device.type != "cuda":
         print(MEANINGLESS)
     points = list(itertools.product(args.mode, args.tokens, args.params))
-    for mode, tokens, params in points:  # correctness before speed, at the smallest batch
-        spec = make_spec_inputs(
-            shape,
-            min(batches),
-            tokens,
-            mode,
-            device,
-            args.seed,
-            rotation=1,
-            window=args.window,
-            params=params,
-        )
-        for cs in args.config:
-            config = cs.resolve(shape, min(batches), device, mode, tokens, dense=params == "dense")
-            ok, line = check_spec_against_reference(spec, config)
-            print(f"{'ok  ' if ok else 'FAIL'} {mode} T={tokens} {params} {cs.text} {config.label}: {line}")
-            if not ok:
-                print("the kernel disagrees with the float64 reference: not timing it")
-                return 1
+    if not _spec_correct(args, shape, min(batches), device, points):
+        return 1
     rows: list[dict[str, object]] = []
     for mode, tokens, params in points:
         for batch in batches:
-            spec = make_spec_inputs(
-                shape, batch, tokens, mode, device, args.seed, window=args.window, params=params
-            )
-            streams = measure_spec_ceiling(spec, device)
-            flush = flush_fraction(spec) if mode == "replay" else None
-            advance = time_spec_advance(spec, device) if mode == "replay" else None
-            moved = spec_bytes(shape, batch, tokens, mode, flush or 0.0, args.window)
-            if mode == "replay":
-                read, rw = streams["read"].us, streams["read_write"].us
-                rings = moved - shape.state_bytes(batch) * (1 + flush)
-                ceiling_us = read + flush * (rw - read) + rings / (2 * shape.state_bytes(batch)) * rw
-            else:
-                ceiling_us = streams["fanout"].us
-            configs = {
-                cs: cs.resolve(shape, batch, device, mode, tokens, dense=params == "dense")
-                for cs in args.config
-            }
-            rounds = interleaved(
-                list(args.config),
-                lambda cs, spec=spec, configs=configs: time_spec_config(spec, configs[cs], device),
-                args.rounds,
-            )
-            for cs in args.config:
-                config = configs[cs]
-                timing = median_timing(rounds[cs])
-                rows.append(
-                    {
-                        "mode": mode,
-                        "tokens": tokens,
-                        "params": params,
-                        "batch": batch,
-                        "config": cs.text,
-                        "launch": config.label,
-                        "launch_config": config.to_dict(),
-                        "upstream_grid": config.upstream_grid,
-                        "us": timing.us,
-                        "bytes_moved": moved,
-                        "tbps": moved / (timing.us * 1e-6) / 1e12,
-                        "ceiling_us": ceiling_us,
-                        "fraction_of_ceiling": ceiling_us / timing.us,
-                        "streams": {k: t.to_dict() for k, t in streams.items()},
-                        "flush_fraction": flush,
-                        # the step's bookkeeping alone, inside "us" (replay)
-                        "advance_us": None if advance is None else advance.us,
-                        "window": args.window if mode == "replay" else None,
-                        "timing": timing.to_dict(),
-                        "rounds_us": [t.us for t in rounds[cs]],
-                    }
-                )
-                log.info(
-                    "%s T=%d %s %s %s batch %d: %.2f us (ceiling %.2f)",
-                    mode,
-                    tokens,
-                    params,
-                    cs.text,
-                    config.label,
-                    batch,
-                    timing.us,
-                    ceiling_us,
-                )
-            del spec
+            rows += _time_spec_point(args, shape, device, mode, tokens, params, batch)
     for row in rows:  # against the fastest upstream-grid config of its (mode, T, batch)
         peers = [
             r["us"]
@@ -476,6 +421,132 @@ def run_spec(args: argparse.Namespace) -> int:
         "shape": shape.to_dict(),
         "rows": rows,
     }
+    markdown = _spec_markdown(shape, points, rows)
+    out_dir = results_dir(args.out, device)
+    paths = write_outputs(out_dir, "bench", data, markdown)
+    series: dict[str, dict[int, float]] = {}
+    for r in rows:
+        series.setdefault(f"{r['mode']} T={r['tokens']} {r['params']} {r['config']}", {})[r["batch"]] = r[
+            "fraction_of_ceiling"
+        ]
+    paths.append(
+        plot_vs_batch(
+            out_dir / "bench.png",
+            f"verify calls, {shape.label}",
+            series,
+            ylabel="fraction of the call's own streams",
+        )
+    )
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def _spec_correct(
+    args: argparse.Namespace,
+    shape: Shape,
+    batch: int,
+    device: torch.device,
+    points: list[tuple[str, int, str]],
+) -> bool:
+    """Correctness before speed: every config of every (mode, T, params) point against the
+    float64 reference at the smallest batch; prints a line each."""
+    for mode, tokens, params in points:  # correctness before speed, at the smallest batch
+        spec = make_spec_inputs(
+            shape,
+            batch,
+            tokens,
+            mode,
+            device,
+            args.seed,
+            rotation=1,
+            window=args.window,
+            params=params,
+        )
+        for cs in args.config:
+            config = cs.resolve(shape, batch, device, mode, tokens, dense=params == "dense")
+            ok, line = check_spec_against_reference(spec, config)
+            print(f"{'ok  ' if ok else 'FAIL'} {mode} T={tokens} {params} {cs.text} {config.label}: {line}")
+            if not ok:
+                print("the kernel disagrees with the float64 reference: not timing it")
+                return False
+    return True
+
+
+def _time_spec_point(
+    args: argparse.Namespace,
+    shape: Shape,
+    device: torch.device,
+    mode: str,
+    tokens: int,
+    params: str,
+    batch: int,
+) -> list[dict[str, object]]:
+    """One (mode, T, params, batch) point: its streams and ceiling, then every config timed on
+    the same inputs in args.rounds interleaved rounds; a row a config."""
+    rows: list[dict[str, object]] = []
+    spec = make_spec_inputs(shape, batch, tokens, mode, device, args.seed, window=args.window, params=params)
+    streams = measure_spec_ceiling(spec, device)
+    flush = flush_fraction(spec) if mode == "replay" else None
+    advance = time_spec_advance(spec, device) if mode == "replay" else None
+    moved = spec_bytes(shape, batch, tokens, mode, flush or 0.0, args.window)
+    if mode == "replay":
+        read, rw = streams["read"].us, streams["read_write"].us
+        rings = moved - shape.state_bytes(batch) * (1 + flush)
+        ceiling_us = read + flush * (rw - read) + rings / (2 * shape.state_bytes(batch)) * rw
+    else:
+        ceiling_us = streams["fanout"].us
+    configs = {
+        cs: cs.resolve(shape, batch, device, mode, tokens, dense=params == "dense") for cs in args.config
+    }
+    rounds = interleaved(
+        list(args.config),
+        lambda cs, spec=spec, configs=configs: time_spec_config(spec, configs[cs], device),
+        args.rounds,
+    )
+    for cs in args.config:
+        config = configs[cs]
+        timing = median_timing(rounds[cs])
+        rows.append(
+            {
+                "mode": mode,
+                "tokens": tokens,
+                "params": params,
+                "batch": batch,
+                "config": cs.text,
+                "launch": config.label,
+                "launch_config": config.to_dict(),
+                "upstream_grid": config.upstream_grid,
+                "us": timing.us,
+                "bytes_moved": moved,
+                "tbps": moved / (timing.us * 1e-6) / 1e12,
+                "ceiling_us": ceiling_us,
+                "fraction_of_ceiling": ceiling_us / timing.us,
+                "streams": {k: t.to_dict() for k, t in streams.items()},
+                "flush_fraction": flush,
+                # the step's bookkeeping alone, inside "us" (replay)
+                "advance_us": None if advance is None else advance.us,
+                "window": args.window if mode == "replay" else None,
+                "timing": timing.to_dict(),
+                "rounds_us": [t.us for t in rounds[cs]],
+            }
+        )
+        log.info(
+            "%s T=%d %s %s %s batch %d: %.2f us (ceiling %.2f)",
+            mode,
+            tokens,
+            params,
+            cs.text,
+            config.label,
+            batch,
+            timing.us,
+            ceiling_us,
+        )
+    return rows
+
+
+def _spec_markdown(shape: Shape, points: list[tuple[str, int, str]], rows: list[dict[str, object]]) -> str:
+    """bench.md of a verify run: a table a (mode, T, params) point."""
     markdown = f"Shape: {shape.label}. Verify calls, T draft tokens a request.\n\n"
     for mode, tokens, params in points:
         sub = [r for r in rows if (r["mode"], r["tokens"], r["params"]) == (mode, tokens, params)]
@@ -510,21 +581,4 @@ def run_spec(args: argparse.Namespace) -> int:
             )
             + "\n"
         )
-    out_dir = results_dir(args.out, device)
-    paths = write_outputs(out_dir, "bench", data, markdown)
-    series: dict[str, dict[int, float]] = {}
-    for r in rows:
-        series.setdefault(f"{r['mode']} T={r['tokens']} {r['params']} {r['config']}", {})[r["batch"]] = r[
-            "fraction_of_ceiling"
-        ]
-    paths.append(
-        plot_vs_batch(
-            out_dir / "bench.png",
-            f"verify calls, {shape.label}",
-            series,
-            ylabel="fraction of the call's own streams",
-        )
-    )
-    print(markdown)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return markdown

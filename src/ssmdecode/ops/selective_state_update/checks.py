@@ -209,6 +209,27 @@ class Call:
 MAX_UNROLLED_TOKENS = 16
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What the state and x say about a call: the pool's dims, whether it is Mamba1's layout
+    (no head and group dims), whether x has a token dim, and the request count and the tokens
+    x holds (a request's T, or the packed total with cu_seqlens; 1 for single-token x)."""
+
+    slots: int
+    nheads: int
+    headdim: int
+    dstate: int
+    mamba1: bool
+    token_dim: bool
+    varlen: bool
+    batch: int
+    steps: int
+
+    @property
+    def name(self) -> str:
+        return "Mamba1" if self.mamba1 else "Mamba2"
+
+
 def check_call(
     state: object,
     x: object,
@@ -240,22 +261,119 @@ def check_call(
     round_buffer: bool = True,
 ) -> Call:
     """The arguments of selective_state_update, checked; see its docstring for their meaning.
-    Allocates out when it is None (nothing else is written)."""
+    Allocates out when it is None (nothing else is written). One function a concern: the
+    flags, the layout of the state and x, the tensors' shapes, the slots, and for multi-token
+    calls the reads, the writes and the token count; value checks under validation."""
     if not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
     check_state_dtype("state", state)
-    if state.dim() not in (3, 4):
-        raise ValueError(
-            f"state has shape {tuple(state.shape)}; expected [S, H, P, N] (Mamba2) or [S, P, N] (Mamba1)"
+    _check_flags(dt_softplus, disable_state_update, fast_exp, pdl, pad_slot_id, config)
+    check_rounding(
+        rand_seed, philox_rounds, state.device, (state, intermediate_states) if round_buffer else (state,)
+    )
+    lay = _check_layout(state, x, cu_seqlens)
+    multi = lay.token_dim or lay.varlen
+    multi = multi or any(
+        t is not None
+        for t in (num_accepted_tokens, intermediate_states, intermediate_state_indices, parent_token_indices)
+    )
+    multi = multi or any(
+        isinstance(t, torch.Tensor) and t.dim() == 2 for t in (state_batch_indices, dst_state_batch_indices)
+    )
+    xs = _check_tensors(lay, multi, x, dt, A, B, C, D, z, dt_bias, out, state.device)
+    src, dst = state_batch_indices, dst_state_batch_indices
+    _check_slots(lay, multi, src, dst, batch_order, state.device)
+    if out is None:
+        out = torch.empty(xs, dtype=x.dtype, device=state.device)
+    result = out
+    if lay.mamba1:  # run as Mamba2 with one head and one group
+        head = -2 if lay.token_dim or lay.varlen else 1
+        state, x, dt, A = state.unsqueeze(1), x.unsqueeze(head), dt.unsqueeze(head), A.unsqueeze(0)
+        B, C, out = B.unsqueeze(head), C.unsqueeze(head), out.unsqueeze(head)
+        D, z, dt_bias = _unsq(D, 0), _unsq(z, head), _unsq(dt_bias, 0)
+    tensors = (state, x, dt, A, B, C, D, z, dt_bias, out, result)
+    if not multi:
+        if validation_on(validate_indices):
+            for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
+                if idx is not None:
+                    validate_slots(name, idx, lay.slots, pad_slot_id)
+            if batch_order is not None:
+                validate_permutation(batch_order)
+        return Call(*tensors, src, dst, lay.batch, tokens=0, rand_seed=rand_seed, philox_rounds=philox_rounds)
+
+    if lay.varlen:  # the packed tokens as one row of the dense layout: [1, total, H, P]
+        x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
+        z = _unsq(z, 0)
+    elif not lay.token_dim:  # single-token arguments with multi-token indices: T = 1
+        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
+        z = _unsq(z, 1)
+    dense_tokens = None if lay.varlen else lay.steps
+    src = _check_reads(lay, src, num_accepted_tokens, state.device)
+    per_token = _check_writes(
+        lay,
+        dense_tokens,
+        dst,
+        intermediate_states,
+        intermediate_state_indices,
+        parent_token_indices,
+        state.device,
+    )
+    tokens, unrolled = _token_count(dense_tokens, per_token, lay.steps)
+    if validation_on(validate_indices):
+        _validate_multi_token(
+            lay.slots,
+            pad_slot_id,
+            state_batch_indices,
+            src,
+            dst,
+            num_accepted_tokens,
+            cu_seqlens,
+            lay.steps if lay.varlen else None,
+            per_token,
+            intermediate_states,
+            intermediate_state_indices,
+            parent_token_indices,
+            lay.batch,
+            dense_tokens,
+            tokens,
         )
-    mamba1 = state.dim() == 3
-    if mamba1:
-        slots, headdim, dstate = state.shape
-        nheads = 1
-    else:
-        slots, nheads, headdim, dstate = state.shape
-    device = state.device
-    layout = "Mamba1" if mamba1 else "Mamba2"
+    return Call(
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        out,
+        result,
+        src,
+        dst,
+        lay.batch,
+        tokens,
+        cu_seqlens=cu_seqlens,
+        num_accepted=num_accepted_tokens,
+        buffer=intermediate_states,
+        buffer_idx=intermediate_state_indices,
+        parents=parent_token_indices,
+        unrolled=unrolled,
+        rand_seed=rand_seed,
+        philox_rounds=philox_rounds,
+        round_buffer=round_buffer,
+    )
+
+
+def _check_flags(
+    dt_softplus: object,
+    disable_state_update: object,
+    fast_exp: object,
+    pdl: object,
+    pad_slot_id: object,
+    config: object,
+) -> None:
+    """The scalar arguments: bools, the pad slot id an int, config a LaunchConfig or None."""
     for name, value, what in (
         ("dt_softplus", dt_softplus, "a bool"),
         ("disable_state_update", disable_state_update, "a bool"),
@@ -266,10 +384,22 @@ def check_call(
         expect_type(name, value, bool if what == "a bool" else int, what)
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
-    check_rounding(
-        rand_seed, philox_rounds, device, (state, intermediate_states) if round_buffer else (state,)
-    )
 
+
+def _check_layout(state: torch.Tensor, x: object, cu_seqlens: object) -> _Layout:
+    """The state's layout (Mamba2 [S, H, P, N] or Mamba1 [S, P, N]) and how x holds the
+    requests' tokens: one a row, a token dim (Mamba2 only), or packed with cu_seqlens."""
+    if state.dim() not in (3, 4):
+        raise ValueError(
+            f"state has shape {tuple(state.shape)}; expected [S, H, P, N] (Mamba2) or [S, P, N] (Mamba1)"
+        )
+    mamba1 = state.dim() == 3
+    if mamba1:
+        slots, headdim, dstate = state.shape
+        nheads = 1
+    else:
+        slots, nheads, headdim, dstate = state.shape
+    layout = "Mamba1" if mamba1 else "Mamba2"
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     varlen = cu_seqlens is not None
@@ -286,28 +416,12 @@ def check_call(
             f"x has shape {tuple(x.shape)}: with cu_seqlens, x packs the tokens of every request "
             f"along its first dim ({'[total_tokens, P]' if mamba1 else '[total_tokens, H, P]'})"
         )
-    multi = (
-        token_dim
-        or varlen
-        or any(
-            t is not None
-            for t in (
-                num_accepted_tokens,
-                intermediate_states,
-                intermediate_state_indices,
-                parent_token_indices,
-            )
-        )
-    )
-    multi = multi or any(
-        isinstance(t, torch.Tensor) and t.dim() == 2 for t in (state_batch_indices, dst_state_batch_indices)
-    )
     if varlen:
         _expect_rank("cu_seqlens", cu_seqlens, (1,), "[B + 1], the token offsets of the requests")
         batch = cu_seqlens.shape[0] - 1
         if batch < 0:
             raise ValueError("cu_seqlens is empty; expected [B + 1] token offsets, starting at 0")
-        expect("cu_seqlens", cu_seqlens, (batch + 1,), INDEX_DTYPES, device, "")
+        expect("cu_seqlens", cu_seqlens, (batch + 1,), INDEX_DTYPES, state.device, "")
         steps = x.shape[0]  # the kernels see x as [1, total tokens, ...]
     elif token_dim:
         batch, steps = x.shape[0], x.shape[1]
@@ -319,31 +433,49 @@ def check_call(
             f"x has {batch} {what}; one call takes at most {MAX_BATCH} (a grid "
             "dimension of the kernel): split the batch"
         )
+    return _Layout(slots, nheads, headdim, dstate, mamba1, token_dim, varlen, batch, steps)
 
+
+def _check_tensors(
+    lay: _Layout,
+    multi: bool,
+    x: torch.Tensor,
+    dt: object,
+    A: object,
+    B: object,
+    C: object,
+    D: object,
+    z: object,
+    dt_bias: object,
+    out: object,
+    device: torch.device,
+) -> tuple[int, ...]:
+    """The shapes, dtypes and device of the tensors against the layout; returns x's shape."""
     _expect_rank(
         "B",
         B,
-        (2 + token_dim,) if mamba1 else (3 + token_dim,),
-        ("[B, T, N]" if token_dim else "[B, N]")
-        if mamba1
-        else ("[B, T, G, N]" if token_dim else "[B, G, N]") + f" for the {layout} layout",
+        (2 + lay.token_dim,) if lay.mamba1 else (3 + lay.token_dim,),
+        ("[B, T, N]" if lay.token_dim else "[B, N]")
+        if lay.mamba1
+        else ("[B, T, G, N]" if lay.token_dim else "[B, G, N]") + f" for the {lay.name} layout",
     )
-    ngroups = 1 if mamba1 else B.shape[-2]
-    if ngroups < 1 or nheads % ngroups:
-        raise ValueError(f"B has {ngroups} groups, which does not divide the {nheads} heads of state")
-
-    lead = (batch, steps) if token_dim else (x.shape[0],)
-    if mamba1:  # the caller's layout: no head and group dims
-        xs, bs = (*lead, headdim), (*lead, dstate)
-        a_shape, d_shape = (headdim, dstate), (headdim,)
+    ngroups = 1 if lay.mamba1 else B.shape[-2]
+    if ngroups < 1 or lay.nheads % ngroups:
+        raise ValueError(f"B has {ngroups} groups, which does not divide the {lay.nheads} heads of state")
+    lead = (lay.batch, lay.steps) if lay.token_dim else (x.shape[0],)
+    if lay.mamba1:  # the caller's layout: no head and group dims
+        xs, bs = (*lead, lay.headdim), (*lead, lay.dstate)
+        a_shape, d_shape = (lay.headdim, lay.dstate), (lay.headdim,)
     else:
-        xs, bs = (*lead, nheads, headdim), (*lead, ngroups, dstate)
-        a_shape, d_shape = (nheads, headdim, dstate), (nheads, headdim)
+        xs, bs = (*lead, lay.nheads, lay.headdim), (*lead, ngroups, lay.dstate)
+        a_shape, d_shape = (lay.nheads, lay.headdim, lay.dstate), (lay.nheads, lay.headdim)
     xs_what = (
         "(tokens, heads, head dim of state)"
-        if varlen
+        if lay.varlen
         else (
-            "(batch, tokens, heads, head dim of state)" if token_dim else "(batch, heads, head dim of state)"
+            "(batch, tokens, heads, head dim of state)"
+            if lay.token_dim
+            else "(batch, heads, head dim of state)"
         )
     )
     expect("x", x, xs, FLOAT_DTYPES, device, xs_what)
@@ -363,98 +495,76 @@ def check_call(
     for name, t in (("D", D), ("dt_bias", dt_bias)):
         if t is not None:
             expect(name, t, d_shape, FLOAT_DTYPES, device, "(heads, head dim)")
+    return xs
 
-    src, dst = state_batch_indices, dst_state_batch_indices
+
+def _check_slots(
+    lay: _Layout, multi: bool, src: object, dst: object, batch_order: object, device: torch.device
+) -> None:
+    """A single-token call's slots (one a row), the pool's size without them, batch_order."""
     if not multi:
         for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
             if idx is not None:
-                expect(name, idx, (batch,), INDEX_DTYPES, device, "(one slot per batch row)")
+                expect(name, idx, (lay.batch,), INDEX_DTYPES, device, "(one slot per batch row)")
     if src is None:
         if dst is not None:
             raise ValueError("dst_state_batch_indices needs state_batch_indices")
-        if slots < batch:
+        if lay.slots < lay.batch:
             raise ValueError(
-                f"state has {slots} slots but x has batch {batch}; without state_batch_indices "
+                f"state has {lay.slots} slots but x has batch {lay.batch}; without state_batch_indices "
                 "row b uses slot b, so the pool needs at least batch slots"
             )
     if batch_order is not None:
         if multi:
             raise ValueError("batch_order is taken by single-token calls only")
         expect(
-            "batch_order", batch_order, (batch,), INDEX_DTYPES, device, "(a permutation of the batch rows)"
-        )
-    if device.type != "cuda" and pdl:
-        pdl = False  # ignored for CPU tensors: the interpreter runs one kernel at a time
-
-    if out is None:
-        out = torch.empty(xs, dtype=x.dtype, device=device)
-    result = out
-    if mamba1:  # run as Mamba2 with one head and one group
-        head = -2 if token_dim or varlen else 1
-        state, x, dt, A = state.unsqueeze(1), x.unsqueeze(head), dt.unsqueeze(head), A.unsqueeze(0)
-        B, C, out = B.unsqueeze(head), C.unsqueeze(head), out.unsqueeze(head)
-        D, z, dt_bias = _unsq(D, 0), _unsq(z, head), _unsq(dt_bias, 0)
-    if not multi:
-        if validation_on(validate_indices):
-            for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
-                if idx is not None:
-                    validate_slots(name, idx, slots, pad_slot_id)
-            if batch_order is not None:
-                validate_permutation(batch_order)
-        return Call(
-            state,
-            x,
-            dt,
-            A,
-            B,
-            C,
-            D,
-            z,
-            dt_bias,
-            out,
-            result,
-            src,
-            dst,
-            batch,
-            tokens=0,
-            rand_seed=rand_seed,
-            philox_rounds=philox_rounds,
+            "batch_order",
+            batch_order,
+            (lay.batch,),
+            INDEX_DTYPES,
+            device,
+            "(a permutation of the batch rows)",
         )
 
-    if varlen:  # the packed tokens as one row of the dense layout: [1, total, H, P]
-        x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
-        z = _unsq(z, 0)
-    elif not token_dim:  # single-token arguments with multi-token indices: T = 1
-        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
-        z = _unsq(z, 1)
-    dense_tokens = None if varlen else steps
 
-    # the slots read: [B], or [>=B, K] with the column of each request's initial state
+def _check_reads(
+    lay: _Layout, src: torch.Tensor | None, num_accepted: object, device: torch.device
+) -> torch.Tensor | None:
+    """A multi-token call's slots read: [B], or [>=B, K] with the column of each request's
+    initial state (num_accepted - 1, vLLM's); returns the slots as the kernel takes them."""
+    batch = lay.batch
     if src is not None:
         _expect_rank("state_batch_indices", src, (1, 2), "[B] or [>=B, K] (K slots a request)")
         if src.dim() == 1:
             expect("state_batch_indices", src, (batch,), INDEX_DTYPES, device, "(one slot per request)")
         else:
             _expect_rows("state_batch_indices", src, batch, 1, device, "(a row of slots per request)")
-    if num_accepted_tokens is not None:
+    if num_accepted is not None:
         if src is None or src.dim() != 2:
             raise ValueError(
                 "num_accepted_tokens needs state_batch_indices of shape [>=B, K]: the "
                 "initial state is read from state_batch_indices[b, num_accepted - 1]"
             )
-        expect(
-            "num_accepted_tokens",
-            num_accepted_tokens,
-            (batch,),
-            INDEX_DTYPES,
-            device,
-            "(one count per request)",
-        )
+        expect("num_accepted_tokens", num_accepted, (batch,), INDEX_DTYPES, device, "(one count per request)")
     elif src is not None and src.dim() == 2:
         src = src[:, 0] if src.shape[0] == batch else src[:batch, 0]  # the initial state: column 0
+    return src
 
-    # the slots written: [B] (the final state) or [>=B, >=T] (each token's state)
-    per_token = []  # how many tokens the per-token writes allow a request
+
+def _check_writes(
+    lay: _Layout,
+    dense_tokens: int | None,
+    dst: object,
+    buffer: object,
+    buffer_idx: object,
+    parents: object,
+    device: torch.device,
+) -> list[int]:
+    """A multi-token call's writes: dst [B] (the final state) or [>=B, >=T] (each token's
+    state), the intermediate-state buffer and its rows, the EAGLE parents; returns how many
+    tokens each per-token write allows a request."""
+    batch, nheads, headdim, dstate = lay.batch, lay.nheads, lay.headdim, lay.dstate
+    per_token = []
     if dst is not None:
         _expect_rank(
             "dst_state_batch_indices",
@@ -474,18 +584,18 @@ def check_call(
                 "(a slot for each token of each request)",
             )
             per_token.append(dst.shape[1])
-    if intermediate_states is not None:
+    if buffer is not None:
         _expect_rank(
             "intermediate_states",
-            intermediate_states,
+            buffer,
             (5,),
             f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c "
             "token states a request)",
         )
-        r, steps_c = intermediate_states.shape[:2]
+        r, steps_c = buffer.shape[:2]
         expect(
             "intermediate_states",
-            intermediate_states,
+            buffer,
             (r, steps_c, nheads, headdim, dstate),
             FLOAT_DTYPES,
             device,
@@ -497,84 +607,46 @@ def check_call(
                 f"has {dense_tokens} tokens a request"
             )
         per_token.append(steps_c)
-        if intermediate_state_indices is not None:
+        if buffer_idx is not None:
             expect(
                 "intermediate_state_indices",
-                intermediate_state_indices,
+                buffer_idx,
                 (batch,),
                 INDEX_DTYPES,
                 device,
                 "(a row of intermediate_states per request)",
             )
-    elif intermediate_state_indices is not None:
+    elif buffer_idx is not None:
         raise ValueError("intermediate_state_indices needs intermediate_states")
-    if parent_token_indices is not None:
-        if intermediate_states is None:
+    if parents is not None:
+        if buffer is None:
             raise ValueError(
                 "parent_token_indices needs intermediate_states: a token continues "
                 "from its parent's state as the buffer holds it"
             )
-        _expect_rank("parent_token_indices", parent_token_indices, (2,), "[B, T]")
+        _expect_rank("parent_token_indices", parents, (2,), "[B, T]")
         _expect_rows(
             "parent_token_indices",
-            parent_token_indices,
+            parents,
             batch,
             dense_tokens or 1,
             device,
             "(a parent token for each token of each request)",
             exact_rows=True,
         )
+    return per_token
+
+
+def _token_count(dense_tokens: int | None, per_token: list[int], steps: int) -> tuple[int, bool]:
+    """T, the most tokens of one request, and whether the kernel may unroll them: the dense
+    T, else what the per-token writes allow, else (packed, no per-token writes) a loop over
+    each request's count."""
     if dense_tokens is not None:
-        tokens, unrolled = dense_tokens, dense_tokens <= MAX_UNROLLED_TOKENS
-    elif per_token:
+        return dense_tokens, dense_tokens <= MAX_UNROLLED_TOKENS
+    if per_token:
         tokens = min(per_token)
-        unrolled = tokens <= MAX_UNROLLED_TOKENS
-    else:  # no per-token writes bound the requests' token counts: the kernel loops
-        tokens, unrolled = steps, False
-    if validation_on(validate_indices):
-        _validate_multi_token(
-            slots,
-            pad_slot_id,
-            state_batch_indices,
-            src,
-            dst,
-            num_accepted_tokens,
-            cu_seqlens,
-            steps if varlen else None,
-            per_token,
-            intermediate_states,
-            intermediate_state_indices,
-            parent_token_indices,
-            batch,
-            dense_tokens,
-            tokens,
-        )
-    return Call(
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D,
-        z,
-        dt_bias,
-        out,
-        result,
-        src,
-        dst,
-        batch,
-        tokens,
-        cu_seqlens=cu_seqlens,
-        num_accepted=num_accepted_tokens,
-        buffer=intermediate_states,
-        buffer_idx=intermediate_state_indices,
-        parents=parent_token_indices,
-        unrolled=unrolled,
-        rand_seed=rand_seed,
-        philox_rounds=philox_rounds,
-        round_buffer=round_buffer,
-    )
+        return tokens, tokens <= MAX_UNROLLED_TOKENS
+    return steps, False
 
 
 # The Philox rounds a caller may ask for: 10 is Triton's default (and Random123's); engines
