@@ -217,7 +217,7 @@ stage_verify_all() {
   return $rc
 }
 stage_verify() {
-  # The seed's whole 920-point grid took about 10 s on the H200 (logs/run7-verify.log);
+  # The seed's whole 920-point grid took about 10 s on the H200 (logs/run7-verify.log at 91da09d);
   # VERIFY_ARGS narrows or moves it (e.g. "--dstate 256"), VERIFY_NAME names the folder.
   # shellcheck disable=SC2086
   "${SSM[@]}" verify ${VERIFY_ARGS:-} --out "$R/${VERIFY_NAME:-verify}"
