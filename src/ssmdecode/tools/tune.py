@@ -541,27 +541,7 @@ def run(args: argparse.Namespace) -> int:
     args.layers = int_option(args, "layers", STEP_LAYERS, device, "tune")
     shapes = shapes_from_args(args, device)
     buckets = sorted(set(batches_from_args(args, device)))
-    if args.rounding == "stochastic":
-        if args.tokens or args.in_model:
-            raise SystemExit(
-                "ssmdecode tune: --rounding stochastic tunes single-token calls timed back to back "
-                "(not with --tokens or --in-model)"
-            )
-        if any(shape.state_dtype == torch.float32 for shape in shapes):
-            raise SystemExit(
-                "ssmdecode tune: --rounding stochastic needs a 16-bit state "
-                "(--state-dtype bfloat16 or float16)"
-            )
-    if args.params == "dense" and (not args.tokens or args.mode == "replay" or args.in_model):
-        raise SystemExit(
-            "ssmdecode tune: --params dense tunes verify calls of modes buffer and dst timed "
-            "back to back (--tokens, not replay, not --in-model)"
-        )
-    if args.in_model and args.tokens and args.mode == "dst":
-        raise SystemExit(
-            "ssmdecode tune: --in-model times verify steps of the Mamba2 stack, whose paths are "
-            "buffer and replay (not dst)"
-        )
+    _check_args(args, shapes)
     if device.type != "cuda":
         if args.out_dir is None:
             raise SystemExit(
@@ -570,37 +550,13 @@ def run(args: argparse.Namespace) -> int:
             )
         print(MEANINGLESS)
     out_dir = args.out_dir or PACKAGE_CONFIG_DIR
-    groups: dict[str, list[Shape]] = {}
-    key_tokens: dict[str, int] = {}
-    for shape in dict.fromkeys(shapes):
-        for tokens in args.tokens or [0]:
-            key = (
-                table_key(
-                    shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens, params=args.params
-                )
-                if tokens
-                else table_key(shape.headdim, shape.dstate, shape.state_dtype, rounding=args.rounding)
-            )
-            groups.setdefault(key, []).append(shape)
-            key_tokens[key] = tokens
-
+    groups, key_tokens = _table_keys(args, shapes)
     dev_key = device_key(device)
     existing = load_table_entries(dev_key, out_dir) or {}
     progress = tqdm(total=sum(len(g) + 2 for g in groups.values()) * len(buckets), desc="tune", unit="step")
     report: dict[str, list[dict[str, object]]] = {}
     for key, group in groups.items():
-        first = group[0]
-        space = args.config or candidate_configs(first.headdim, first.dstate, first.state_dtype, args.space)
-        if key_tokens[key] and args.mode == FAST:  # tiles of 16 rows and more, the layout's sums
-            fast = [c for c in space if c.block_m >= 16 and not c.ordered_sum]
-            defaults = [replay_fast_config(first.headdim, first.dstate, b, key_tokens[key]) for b in buckets]
-            candidates = list(dict.fromkeys([*defaults, *fast]))  # every bucket's baseline among them
-        else:
-            candidates = list(
-                dict.fromkeys(
-                    [default_config(first.dstate, first.state_dtype), upstream_config(first.dstate), *space]
-                )
-            )
+        candidates = _candidates(args, group[0], buckets, key_tokens[key])
         earlier = existing.get(key, {})
         below = [b for b in earlier if b < buckets[0]]
         previous = earlier[max(below)].config if below else None  # a split run smooths like one
@@ -646,38 +602,7 @@ def run(args: argparse.Namespace) -> int:
     }
     data = {
         "environment": env,
-        "method": {
-            **method(),
-            "admission": (
-                "within the fast replay route's accuracy bars against float64 (numerics.fast_accuracy) "
-                "and the same bits in two runs, on this device at the bucket, on every shape of the key"
-                if args.tokens and args.mode == FAST
-                else "bit-identical to upstream_config (out and whole "
-                "state pool) on this device at the bucket, on every shape of the key"
-                + (
-                    ""
-                    if args.rounding == "nearest"
-                    else ", rounding to nearest and stochastically (one seed)"
-                )
-            ),
-            "rounding": args.rounding,
-            "philox_rounds": DEFAULT_PHILOX_ROUNDS if args.rounding == "stochastic" else None,
-            "leaders": args.leaders,
-            "rounds": args.rounds,
-            "noise_floor": args.noise_floor,
-            "slot_order": args.slot_order,
-            "seed": args.seed,
-            "params": args.params,
-            "timed": (
-                f"a verify step of {args.layers} Mamba2 layers and its acceptance "
-                f"(ssmdecode.models.mamba2_spec, path {args.mode}), every layer's call with the config"
-                if args.in_model and args.tokens
-                else f"a decode step of {args.layers} Mamba2 layers "
-                "(ssmdecode.models.mamba2), every layer's call with the config"
-                if args.in_model
-                else "one call, back to back"
-            ),
-        },
+        "method": _method(args),
         "shapes": {key: [s.to_dict() for s in group] for key, group in groups.items()},
         "table": str(table),
         "kept_from_existing_table": {k: b for k, b in kept.items() if b},
@@ -704,3 +629,96 @@ def run(args: argparse.Namespace) -> int:
     print(markdown)
     print(f"wrote table {table}; report " + ", ".join(map(str, paths)))
     return 0
+
+
+def _check_args(args: argparse.Namespace, shapes: list[Shape]) -> None:
+    """What this run cannot tune, refused before any timing."""
+    if args.rounding == "stochastic":
+        if args.tokens or args.in_model:
+            raise SystemExit(
+                "ssmdecode tune: --rounding stochastic tunes single-token calls timed back to back "
+                "(not with --tokens or --in-model)"
+            )
+        if any(shape.state_dtype == torch.float32 for shape in shapes):
+            raise SystemExit(
+                "ssmdecode tune: --rounding stochastic needs a 16-bit state "
+                "(--state-dtype bfloat16 or float16)"
+            )
+    if args.params == "dense" and (not args.tokens or args.mode == "replay" or args.in_model):
+        raise SystemExit(
+            "ssmdecode tune: --params dense tunes verify calls of modes buffer and dst timed "
+            "back to back (--tokens, not replay, not --in-model)"
+        )
+    if args.in_model and args.tokens and args.mode == "dst":
+        raise SystemExit(
+            "ssmdecode tune: --in-model times verify steps of the Mamba2 stack, whose paths are "
+            "buffer and replay (not dst)"
+        )
+
+
+def _table_keys(
+    args: argparse.Namespace, shapes: list[Shape]
+) -> tuple[dict[str, list[Shape]], dict[str, int]]:
+    """The table keys this run tunes, each with its shapes (shapes that share a key are tuned
+    together) and its token count (0 for single-token keys)."""
+    groups: dict[str, list[Shape]] = {}
+    key_tokens: dict[str, int] = {}
+    for shape in dict.fromkeys(shapes):
+        for tokens in args.tokens or [0]:
+            key = (
+                table_key(
+                    shape.headdim, shape.dstate, shape.state_dtype, args.mode, tokens, params=args.params
+                )
+                if tokens
+                else table_key(shape.headdim, shape.dstate, shape.state_dtype, rounding=args.rounding)
+            )
+            groups.setdefault(key, []).append(shape)
+            key_tokens[key] = tokens
+    return groups, key_tokens
+
+
+def _candidates(
+    args: argparse.Namespace, first: Shape, buckets: list[int], tokens: int
+) -> list[LaunchConfig]:
+    """A key's candidates: the baseline(s) first, then --config or the --space; the fast
+    replay route's are tiles of 16 rows and more with the layout's sums, every bucket's
+    baseline among them."""
+    space = args.config or candidate_configs(first.headdim, first.dstate, first.state_dtype, args.space)
+    if tokens and args.mode == FAST:
+        fast = [c for c in space if c.block_m >= 16 and not c.ordered_sum]
+        defaults = [replay_fast_config(first.headdim, first.dstate, b, tokens) for b in buckets]
+        return list(dict.fromkeys([*defaults, *fast]))
+    baselines = [default_config(first.dstate, first.state_dtype), upstream_config(first.dstate)]
+    return list(dict.fromkeys([*baselines, *space]))
+
+
+def _method(args: argparse.Namespace) -> dict[str, object]:
+    """tune.json's method: the timer's, how candidates were admitted and timed, the knobs."""
+    return {
+        **method(),
+        "admission": (
+            "within the fast replay route's accuracy bars against float64 (numerics.fast_accuracy) "
+            "and the same bits in two runs, on this device at the bucket, on every shape of the key"
+            if args.tokens and args.mode == FAST
+            else "bit-identical to upstream_config (out and whole "
+            "state pool) on this device at the bucket, on every shape of the key"
+            + ("" if args.rounding == "nearest" else ", rounding to nearest and stochastically (one seed)")
+        ),
+        "rounding": args.rounding,
+        "philox_rounds": DEFAULT_PHILOX_ROUNDS if args.rounding == "stochastic" else None,
+        "leaders": args.leaders,
+        "rounds": args.rounds,
+        "noise_floor": args.noise_floor,
+        "slot_order": args.slot_order,
+        "seed": args.seed,
+        "params": args.params,
+        "timed": (
+            f"a verify step of {args.layers} Mamba2 layers and its acceptance "
+            f"(ssmdecode.models.mamba2_spec, path {args.mode}), every layer's call with the config"
+            if args.in_model and args.tokens
+            else f"a decode step of {args.layers} Mamba2 layers "
+            "(ssmdecode.models.mamba2), every layer's call with the config"
+            if args.in_model
+            else "one call, back to back"
+        ),
+    }
