@@ -381,32 +381,20 @@ def _timers(
     return [functools.partial(_time_step, b, slot_ordered=args.slot_order) for b in benches]
 
 
-def _time_spec_step(bench: SpecStepBench, config: LaunchConfig) -> Timing:
-    with torch.inference_mode():
-        return bench.time(config)
-
-
-def _time_step(bench: StepBench, config: LaunchConfig, slot_ordered: bool) -> Timing:
-    with torch.inference_mode():
-        return bench.time(config, slot_ordered=slot_ordered)
-
-
-def _tune_bucket(
+def _admit(
     shapes: list[Shape],
     bucket: int,
     candidates: list[LaunchConfig],
-    previous: LaunchConfig | None,
     args: argparse.Namespace,
     device: torch.device,
     progress: tqdm,
-    tokens: int = 0,
-) -> dict[str, object]:
-    """Admit, screen, re-time and choose at one bucket for the shapes of one table key (with
-    tokens: of verify calls of args.mode)."""
-    first = shapes[0]
-    upstream = upstream_config(first.dstate)
-
-    # 1. admit: bit-identical to upstream on every shape (the fast route: by accuracy)
+    tokens: int,
+) -> tuple[list[LaunchConfig], dict[str, dict[str, object]], dict[LaunchConfig, dict]]:
+    """The candidates admitted at this bucket on every shape of the key: bit-identical to
+    upstream_config (verify calls in their mode; with --rounding stochastic the rounded bits
+    too), or for the fast replay route within its accuracy bars and the same bits twice.
+    Returns (admitted, the rejected with why, each fast candidate's worst accuracy)."""
+    upstream = upstream_config(shapes[0].dstate)
     rejected: dict[str, dict[str, object]] = {}
     admitted = list(candidates)
     accuracy: dict[LaunchConfig, dict] = {}
@@ -462,6 +450,20 @@ def _tune_bucket(
                         **comparison.to_dict(),
                     }
         progress.update()
+    return admitted, rejected, accuracy
+
+
+def _baseline(
+    first: Shape,
+    bucket: int,
+    admitted: list[LaunchConfig],
+    rejected: dict[str, dict[str, object]],
+    args: argparse.Namespace,
+    tokens: int,
+) -> LaunchConfig:
+    """The config a leader must beat: default_config (replay_fast_config for the fast route),
+    or upstream's (the first admitted fast config) where that one was not admitted."""
+    upstream = upstream_config(first.dstate)
     baseline = default_config(first.dstate, first.state_dtype)
     if tokens and args.mode == FAST:
         baseline = replay_fast_config(first.headdim, first.dstate, bucket, tokens)
@@ -482,6 +484,36 @@ def _tune_bucket(
             bucket,
         )
         baseline = upstream
+    return baseline
+
+
+def _time_spec_step(bench: SpecStepBench, config: LaunchConfig) -> Timing:
+    with torch.inference_mode():
+        return bench.time(config)
+
+
+def _time_step(bench: StepBench, config: LaunchConfig, slot_ordered: bool) -> Timing:
+    with torch.inference_mode():
+        return bench.time(config, slot_ordered=slot_ordered)
+
+
+def _tune_bucket(
+    shapes: list[Shape],
+    bucket: int,
+    candidates: list[LaunchConfig],
+    previous: LaunchConfig | None,
+    args: argparse.Namespace,
+    device: torch.device,
+    progress: tqdm,
+    tokens: int = 0,
+) -> dict[str, object]:
+    """Admit, screen, re-time and choose at one bucket for the shapes of one table key (with
+    tokens: of verify calls of args.mode)."""
+    first = shapes[0]
+
+    # 1. admit: bit-identical to upstream on every shape (the fast route: by accuracy)
+    admitted, rejected, accuracy = _admit(shapes, bucket, candidates, args, device, progress, tokens)
+    baseline = _baseline(first, bucket, admitted, rejected, args, tokens)
 
     # 2. screen every admitted config, and 3. re-time the leaders in interleaved rounds
     timers = _timers(shapes, bucket, args, device, tokens)
