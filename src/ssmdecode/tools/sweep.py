@@ -16,11 +16,13 @@ docs/measuring.md.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
+import torch
 from tqdm import tqdm
 
 from ssmdecode.bench.calls import bench_row, time_config, timing_inputs
-from ssmdecode.bench.ceiling import measure_ceiling, measure_peak
+from ssmdecode.bench.ceiling import Ceiling, measure_ceiling, measure_peak
 from ssmdecode.bench.compare import compare_to
 from ssmdecode.bench.kernels import KERNELS, kernel_function
 from ssmdecode.bench.report import (
@@ -51,6 +53,7 @@ from ssmdecode.cli_args import (
     shapes_from_args,
 )
 from ssmdecode.config import LaunchConfig, candidate_configs, default_config, upstream_config
+from ssmdecode.shapes import Shape
 
 __all__ = ["add_parser", "run"]
 
@@ -157,50 +160,9 @@ def run(args: argparse.Namespace) -> int:
         if args.tokens:  # verify calls: the bits of everything a call writes, then its streams
             if fn is not None:
                 raise SystemExit("--tokens sweeps ssmdecode's kernels only")
-            fresh = make_spec_inputs(
-                shape, batch, args.tokens, args.mode, device, args.seed, rotation=1, window=args.window
-            )
-            for config, same in compare_spec_configs(fresh, upstream, configs).items():
-                results[config][batch] = {"identical": same, "comparison": {"identical": same}}
-            del fresh
-            progress.update(len(configs))
-            progress.set_postfix(batch=batch, phase="time")
-            spec = make_spec_inputs(
-                shape, batch, args.tokens, args.mode, device, args.seed, window=args.window
-            )
-            streams = measure_spec_ceiling(spec, device)
-            stream = streams.get("fanout") or streams["read_write"]
-            moved = spec_bytes(shape, batch, args.tokens, args.mode, window=args.window)
-            ceiling = _SpecCeiling(stream.us, moved)
-            for config in configs:
-                timing = time_spec_config(spec, config, device)
-                results[config][batch].update(
-                    us=timing.us,
-                    tbps=moved / (timing.us * 1e-6) / 1e12,
-                    ceiling_us=stream.us,
-                    fraction_of_ceiling=stream.us / timing.us,
-                    timing=timing.to_dict(),
-                )
-                progress.update()
-            del spec
+            ceiling = _sweep_spec_batch(args, shape, batch, device, upstream, configs, results, progress)
         else:
-            for config, comparison in compare_to(
-                upstream, configs, shape, batch, device, args.seed, fn=fn
-            ).items():
-                results[config][batch] = {
-                    "identical": comparison.identical,
-                    "comparison": comparison.to_dict(),
-                }
-            progress.update(len(configs))
-
-            progress.set_postfix(batch=batch, phase="time")
-            inputs = timing_inputs(shape, batch, device, args.seed)
-            ceiling = measure_ceiling(shape.state_bytes(batch), device)
-            for config in configs:
-                timing = time_config(inputs, config, device, fn)
-                results[config][batch].update(bench_row(shape, batch, timing, ceiling))
-                progress.update()
-            del inputs
+            ceiling = _sweep_batch(args, shape, batch, device, upstream, configs, results, progress, fn)
 
         identical = [c for c in configs if results[c][batch]["identical"]]
         best = min(identical, key=lambda c: results[c][batch]["us"])
@@ -251,6 +213,76 @@ def run(args: argparse.Namespace) -> int:
     print(markdown)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
+
+
+def _sweep_spec_batch(
+    args: argparse.Namespace,
+    shape: Shape,
+    batch: int,
+    device: torch.device,
+    upstream: LaunchConfig,
+    configs: list[LaunchConfig],
+    results: dict[LaunchConfig, dict[int, dict[str, object]]],
+    progress: tqdm,
+) -> _SpecCeiling:
+    """One batch of verify calls: every config's bits against upstream's, then its time
+    against the call's own stream, into results; returns the batch's ceiling."""
+    fresh = make_spec_inputs(
+        shape, batch, args.tokens, args.mode, device, args.seed, rotation=1, window=args.window
+    )
+    for config, same in compare_spec_configs(fresh, upstream, configs).items():
+        results[config][batch] = {"identical": same, "comparison": {"identical": same}}
+    del fresh
+    progress.update(len(configs))
+    progress.set_postfix(batch=batch, phase="time")
+    spec = make_spec_inputs(shape, batch, args.tokens, args.mode, device, args.seed, window=args.window)
+    streams = measure_spec_ceiling(spec, device)
+    stream = streams.get("fanout") or streams["read_write"]
+    moved = spec_bytes(shape, batch, args.tokens, args.mode, window=args.window)
+    ceiling = _SpecCeiling(stream.us, moved)
+    for config in configs:
+        timing = time_spec_config(spec, config, device)
+        results[config][batch].update(
+            us=timing.us,
+            tbps=moved / (timing.us * 1e-6) / 1e12,
+            ceiling_us=stream.us,
+            fraction_of_ceiling=stream.us / timing.us,
+            timing=timing.to_dict(),
+        )
+        progress.update()
+    del spec
+    return ceiling
+
+
+def _sweep_batch(
+    args: argparse.Namespace,
+    shape: Shape,
+    batch: int,
+    device: torch.device,
+    upstream: LaunchConfig,
+    configs: list[LaunchConfig],
+    results: dict[LaunchConfig, dict[int, dict[str, object]]],
+    progress: tqdm,
+    fn: Callable[..., object] | None,
+) -> Ceiling:
+    """One batch of single-token calls: every config's bits against upstream's, then its
+    time against the in-place ceiling of the same bytes, into results; returns the ceiling."""
+    for config, comparison in compare_to(upstream, configs, shape, batch, device, args.seed, fn=fn).items():
+        results[config][batch] = {
+            "identical": comparison.identical,
+            "comparison": comparison.to_dict(),
+        }
+    progress.update(len(configs))
+
+    progress.set_postfix(batch=batch, phase="time")
+    inputs = timing_inputs(shape, batch, device, args.seed)
+    ceiling = measure_ceiling(shape.state_bytes(batch), device)
+    for config in configs:
+        timing = time_config(inputs, config, device, fn)
+        results[config][batch].update(bench_row(shape, batch, timing, ceiling))
+        progress.update()
+    del inputs
+    return ceiling
 
 
 def _markdown(
