@@ -95,6 +95,13 @@ def test_the_readme_is_one_screen() -> None:
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move the rest to docs/usage.md"
 
 
+def test_the_readme_holds_the_ci_command() -> None:
+    """.ci/run runs the README's test command verbatim: the two must not drift apart."""
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    command = ci[ci.index("# The README's test command, verbatim:") + 1]
+    assert f"\n{command}\n" in (ROOT / "README.md").read_text(), command
+
+
 def test_the_docs_have_snippets() -> None:
     for path in DOC_FILES:
         assert (ROOT / path).exists() and snippets(path), f"{path} is missing or lost its python blocks"
