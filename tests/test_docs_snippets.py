@@ -102,6 +102,16 @@ def test_the_readme_holds_the_ci_command() -> None:
     assert f"\n{command}\n" in (ROOT / "README.md").read_text(), command
 
 
+def test_the_docs_links_resolve() -> None:
+    """Every relative link of README.md and docs/usage.md names a file of the repository."""
+    broken = []
+    for path in DOC_FILES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / path).read_text()):
+            if "://" not in target and not ((ROOT / path).parent / target).exists():
+                broken.append(f"{path}: {target}")
+    assert not broken, broken
+
+
 def test_the_docs_have_snippets() -> None:
     for path in DOC_FILES:
         assert (ROOT / path).exists() and snippets(path), f"{path} is missing or lost its python blocks"
