@@ -10,7 +10,8 @@ Writes three things, all from the JSON in the folder:
   what the ceiling of that run would gain beside it (the decode call, the verify calls of
   speculative decoding at T = 4, and the model steps of both);
 - the part of README.md between the markers `<!-- results:begin -->` and
-  `<!-- results:end -->`: the summary table, that figure and where each figure came from.
+  `<!-- results:end -->`: a short table of the summary's gains, that figure and where each
+  figure came from (the summary's full table and sentences are REPORT.md's).
 
 No figure is typed by hand: every number comes from a bench, sweep, verify or e2e JSON in the
 folder, and every table names the command, commit and date of the run that measured it, with
@@ -29,7 +30,7 @@ import sys
 from pathlib import Path
 
 # the sections live in benchmarks/report/, beside this script (a script's folder is on sys.path)
-from report import build, summary_plot, summary_text
+from report import build, readme_summary, summary_plot
 from report.common import ROOT
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -54,7 +55,7 @@ def main() -> int:
     text = readme.read_text()
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        summary = summary_text(folder, ROOT)
+        summary = readme_summary(folder, ROOT)
         readme.write_text(head + BEGIN + "\n" + summary + "\n" + END + rest.split(END, 1)[1])
         wrote.append(readme)
     print("wrote " + ", ".join(str(p.relative_to(ROOT)) for p in wrote))

@@ -62,6 +62,8 @@ def test_ssu_step_float64_is_the_reference() -> None:
         dt_bias=dt_bias[:, None].expand(H, P),
         dt_softplus=True,
     )
+    # Two float64 computations of the same step, not a kernel against float64 (TOLERANCES):
+    # they differ only in summation order.
     torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(new, want_state, rtol=1e-12, atol=1e-12)
 
@@ -78,6 +80,8 @@ def test_float64_lm_is_the_model_in_float64() -> None:
         tokens = torch.tensor(tokens)
         got, want = lm.step(tokens, slots), ref.step(tokens, slots)
         assert want.dtype == torch.float64
+        # float32 everywhere at N 16 (a few terms a sum): tighter than TOLERANCES[float32],
+        # which allows for the row sums of real state dims and 16-bit inputs
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lm.stack.ssm_state[0].double(), ref.ssm_state[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(lm.stack.conv_state[0].double(), ref.conv_state[0], rtol=1e-5, atol=1e-6)

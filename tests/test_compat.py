@@ -11,11 +11,8 @@ import pytest
 import torch
 
 from ssmdecode.compat import sglang, vllm
+from ssmdecode.numerics import TOLERANCES
 from ssmdecode.reference import selective_state_update_reference
-
-# out is rounded to x's dtype (bf16 here); the state stays float32. Reference: float64.
-TOL_OUT = dict(atol=2e-2, rtol=2e-2)
-TOL_STATE = dict(atol=1e-4, rtol=1e-4)
 
 # Parameter lists of the engines' functions as read (docs/compat.md names file and commit).
 SGLANG_PARAMS = [
@@ -117,8 +114,8 @@ def check_against_reference(
     if out.dim() == ref_out.dim():  # tokens of requests left alone stay poisoned
         live = ~out.isnan().flatten(1).all(1)
         out, ref_out = out[live], ref_out[live]
-    torch.testing.assert_close(out.double(), ref_out, **TOL_OUT)
-    torch.testing.assert_close(state.double(), ref_state, **TOL_STATE)
+    torch.testing.assert_close(out.double(), ref_out, **TOLERANCES[out.dtype])
+    torch.testing.assert_close(state.double(), ref_state, **TOLERANCES[state.dtype])
     untouched = [s for s in range(state.shape[0]) if s not in written]
     assert torch.equal(state[untouched], before[untouched])
 
@@ -368,10 +365,10 @@ def test_sglang_verify_with_buffer_and_tree() -> None:
         intermediate_state_indices=rows,
         parent_token_indices=parents,
     )
-    torch.testing.assert_close(out.double(), ref_out, **TOL_OUT)
+    torch.testing.assert_close(out.double(), ref_out, **TOLERANCES[out.dtype])
     assert torch.equal(state, before)
     buf = buffer.view(3, 4, 2, 8, 16)
-    torch.testing.assert_close(buf[[2, 0], :3].double(), ref_buf[[2, 0], :3], **TOL_STATE)
+    torch.testing.assert_close(buf[[2, 0], :3].double(), ref_buf[[2, 0], :3], **TOLERANCES[buf.dtype])
     assert buf[1].isnan().all() and buf[:, 3].isnan().all(), "wrote a buffer row or step no token owns"
 
 

@@ -61,6 +61,7 @@ from conftest import DEVICE, bits
 from ssmdecode.compat import sglang as sglang_adapter
 from ssmdecode.compat import vllm as vllm_adapter
 from ssmdecode.config import LaunchConfig, upstream_config
+from ssmdecode.numerics import TOLERANCES
 
 SGLANG_MODULE = "sglang.srt.layers.attention.mamba.ops.mamba_ssm"
 VLLM_MODULE = "vllm.model_executor.layers.mamba.ops.mamba_ssm"
@@ -77,8 +78,10 @@ PAD = -1  # sglang's PAD_SLOT_ID
 NULL = 0  # vLLM's NULL_BLOCK_ID
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OUT_DTYPES = (torch.float32, torch.bfloat16)
-# CPU (interpreter) tolerance by the dtype a value is stored in.
-TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=1.6e-2, atol=5e-2)}
+# CPU (interpreter) tolerance by the dtype a value is stored in: the engine's result against the
+# adapter's, not against float64 as in TOLERANCES. Each is within TOLERANCES of the float64
+# truth, so the two are within twice that of each other.
+TOLERANCE = {d: {k: 2 * v for k, v in TOLERANCES[d].items()} for d in OUT_DTYPES}
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # conftest.py sets it without a GPU
 
 

@@ -26,6 +26,8 @@ def test_conv_verify_is_the_one_token_conv_token_after_token() -> None:
     offset = torch.full((3,), T)
     want = torch.stack([conv_state_update(one, xbc[:, t], weight, bias, slots) for t in range(T)], 1)
     got = conv_verify(many, offset, xbc, weight, bias, slots)
+    # two float32 convs of the same products in another order (not a kernel's result: no
+    # TOLERANCES entry applies)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     # accepting 2 of the 3 tokens: the next step starts after input 2
     offset[slots] = 2

@@ -19,13 +19,8 @@ import torch
 from conftest import DEVICE, bits
 from ssmdecode import LaunchConfig, selective_state_update, selective_state_update_reference
 from ssmdecode.config import default_config, device_key, load_table, table_key, upstream_config
+from ssmdecode.numerics import TOLERANCES
 
-# (rtol, atol) by the dtype a value is stored in, as in test_selective_state_update.py.
-TOLERANCE = {
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (2e-3, 5e-3),
-    torch.bfloat16: (1.6e-2, 5e-2),
-}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PAD = -1
 
@@ -194,25 +189,24 @@ def run_and_check(case: Verify, config: LaunchConfig | None = None, device: str 
     # rounding on: the tolerance of the coarser dtype then holds for what follows.
     coarse = DTYPES[case.buffer_dtype] if case.parents and case.buffer_dtype else None
 
-    def tolerance(dtype: torch.dtype) -> tuple[float, float]:
-        return max(TOLERANCE[dtype], TOLERANCE[coarse]) if coarse is not None else TOLERANCE[dtype]
+    def tolerance(dtype: torch.dtype) -> dict[str, float]:
+        if coarse is None:
+            return TOLERANCES[dtype]
+        return {k: max(TOLERANCES[dtype][k], TOLERANCES[coarse][k]) for k in ("rtol", "atol")}
 
-    rtol, atol = tolerance(out.dtype)
-    torch.testing.assert_close(out[live].double(), want[0].to(device)[live], rtol=rtol, atol=atol)
+    torch.testing.assert_close(out[live].double(), want[0].to(device)[live], **tolerance(out.dtype))
     pad = ~live
     assert (out[pad] == 0).all(), "padded requests' out is not zero"
 
-    rtol, atol = tolerance(kw["state"].dtype)
     changed = (bits(kw["state"]) != bits(state0)).flatten(1).any(1)
     expected = (want[1].to(device) != state0.double()).flatten(1).any(1)
     assert torch.equal(changed, expected), "slots written differ from the reference's"
-    torch.testing.assert_close(kw["state"].double(), want[1].to(device), rtol=rtol, atol=atol)
+    torch.testing.assert_close(kw["state"].double(), want[1].to(device), **tolerance(kw["state"].dtype))
     if buf0 is not None:
         buf = kw["intermediate_states"]
-        rtol, atol = tolerance(buf.dtype)
         written = ~want[2].isnan().flatten(2).all(2).to(device)
         assert torch.equal(~buf.isnan().flatten(2).all(2), written), "buffer rows written"
-        torch.testing.assert_close(buf[written].double(), want[2].to(device)[written], rtol=rtol, atol=atol)
+        torch.testing.assert_close(buf[written].double(), want[2].to(device)[written], **tolerance(buf.dtype))
 
 
 CPU_CASES = [
@@ -263,8 +257,8 @@ def test_mamba1_packed_layout() -> None:
     want_out, want_state = selective_state_update_reference(**m1)
     out = selective_state_update(**m1, config=_cpu_config(case))
     assert out.shape == m1["x"].shape
-    torch.testing.assert_close(out.double(), want_out, rtol=1.6e-2, atol=5e-2)
-    torch.testing.assert_close(m1["state"].double(), want_state, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.double(), want_out, **TOLERANCES[out.dtype])
+    torch.testing.assert_close(m1["state"].double(), want_state, **TOLERANCES[m1["state"].dtype])
 
 
 def test_tokens_in_one_call_are_single_token_calls() -> None:

@@ -685,7 +685,7 @@ def test_gpu_cuda_graph_replays_with_a_refreshed_seed() -> None:
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        seed.random_(2**62)  # the README's refresh: torch's generator, graph-safe
+        seed.random_(2**62)  # docs/usage.md's refresh: torch's generator, graph-safe
         selective_state_update(**call, rand_seed=seed)
     results = []
     for _ in range(2):

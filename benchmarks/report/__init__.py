@@ -1,7 +1,8 @@
 """The results report of one device, one module a section (benchmarks/make_report.py runs it).
 
 common     loading a run, its provenance line, Markdown tables, the shipped-table note
-summary    the summary table, its sentences and summary.png (REPORT.md's top, the README's)
+summary    the summary table, its sentences and summary.png (REPORT.md's top), and the
+           README's short table (readme_summary)
 bench      single-token benches: the headline, pdl, slot order, other shapes
 spec       verify calls (bench --tokens) and verify steps (e2e --spec)
 verify     bit-identity with the upstream config (ssmdecode verify)
@@ -13,6 +14,6 @@ build      REPORT.md from the sections above
 """
 
 from .build import build
-from .summary import summary_plot, summary_text
+from .summary import readme_summary, summary_plot, summary_text
 
-__all__ = ["build", "summary_plot", "summary_text"]
+__all__ = ["build", "readme_summary", "summary_plot", "summary_text"]

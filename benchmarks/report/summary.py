@@ -225,6 +225,48 @@ def summary_text(folder: Path, links_from: Path) -> str:
     return "\n".join(text)
 
 
+# The README's short table: each summary line's gain at SUMMARY_BATCHES, its ceiling's beside it
+# (the panel names the line's kind, as the figure's titles do).
+README_PANELS = ("**Decode call**, T = 1", f"**Verify call**, T = {SUMMARY_TOKENS}", "**Model step**")
+
+
+def readme_summary(folder: Path, links_from: Path) -> str:
+    """The README's part: the short table of the summary's gains, the figure and the
+    provenance of the runs it quotes; the times, ceilings and sentences stay in REPORT.md."""
+    runs = summary_runs(folder)
+    gains = summary_gains(runs)
+    if not gains:
+        return ""
+    rows, panel = [], None
+    for g in gains:
+        cells = []
+        for b in SUMMARY_BATCHES:
+            if b in g.points:
+                base, ours, ceiling, _ = g.points[b]
+                cells.append(f"{base / ours:.2f}x ({base / ceiling:.2f}x)")
+            else:
+                cells.append("")
+        rows.append([README_PANELS[g.panel] if g.panel != panel else "", g.legend, *cells])
+        panel = g.panel
+    report = link(folder / "REPORT.md", links_from)
+    text = [
+        table(["", "ssmdecode against the baseline", *(f"bs {b}" for b in SUMMARY_BATCHES)], rows),
+        "",
+        "Each cell: the baseline's time over ssmdecode's, both from the same run; in parentheses, "
+        "the baseline's time over the ceiling's, what a call at the ceiling would gain (for a "
+        "model step, what it would gain if its SSM kernels took no time). (4,4) is the upstream "
+        "kernels' default launch config, run by ssmdecode's kernel with the same bits. The times "
+        "and ceilings, every batch, config and shape measured, and the upstream kernels "
+        f"themselves are in [REPORT.md]({report}).",
+    ]
+    plot = folder / "summary.png"
+    if plot.exists():
+        text += ["", f"![summary]({plot.relative_to(links_from)})"]
+    for _, data in runs.values():
+        text += ["", provenance(data)]
+    return "\n".join(text)
+
+
 def summary_plot(folder: Path) -> Path | None:
     """summary.png: per panel (decode call, verify call, model step) each gain of the summary
     against batch, and what its ceiling would gain, dashed in the same colour."""
