@@ -294,8 +294,7 @@ def packed_span(p_cu_seqlens, i_b, total_tokens, T: tl.constexpr, AT_MOST_T: tl.
 
 
 @triton.jit
-def tile_offsets(i_m, headdim, dstate, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 GROUPED: tl.constexpr):
+def tile_offsets(i_m, headdim, dstate, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
     """(o_m, o_n, m_m, m_n): the rows of the head dim this program holds [BLOCK_M], the tile's
     columns (col_offsets), and which of each lie inside headdim and dstate."""
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -338,8 +337,20 @@ def both(a, b):
 
 
 @triton.jit
-def tile_addressing(o_slot, i_h, i_m, o_m, o_n, stride_h, stride_p, stride_n, PACKED_ROWS: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
+def tile_addressing(
+    o_slot,
+    i_h,
+    i_m,
+    o_m,
+    o_n,
+    stride_h,
+    stride_p,
+    stride_n,
+    PACKED_ROWS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUPED: tl.constexpr,
+):
     """(o_base, o_tile): the tile of head i_h's rows o_m at o_slot + o_base + o_tile of a state
     tensor whose slot starts at o_slot. Packed rows (stride 1 over N, BLOCK_N over P): one base
     a program plus offsets known at compile time, which ptxas folds into each 16-byte access (2
@@ -383,7 +394,9 @@ def row_sums(b_state, b_C, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ORDERED
 
 
 @triton.jit
-def gated_out(b_y, b_x, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
+def gated_out(
+    b_y, b_x, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr
+):
     """out from its SSM part b_y (one token's [BLOCK_M], or the drafts' [BLOCK_M, TD]): + D x,
     times the gate z sigmoid(z) (x and z in any dtype, taken to float32; D broadcastable to
     b_y), 0 for a request of the pad slot (m_live)."""

@@ -43,6 +43,8 @@ reused, materialize its state with replay_flush (the checkpoint plus its cached 
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -101,25 +103,36 @@ __all__ = ["prepare", "replay_advance", "replay_flush", "selective_state_replay"
 _HEURISTICS = {**HEURISTICS, **given(VARLEN="p_cu_seqlens")}
 
 
+class _DraftRows(NamedTuple):
+    """Of each of the drafts' inputs a request row's pointers (x and z: this program's rows of
+    its head, B and C: its group's columns, dt: its head), or their strides over the tokens."""
+
+    x: Any
+    dt: Any
+    B: Any
+    C: Any
+    z: Any
+
+
 # fmt: off
 @triton.jit
-def _draft_inputs(p_xt, p_dtt, p_Bt, p_Ct, p_zt, tok, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-                  stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS: tl.constexpr,
-                  DT_SOFTPLUS: tl.constexpr, HAS_Z: tl.constexpr):
-    """Draft tok's inputs: x and z (their dtype; x again without z), dt' (float32), B (its
-    dtype), C (float32). m_tv and m_tn mask the rows and the columns, m_t a packed request's
-    missing drafts (each None where nothing is masked)."""
-    b_x = load(p_xt + tok * stride_x_t, m_tv)
-    b_dt = load(p_dtt + tok * stride_dt_t, m_t).to(tl.float32)
+def _draft_inputs(p, s, tok, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+                  HAS_Z: tl.constexpr):
+    """Draft tok's inputs from the rows p at the strides s (_DraftRows): x and z (their dtype;
+    x again without z), dt' (float32), B (its dtype), C (float32). m_tv and m_tn mask the rows
+    and the columns, m_t a packed request's missing drafts (each None where nothing is
+    masked)."""
+    b_x = load(p.x + tok * s.x, m_tv)
+    b_dt = load(p.dt + tok * s.dt, m_t).to(tl.float32)
     if HAS_DT_BIAS:
         b_dt += b_dt_bias
     if DT_SOFTPLUS:
         b_dt = softplus(b_dt)
-    b_B = load(p_Bt + tok * stride_B_t, m_tn)
-    b_C = load(p_Ct + tok * stride_C_t, m_tn).to(tl.float32)
+    b_B = load(p.B + tok * s.B, m_tn)
+    b_C = load(p.C + tok * s.C, m_tn).to(tl.float32)
     b_z = b_x
     if HAS_Z:
-        b_z = load(p_zt + tok * stride_z_t, m_tv)
+        b_z = load(p.z + tok * s.z, m_tv)
     return b_x, b_dt, b_B, b_C, b_z
 
 
@@ -255,8 +268,9 @@ def _selective_state_replay_kernel(
         m_tv = both(m_vm, m_t)
         m_tn = both(m_vn, m_t)
         drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
-            p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-            stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
+            _DraftRows(x=p_xt, dt=p_dtt, B=p_Bt, C=p_Ct, z=p_zt),
+            _DraftRows(x=stride_x_t, dt=stride_dt_t, B=stride_B_t, C=stride_C_t, z=stride_z_t),
+            t0 + t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
 
     # 2. the cached tokens, state only, in order; a request skips those past its cached count.
     # (ptxas sinks each token's loads into its branch, so each waits a latency; issuing a

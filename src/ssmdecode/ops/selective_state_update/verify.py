@@ -118,15 +118,34 @@ class _Pointers(NamedTuple):
 
 
 class _Strides(NamedTuple):
-    """Their strides: x, dt, B, C, z, out each (b, t, h or g, p or n); the pool's over slots; the
-    per-token slots' (b, k), the buffer's over steps, the parents' (b, t)."""
+    """Their strides, <tensor>_<dim>: x, dt, B, C, z, out over (b, t, h or g, p or n); the pool's
+    over slots; the per-token slots' (b, k), the buffer's over steps, the parents' (b, t). (Flat:
+    Triton 3.6 loses a constexpr of a tuple nested in a tuple passed into a while loop.)"""
 
-    x: Any
-    dt: Any
-    B: Any
-    C: Any
-    z: Any
-    out: Any
+    x_b: Any
+    x_t: Any
+    x_h: Any
+    x_p: Any
+    dt_b: Any
+    dt_t: Any
+    dt_h: Any
+    dt_p: Any
+    B_b: Any
+    B_t: Any
+    B_g: Any
+    B_n: Any
+    C_b: Any
+    C_t: Any
+    C_g: Any
+    C_n: Any
+    z_b: Any
+    z_t: Any
+    z_h: Any
+    z_p: Any
+    out_b: Any
+    out_t: Any
+    out_h: Any
+    out_p: Any
     state_s: Any
     dst_b: Any
     dst_k: Any
@@ -192,10 +211,10 @@ class _Flags(NamedTuple):
 
 
 @triton.jit
-def _at(p, i_xb, tok, i_h, o, s):
-    """p + i_xb s[0] + tok s[1] + i_h s[2] + o s[3]: the elements o of token tok's head (or
-    group) i_h of a [B, T, H, P] (or [B, T, G, N]) tensor with strides s."""
-    return p + i_xb * s[0] + tok * s[1] + i_h * s[2] + o * s[3]
+def _at(p, i_xb, tok, i_h, o, stride_b, stride_t, stride_h, stride_p):
+    """The elements o of token tok's head (or group) i_h of request row i_xb of a [B, T, H, P]
+    (or [B, T, G, N]) tensor at p."""
+    return p + i_xb * stride_b + tok * stride_t + i_h * stride_h + o * stride_p
 
 
 # fmt: off
@@ -224,9 +243,9 @@ def _token(b_state, t, r, p, s, o, c, f, MASK_TOKENS: tl.constexpr, KEEP_FINAL: 
             if (i_par >= 0) & (i_par < f.T) & (r.i_buf != c.pad_slot_id):
                 p_par = p.buf + (o.o_buf_base + i_par * s.buf_t) + o.o_buf_tile
                 b_state = tl.load(p_par, mask=o.m_read).to(tl.float32)
-    b_x = load(_at(p.x, r.i_xb, tok, r.i_h, o.o_m, s.x), m_tv).to(tl.float32)
+    b_x = load(_at(p.x, r.i_xb, tok, r.i_h, o.o_m, s.x_b, s.x_t, s.x_h, s.x_p), m_tv).to(tl.float32)
     if f.TIE_HDIM:
-        p_dt = p.dt + r.i_xb * s.dt[0] + tok * s.dt[1] + r.i_h * s.dt[2]
+        p_dt = p.dt + r.i_xb * s.dt_b + tok * s.dt_t + r.i_h * s.dt_h
         if MASK_TOKENS:
             b_dt = tl.load(p_dt, mask=m_t, other=0.0).to(tl.float32)
         else:
@@ -237,17 +256,17 @@ def _token(b_state, t, r, p, s, o, c, f, MASK_TOKENS: tl.constexpr, KEEP_FINAL: 
             b_dt = softplus(b_dt)
         b_dA = exp_dA(c.b_A * b_dt, f.FAST_EXP)
     else:
-        b_dt = load(_at(p.dt, r.i_xb, tok, r.i_h, o.o_m, s.dt), m_tv).to(tl.float32)
+        b_dt = load(_at(p.dt, r.i_xb, tok, r.i_h, o.o_m, s.dt_b, s.dt_t, s.dt_h, s.dt_p), m_tv).to(tl.float32)
         if f.HAS_DT_BIAS:
             b_dt += c.b_dt_bias
         if f.DT_SOFTPLUS:
             b_dt = softplus(b_dt)
         b_dA = exp_dA(c.b_A * rows(b_dt, f.ORDERED_SUM), f.FAST_EXP)
-    b_B = load(_at(p.B, r.i_xb, tok, r.i_g, o.o_n, s.B), m_tn).to(tl.float32)
-    b_C = load(_at(p.C, r.i_xb, tok, r.i_g, o.o_n, s.C), m_tn).to(tl.float32)
+    b_B = load(_at(p.B, r.i_xb, tok, r.i_g, o.o_n, s.B_b, s.B_t, s.B_g, s.B_n), m_tn).to(tl.float32)
+    b_C = load(_at(p.C, r.i_xb, tok, r.i_g, o.o_n, s.C_b, s.C_t, s.C_g, s.C_n), m_tn).to(tl.float32)
     b_z = b_x  # unread without z
     if f.HAS_Z:
-        b_z = load(_at(p.z, r.i_xb, tok, r.i_h, o.o_m, s.z), m_tv).to(tl.float32)
+        b_z = load(_at(p.z, r.i_xb, tok, r.i_h, o.o_m, s.z_b, s.z_t, s.z_h, s.z_p), m_tv).to(tl.float32)
 
     if f.TIE_HDIM:
         b_dB = b_B * b_dt
@@ -280,7 +299,7 @@ def _token(b_state, t, r, p, s, o, c, f, MASK_TOKENS: tl.constexpr, KEEP_FINAL: 
 
     b_out = gated_out(row_sums(b_new, b_C, f.BLOCK_M, f.BLOCK_N, f.ORDERED_SUM), b_x, b_z, c.b_D, o.m_live,
                       f.HAS_D, f.HAS_Z, f.HAS_SRC_IDX)
-    tl.store(_at(p.out, r.i_xb, tok, r.i_h, o.o_m, s.out), b_out, mask=m_tv)
+    tl.store(_at(p.out, r.i_xb, tok, r.i_h, o.o_m, s.out_b, s.out_t, s.out_h, s.out_p), b_out, mask=m_tv)
     return b_state
 
 
@@ -452,12 +471,12 @@ def _selective_state_update_multi_token_kernel(
         _Request(i_b=i_b, i_h=i_h, i_g=i_g, i_xb=i_xb, t0=t0, n_tok=n_tok, i_buf=i_buf),
         _Pointers(x=p_x, dt=p_dt, B=p_B, C=p_C, z=p_z, out=p_out, dst_idx=p_dst_idx, parent=p_parent,
                   state=p_state, buf=p_buf),
-        _Strides(x=(stride_x_b, stride_x_t, stride_x_h, stride_x_p),
-                 dt=(stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_p),
-                 B=(stride_B_b, stride_B_t, stride_B_g, stride_B_n),
-                 C=(stride_C_b, stride_C_t, stride_C_g, stride_C_n),
-                 z=(stride_z_b, stride_z_t, stride_z_h, stride_z_p),
-                 out=(stride_out_b, stride_out_t, stride_out_h, stride_out_p),
+        _Strides(x_b=stride_x_b, x_t=stride_x_t, x_h=stride_x_h, x_p=stride_x_p,
+                 dt_b=stride_dt_b, dt_t=stride_dt_t, dt_h=stride_dt_h, dt_p=stride_dt_p,
+                 B_b=stride_B_b, B_t=stride_B_t, B_g=stride_B_g, B_n=stride_B_n,
+                 C_b=stride_C_b, C_t=stride_C_t, C_g=stride_C_g, C_n=stride_C_n,
+                 z_b=stride_z_b, z_t=stride_z_t, z_h=stride_z_h, z_p=stride_z_p,
+                 out_b=stride_out_b, out_t=stride_out_t, out_h=stride_out_h, out_p=stride_out_p,
                  state_s=stride_state_s, dst_b=stride_dst_b, dst_k=stride_dst_k, buf_t=stride_buf_t,
                  parent_b=stride_parent_b, parent_t=stride_parent_t),
         _Tile(o_m=o_m, o_n=o_n, o_base=o_base, o_tile=o_tile, o_buf_base=o_buf_base, o_buf_tile=o_buf_tile,
