@@ -91,10 +91,10 @@ __all__ = [
     "cols",
     "exp_dA",
     "gated_out",
+    "live_mask",
     "load",
     "load_index",
     "load_state",
-    "packed_span",
     "program_tile",
     "row_sums",
     "rows",
@@ -108,6 +108,7 @@ __all__ = [
     "tile_addressing",
     "tile_mask",
     "tile_offsets",
+    "token_span",
     "unless",
     "wait_prior",
 ]
@@ -278,19 +279,31 @@ def slot_index(p_idx, offset, default, HAS_IDX: tl.constexpr, EVICT_FIRST: tl.co
 
 
 @triton.jit
-def packed_span(p_cu_seqlens, i_b, total_tokens, T: tl.constexpr, AT_MOST_T: tl.constexpr):
-    """(t0, n_tok): packed request i_b's tokens are x[t0 + t] for t < n_tok, from cu_seqlens[i_b]
-    .. cu_seqlens[i_b + 1] clamped to the total_tokens of x, so that no cu_seqlens can read or
-    write outside x and out; with AT_MOST_T at most T of them. (The kernels return at once for a
-    request of none.)"""
-    bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
-    eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
-    bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
-    eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
-    n_tok = eos - bos
-    if AT_MOST_T:
-        n_tok = tl.minimum(n_tok, T)
-    return bos, n_tok
+def token_span(
+    p_cu_seqlens, i_b, total_tokens, T: tl.constexpr, VARLEN: tl.constexpr, AT_MOST_T: tl.constexpr
+):
+    """(t0, n_tok, i_xb): request i_b's tokens are x[i_xb, t0 + t] for t < n_tok. Packed
+    (VARLEN, i_xb 0), cu_seqlens[i_b] .. cu_seqlens[i_b + 1] clamped to the total_tokens of x,
+    so that no cu_seqlens can read or write outside x and out, with AT_MOST_T at most T of
+    them (the kernels return at once for a request of none); dense, row i_b's T tokens."""
+    if VARLEN:
+        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
+        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
+        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
+        n_tok = eos - bos
+        if AT_MOST_T:
+            n_tok = tl.minimum(n_tok, T)
+        return bos, n_tok, 0
+    else:
+        return 0, T, i_b
+
+
+@triton.jit
+def live_mask(i_slot, pad_slot_id, HAS_SRC_IDX: tl.constexpr):
+    """Whether the request's slot is a real one (not pad_slot_id): None without indices."""
+    if HAS_SRC_IDX:
+        return i_slot != pad_slot_id
 
 
 @triton.jit

@@ -63,6 +63,7 @@ from ssmdecode.ops.selective_state_update.common import (
     cols,
     exp_dA,
     gated_out,
+    live_mask,
     load,
     load_state,
     row_sums,
@@ -159,9 +160,7 @@ def _selective_state_update_kernel(
     m_vm = unless(EVEN_M and EVEN_VECTORS, m_m)
     m_vn = unless(EVEN_N and EVEN_VECTORS, m_n)
     m_tile = tile_mask(m_m, m_n, EVEN_M, EVEN_N, ORDERED_SUM)
-    m_live = None
-    if HAS_SRC_IDX:
-        m_live = i_src != pad_slot_id
+    m_live = live_mask(i_src, pad_slot_id, HAS_SRC_IDX)
     m_read = both(m_tile, m_live)
     m_write = m_read
     if HAS_DST_IDX:

@@ -72,9 +72,9 @@ from ssmdecode.ops.selective_state_update.common import (
     cols,
     exp_dA,
     gated_out,
+    live_mask,
     load,
     load_state,
-    packed_span,
     row_sums,
     rows,
     slot_index,
@@ -85,6 +85,7 @@ from ssmdecode.ops.selective_state_update.common import (
     tile_addressing,
     tile_mask,
     tile_offsets,
+    token_span,
     unless,
     wait_prior,
 )
@@ -197,22 +198,15 @@ def _selective_state_replay_kernel(
     i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
     i_g = i_h // HEADS_PER_GROUP
 
-    if VARLEN:  # packed drafts (common.packed_span)
-        t0, n_tok = packed_span(p_cu_seqlens, i_b, total_tokens, T, True)
+    t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, True)
+    if VARLEN:
         if n_tok == 0:  # a request of no drafts is left alone: no replay, no flush (flashinfer's)
             return
-        i_xb = 0
-    else:
-        n_tok = T
-        i_xb = i_b
-        t0 = 0
     i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
+    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
+    i_ring = i_slot
     if HAS_SRC_IDX:
-        m_live = i_slot != pad_slot_id
         i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
-    else:
-        m_live = None
-        i_ring = i_slot
     # Bookkeeping of the slot: where its ring starts, how many accepted tokens it holds; both
     # read-only here (replay_advance updates them once per step, for every layer).
     if HAS_SRC_IDX:

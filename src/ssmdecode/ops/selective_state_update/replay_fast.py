@@ -73,9 +73,9 @@ from ssmdecode.ops.selective_state_update.common import (
     both,
     exp_dA,
     gated_out,
+    live_mask,
     load,
     load_state,
-    packed_span,
     slot_index,
     softplus,
     start_program,
@@ -84,6 +84,7 @@ from ssmdecode.ops.selective_state_update.common import (
     tile_addressing,
     tile_mask,
     tile_offsets,
+    token_span,
     unless,
     wait_prior,
 )
@@ -274,22 +275,15 @@ def _selective_state_replay_fast_kernel(
     i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
     i_g = i_h // HEADS_PER_GROUP
 
-    if VARLEN:  # packed drafts (common.packed_span)
-        t0, n_tok = packed_span(p_cu_seqlens, i_b, total_tokens, T, True)
-        if n_tok == 0:  # a request of no drafts is left alone, as in the exact route
+    t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, True)
+    if VARLEN:
+        if n_tok == 0:  # a request of no drafts is left alone: as in the exact route
             return
-        i_xb = 0
-    else:
-        n_tok = T
-        i_xb = i_b
-        t0 = 0
     i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
+    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
+    i_ring = i_slot
     if HAS_SRC_IDX:
-        m_live = i_slot != pad_slot_id
         i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
-    else:
-        m_live = None
-        i_ring = i_slot
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
     if HAS_SRC_IDX:
         n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)

@@ -46,10 +46,10 @@ from ssmdecode.ops.selective_state_update.common import (
     cols,
     exp_dA,
     gated_out,
+    live_mask,
     load,
     load_index,
     load_state,
-    packed_span,
     row_sums,
     rows,
     slot_index,
@@ -61,6 +61,7 @@ from ssmdecode.ops.selective_state_update.common import (
     tile_addressing,
     tile_mask,
     tile_offsets,
+    token_span,
     unless,
     wait_prior,
 )
@@ -385,15 +386,10 @@ def _selective_state_update_multi_token_kernel(
     i_g = i_h // HEADS_PER_GROUP
 
     # The request's tokens: x[i_xb, t0 + t] for t < n_tok.
+    t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, UNROLLED)
     if VARLEN:
-        t0, n_tok = packed_span(p_cu_seqlens, i_b, total_tokens, T, UNROLLED)
         if n_tok == 0:  # a request of no tokens: nothing to do (vLLM's kernel returns too)
             return
-        i_xb = 0
-    else:
-        n_tok = T
-        i_xb = i_b
-        t0 = 0
 
     if HAS_SRC_IDX:
         if HAS_ACCEPTED:  # the slot of the last accepted token, within the row's columns
@@ -411,9 +407,7 @@ def _selective_state_update_multi_token_kernel(
     m_vm = unless(EVEN_M and EVEN_VECTORS, m_m)
     m_vn = unless(EVEN_N and EVEN_VECTORS, m_n)
     m_tile = tile_mask(m_m, m_n, EVEN_M, EVEN_N, ORDERED_SUM)
-    m_live = None
-    if HAS_SRC_IDX:
-        m_live = i_src != pad_slot_id
+    m_live = live_mask(i_src, pad_slot_id, HAS_SRC_IDX)
     m_read = both(m_tile, m_live)
     m_final = m_read
     if HAS_DST_IDX and not DST_PER_TOKEN:
