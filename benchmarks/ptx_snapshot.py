@@ -17,8 +17,10 @@ dstate 64, 128, 256 and an odd shape with masked tiles; tied and untied dt/A; z 
 write slots; no state write; a bf16 state rounded stochastically, and an fp16 one at the
 headline shape; upstream, default, layout-sum and ordered configs (the table's
 (8,1,slot,evict,ordered) among them); and verify calls of 4 drafts in each mode (buffer, dst,
-replay) at three configs, with a bf16 state also stochastically rounded (225 files). PTX
-depends on the Triton version: a digest file only holds for the version it names.
+replay) at three configs, with a bf16 state also stochastically rounded (225 files); and the
+fast replay route's kernel (replay_fast.py) for decode and verify, with its flush and engine
+conventions (26 more: 251). PTX depends on the Triton version: a digest file only holds for
+the version it names.
 """
 
 from __future__ import annotations
@@ -109,6 +111,40 @@ def _spec_inputs() -> Iterator[tuple[str, dict, bool]]:
                 yield f"{name}-sr", {**kw, "rand_seed": seed}, mode == "replay"
 
 
+# The fast replay route (selective_state_replay(..., exact=False)): tiles of at least 16 rows,
+# no ordered sum; its default config shapes (16 rows for a small batch, 64 with 8 warps and a
+# register cap for decode, 64 with 4 warps for verify).
+FAST_CONFIGS = ("16,4,slot,evict", "64,8,slot,evict,regs128", "64,4,slot,evict")
+
+
+def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
+    """(name, selective_state_replay's keyword arguments with exact=False, the configs) of the
+    fast route at one small shape: decode (T = 1) and verify (T = 4), fp32 and bf16 states (a
+    bf16 one also stochastically rounded), each also as replay_flush runs it (every request
+    flushes) and under compat.vllm's conventions (the host's flush flags, a flush absorbing
+    the drafts, cursors a request)."""
+    for sdt in (torch.float32, torch.bfloat16):
+        shape = Shape(8, 64, 128, 1, sdt, torch.bfloat16)
+        for tokens in (1, 4):
+            spec = make_spec_inputs(shape, 4, tokens, "replay", torch.device("cpu"), 0, rotation=1)
+            kw = {**spec.kwargs(0), "exact": False}
+            name = f"fast-T{tokens}-{str(sdt).removeprefix('torch.')}"
+            yield name, kw, FAST_CONFIGS
+            if sdt != torch.float32:
+                yield f"{name}-sr", {**kw, "rand_seed": torch.tensor([1234], dtype=torch.int64)}, FAST_CONFIGS
+            yield f"{name}-flush", {**kw, "_flush": True}, FAST_CONFIGS[:1]
+            batch = kw["x"].shape[0]
+            vllm = {
+                **kw,
+                "ring_start": None,
+                "num_cached": kw["num_cached"][:batch].contiguous(),
+                "_host_flush": torch.tensor([0, 1] * (batch // 2), dtype=torch.int8),
+                "_flush_drafts": True,
+                "_cursors_by_request": True,
+            }
+            yield f"{name}-vllm", vllm, FAST_CONFIGS[:1]
+
+
 def instructions(ptx: str) -> list[str]:
     """The PTX's instructions: up to the debug sections, without debug labels and comments."""
     lines = []
@@ -137,6 +173,12 @@ def write(folder: Path) -> int:
         for text in SPEC_CONFIGS:
             config = LaunchConfig.parse(text)
             compiled = compile_config(kwargs, config, TARGET, replay=replay)
+            (folder / f"{name}_{config.label}.ptx").write_text("\n".join(instructions(compiled.asm["ptx"])))
+            count += 1
+    for name, kwargs, configs in _fast_inputs():
+        for text in configs:
+            config = LaunchConfig.parse(text)
+            compiled = compile_config(kwargs, config, TARGET, replay=True)
             (folder / f"{name}_{config.label}.ptx").write_text("\n".join(instructions(compiled.asm["ptx"])))
             count += 1
     print(f"wrote {count} PTX files to {folder}")

@@ -78,6 +78,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update.checks import interpreted
 
 __all__ = [
@@ -85,15 +86,31 @@ __all__ = [
     "ORDERED_MIN_N",
     "STREAM_BUFFER",
     "STREAM_STATE",
+    "both",
     "col_offsets",
     "cols",
     "exp_dA",
+    "gated_out",
+    "live_mask",
     "load",
+    "load_index",
+    "load_state",
+    "program_tile",
+    "row_sums",
     "rows",
     "rowsum_upstream_order",
+    "slot_index",
     "softplus",
+    "start_program",
     "state_step",
+    "store_state",
     "stored",
+    "tile_addressing",
+    "tile_mask",
+    "tile_offsets",
+    "token_span",
+    "unless",
+    "wait_prior",
 ]
 
 # The state dims (powers of two) the ordered row sum is defined for.
@@ -218,6 +235,193 @@ def col_offsets(BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
         return (tl.arange(0, BLOCK_N // 4)[:, None] * 4 + tl.arange(0, 4)[None, :])[:, None, :]
     else:
         return tl.arange(0, BLOCK_N)
+
+
+# The prologue and the epilogue of a tile program, as every kernel of the family runs them: the
+# same operations in the same order, so that a kernel written with them keeps its instructions.
+# A mask is None where nothing can be out of bounds, so that the access is unpredicated; the
+# helpers that build one return nothing there (a jit function's return value cannot be None).
+
+
+@triton.jit
+def start_program(SLOT_MAJOR: tl.constexpr, PDL: tl.constexpr):
+    """(i_m, i_b, i_h), program_tile's; launched programmatic-dependent (PDL), first let the
+    next kernel launch at once (its own wait orders it after this one)."""
+    if PDL:
+        gdc_launch_dependents()
+    return program_tile(SLOT_MAJOR)
+
+
+@triton.jit
+def wait_prior(PDL: tl.constexpr):
+    """With PDL, wait for the kernel before (its writes): each kernel issues the slot indices'
+    and the state's loads first, and waits here before it reads anything else."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
+def load_index(p, EVICT_FIRST: tl.constexpr):
+    """An index at p, as int64. With the cache hints (EVICT_FIRST) evict-last: the slot indices
+    are read by every layer of a decode step, so keeping them in L2 takes the index load off HBM
+    latency before the dependent state load."""
+    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
+    return tl.load(p, eviction_policy=INDEX_EVICT).to(tl.int64)
+
+
+@triton.jit
+def slot_index(p_idx, offset, default, HAS_IDX: tl.constexpr, EVICT_FIRST: tl.constexpr):
+    """The slot a request names at p_idx + offset (load_index), or default without indices."""
+    if HAS_IDX:
+        return load_index(p_idx + offset, EVICT_FIRST)
+    else:
+        return default
+
+
+@triton.jit
+def token_span(
+    p_cu_seqlens, i_b, total_tokens, T: tl.constexpr, VARLEN: tl.constexpr, AT_MOST_T: tl.constexpr
+):
+    """(t0, n_tok, i_xb): request i_b's tokens are x[i_xb, t0 + t] for t < n_tok. Packed
+    (VARLEN, i_xb 0), cu_seqlens[i_b] .. cu_seqlens[i_b + 1] clamped to the total_tokens of x,
+    so that no cu_seqlens can read or write outside x and out, with AT_MOST_T at most T of
+    them (the kernels return at once for a request of none); dense, row i_b's T tokens."""
+    if VARLEN:
+        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
+        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
+        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
+        n_tok = eos - bos
+        if AT_MOST_T:
+            n_tok = tl.minimum(n_tok, T)
+        return bos, n_tok, 0
+    else:
+        return 0, T, i_b
+
+
+@triton.jit
+def live_mask(i_slot, pad_slot_id, HAS_SRC_IDX: tl.constexpr):
+    """Whether the request's slot is a real one (not pad_slot_id): None without indices."""
+    if HAS_SRC_IDX:
+        return i_slot != pad_slot_id
+
+
+@triton.jit
+def tile_offsets(i_m, headdim, dstate, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPED: tl.constexpr):
+    """(o_m, o_n, m_m, m_n): the rows of the head dim this program holds [BLOCK_M], the tile's
+    columns (col_offsets), and which of each lie inside headdim and dstate."""
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = col_offsets(BLOCK_N, GROUPED)
+    return o_m, o_n, o_m < headdim, o_n < dstate
+
+
+@triton.jit
+def unless(EVEN: tl.constexpr, m):
+    """The mask m, or None (no mask) where EVEN says the tile divides: the loads of the
+    vectors over rows (x, dt, D, z, out) and columns (B, C) then neither wait on a predicate nor
+    zero-fill their registers first."""
+    if not EVEN:
+        return m
+
+
+@triton.jit
+def tile_mask(m_m, m_n, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, GROUPED: tl.constexpr):
+    """The mask of the state tile from its rows' and columns' masks: only where the tile
+    overhangs, None where nothing can be out of bounds (unpredicated 16-byte accesses)."""
+    if not EVEN_M:
+        if EVEN_N:
+            return rows(m_m, GROUPED)
+        else:
+            return rows(m_m, GROUPED) & cols(m_n, GROUPED)
+    elif not EVEN_N:
+        return cols(m_n, GROUPED)
+
+
+@triton.jit
+def both(a, b):
+    """a & b of two masks, either of them None (nothing masked)."""
+    if a is None:
+        if b is not None:
+            return b
+    elif b is None:
+        return a
+    else:
+        return a & b
+
+
+@triton.jit
+def tile_addressing(
+    o_slot,
+    i_h,
+    i_m,
+    o_m,
+    o_n,
+    stride_h,
+    stride_p,
+    stride_n,
+    PACKED_ROWS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUPED: tl.constexpr,
+):
+    """(o_base, o_tile): the tile of head i_h's rows o_m at o_slot + o_base + o_tile of a state
+    tensor whose slot starts at o_slot. Packed rows (stride 1 over N, BLOCK_N over P): one base
+    a program plus offsets known at compile time, which ptxas folds into each 16-byte access (2
+    address registers instead of 2 an access; docs/performance.md, "Packed state rows"); else
+    the runtime strides. A kernel adds the slot's offset to o_base, then o_tile."""
+    if PACKED_ROWS:
+        o_base = o_slot + i_h * stride_h + i_m * (BLOCK_M * BLOCK_N)
+        o_tile = rows(tl.arange(0, BLOCK_M), GROUPED) * BLOCK_N + cols(o_n, GROUPED)
+    else:
+        o_base = o_slot + i_h * 0
+        o_tile = i_h * stride_h + rows(o_m, GROUPED) * stride_p + cols(o_n, GROUPED) * stride_n
+    return o_base, o_tile
+
+
+@triton.jit
+def load_state(p, mask, EVICT_FIRST: tl.constexpr):
+    """The state tile at p in float32, masked with 0 (mask None: unmasked). With the cache hints
+    (EVICT_FIRST) evict-first: each state is touched once a step."""
+    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
+    if mask is None:
+        return tl.load(p, eviction_policy=STATE_EVICT).to(tl.float32)
+    else:
+        return tl.load(p, mask=mask, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
+
+
+@triton.jit
+def store_state(p, v, mask, EVICT_FIRST: tl.constexpr):
+    """v stored into the state tile at p (mask None: unmasked), evict-first with the hints."""
+    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
+    tl.store(p, v, mask=mask, eviction_policy=STATE_EVICT)
+
+
+@triton.jit
+def row_sums(b_state, b_C, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ORDERED_SUM: tl.constexpr):
+    """sum_n state[p, n] * C[n], the SSM part of out [BLOCK_M]: in the upstream order with the
+    ordered sum (b_state the grouped tile), else as the tile's layout reduces."""
+    if ORDERED_SUM:
+        return rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
+    else:
+        return tl.sum(b_state * b_C[None, :], axis=1)
+
+
+@triton.jit
+def gated_out(
+    b_y, b_x, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr
+):
+    """out from its SSM part b_y (one token's [BLOCK_M], or the drafts' [BLOCK_M, TD]): + D x,
+    times the gate z sigmoid(z) (x and z in any dtype, taken to float32; D broadcastable to
+    b_y), 0 for a request of the pad slot (m_live)."""
+    b_xf = b_x.to(tl.float32)
+    if HAS_D:
+        b_y += b_xf * b_D
+    if HAS_Z:
+        b_zf = b_z.to(tl.float32)
+        b_y *= b_zf * tl.sigmoid(b_zf)
+    if HAS_SRC_IDX:
+        b_y = tl.where(m_live, b_y, 0.0)
+    return b_y
 
 
 @triton.jit

@@ -54,21 +54,31 @@ import triton
 import triton.language as tl
 
 from ssmdecode.config import LaunchConfig, lookup_config
-from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
+from ssmdecode.ops._gdc import gdc_wait
 from ssmdecode.ops.selective_state_update import torch_op, verify
 from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS, Call, check_call, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
     STREAM_STATE,
-    col_offsets,
+    both,
     cols,
     exp_dA,
+    gated_out,
+    live_mask,
     load,
-    program_tile,
+    load_state,
+    row_sums,
     rows,
-    rowsum_upstream_order,
+    slot_index,
     softplus,
+    start_program,
     state_step,
+    store_state,
     stored,
+    tile_addressing,
+    tile_mask,
+    tile_offsets,
+    unless,
+    wait_prior,
 )
 from ssmdecode.ops.selective_state_update.launch import (
     HEURISTICS,
@@ -136,71 +146,32 @@ def _selective_state_update_kernel(
     PDL: tl.constexpr,  # launched programmatic-dependent: see selective_state_update(pdl=)
 ):
     # One program, one tile: BLOCK_M rows of the head dim of one (request, head), all N columns.
-    if PDL:  # the next kernel may launch at once; its own wait orders it after us
-        gdc_launch_dependents()
-    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
+    i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
     if HAS_ORDER:
         i_b = tl.load(p_order + i_b * stride_order)
     i_g = i_h // HEADS_PER_GROUP  # a compile-time divisor: a shift or a multiply
-    # Cache hints: each state is touched once per step, so it streams evict-first; the slot
-    # indices are read by every layer of a decode step, so they stay (evict-last), which takes
-    # the index load off HBM latency before the dependent state load.
-    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
-    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
-
-    if HAS_SRC_IDX:
-        i_src = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
-    else:
-        i_src = i_b.to(tl.int64)
-    if HAS_DST_IDX:
-        i_dst = tl.load(p_dst_idx + i_b * stride_dst_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
-    else:
-        i_dst = i_src
+    i_src = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
+    i_dst = slot_index(p_dst_idx, i_b * stride_dst_idx, i_src, HAS_DST_IDX, EVICT_FIRST)
 
     # The state tile: [BLOCK_M, BLOCK_N], or grouped [BLOCK_N / 4, BLOCK_M, 4] with the ordered
-    # row sum (common.py, "Tiles").
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_n = col_offsets(BLOCK_N, ORDERED_SUM)
-    m_m = o_m < headdim
-    m_n = o_n < dstate
-    # Masks of the vectors over rows (x, dt, D, z, out) and columns (B, C): None where the tile
-    # divides, so that no load waits on a predicate or zero-fills its registers first.
-    m_vm = None if EVEN_M and EVEN_VECTORS else m_m
-    m_vn = None if EVEN_N and EVEN_VECTORS else m_n
-    # Masks of the state tile: rows and columns only where the tile overhangs, the pad slot
-    # only with indices; None when nothing can be out of bounds (unpredicated 16-byte accesses).
-    m_tile = None
-    if not EVEN_M:
-        m_tile = rows(m_m, ORDERED_SUM)
-    if not EVEN_N:
-        m_tile = cols(m_n, ORDERED_SUM) if m_tile is None else m_tile & cols(m_n, ORDERED_SUM)
-    m_read = m_tile
-    if HAS_SRC_IDX:
-        m_read = (i_src != pad_slot_id) if m_tile is None else m_tile & (i_src != pad_slot_id)
+    # row sum (common.py, "Tiles"); the masks of the vectors over its rows and columns, and of
+    # the tile: the rows and columns where it overhangs, the pad slot with indices.
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, ORDERED_SUM)
+    m_vm = unless(EVEN_M and EVEN_VECTORS, m_m)
+    m_vn = unless(EVEN_N and EVEN_VECTORS, m_n)
+    m_tile = tile_mask(m_m, m_n, EVEN_M, EVEN_N, ORDERED_SUM)
+    m_live = live_mask(i_src, pad_slot_id, HAS_SRC_IDX)
+    m_read = both(m_tile, m_live)
     m_write = m_read
     if HAS_DST_IDX:
-        m_write = (i_dst != pad_slot_id) if m_write is None else m_write & (i_dst != pad_slot_id)
+        m_write = both(m_read, i_dst != pad_slot_id)
+    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
+                                     PACKED_ROWS, BLOCK_M, BLOCK_N, ORDERED_SUM)
+    p_src = (p_state + (i_src * stride_state_s + o_base)) + o_tile
+    p_dst = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
 
-    # Packed rows: one base a program (slot, head, row block) plus offsets known at compile
-    # time, which ptxas folds into each 16-byte access (2 address registers instead of 2 an
-    # access; docs/performance.md, "Packed state rows").
-    if PACKED_ROWS:
-        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
-        o_tile = rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + cols(o_n, ORDERED_SUM)
-        p_src = (p_state + (i_src * stride_state_s + o_base)) + o_tile
-        p_dst = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
-    else:
-        o_tile = (i_h * stride_state_h + rows(o_m, ORDERED_SUM) * stride_state_p
-                  + cols(o_n, ORDERED_SUM) * stride_state_n)
-        p_src = p_state + i_src * stride_state_s + o_tile
-        p_dst = p_state + i_dst * stride_state_s + o_tile
-
-    if m_read is None:
-        b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
-    else:
-        b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
-    if PDL:  # the slot indices and the state are in flight; the rest waits for the kernel before
-        gdc_wait()
+    b_state = load_state(p_src, m_read, EVICT_FIRST)
+    wait_prior(PDL)  # the slot indices and the state are in flight; the rest waits for the kernel before
     b_x = load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p, m_vm).to(tl.float32)
     if TIE_HDIM:
         b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h).to(tl.float32)
@@ -225,8 +196,10 @@ def _selective_state_update_kernel(
         b_dA = exp_dA(b_A * rows(b_dt, ORDERED_SUM), FAST_EXP)
     b_B = load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n, m_vn).to(tl.float32)
     b_C = load(p_C + i_b * stride_C_b + i_g * stride_C_g + o_n * stride_C_n, m_vn).to(tl.float32)
+    b_D = 0.0  # unread without D
     if HAS_D:
         b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
+    b_z = b_x  # unread without z
     if HAS_Z:
         b_z = load(p_z + i_b * stride_z_b + i_h * stride_z_h + o_m * stride_z_p, m_vm).to(tl.float32)
     if STOCHASTIC:
@@ -251,17 +224,9 @@ def _selective_state_update_kernel(
                              STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
         else:
             b_store = b_state.to(p_state.dtype.element_ty)
-        tl.store(p_dst, b_store, mask=m_write, eviction_policy=STATE_EVICT)
-    if ORDERED_SUM:
-        b_out = rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
-    else:
-        b_out = tl.sum(b_state * b_C[None, :], axis=1)
-    if HAS_D:
-        b_out += b_x * b_D
-    if HAS_Z:
-        b_out *= b_z * tl.sigmoid(b_z)
-    if HAS_SRC_IDX:
-        b_out = tl.where(i_src != pad_slot_id, b_out, 0.0)
+        store_state(p_dst, b_store, m_write, EVICT_FIRST)
+    b_out = gated_out(row_sums(b_state, b_C, BLOCK_M, BLOCK_N, ORDERED_SUM), b_x, b_z, b_D, m_live,
+                      HAS_D, HAS_Z, HAS_SRC_IDX)
     tl.store(p_out + i_b * stride_out_b + i_h * stride_out_h + o_m * stride_out_p, b_out, mask=m_vm)
 # fmt: on
 

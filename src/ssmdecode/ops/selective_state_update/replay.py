@@ -43,12 +43,14 @@ reused, materialize its state with replay_flush (the checkpoint plus its cached 
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
 from ssmdecode.config import LaunchConfig, lookup_config
-from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
+from ssmdecode.ops._gdc import gdc_wait
 from ssmdecode.ops.selective_state_update.checks import (
     DEFAULT_PHILOX_ROUNDS,
     FLOAT_DTYPES,
@@ -66,15 +68,26 @@ from ssmdecode.ops.selective_state_update.checks import (
 )
 from ssmdecode.ops.selective_state_update.common import (
     STREAM_STATE,
-    col_offsets,
+    both,
     cols,
     exp_dA,
+    gated_out,
+    live_mask,
     load,
-    program_tile,
+    load_state,
+    row_sums,
     rows,
-    rowsum_upstream_order,
+    slot_index,
     softplus,
+    start_program,
+    store_state,
     stored,
+    tile_addressing,
+    tile_mask,
+    tile_offsets,
+    token_span,
+    unless,
+    wait_prior,
 )
 from ssmdecode.ops.selective_state_update.launch import (
     HEURISTICS,
@@ -91,25 +104,36 @@ __all__ = ["prepare", "replay_advance", "replay_flush", "selective_state_replay"
 _HEURISTICS = {**HEURISTICS, **given(VARLEN="p_cu_seqlens")}
 
 
+class _DraftRows(NamedTuple):
+    """Of each of the drafts' inputs a request row's pointers (x and z: this program's rows of
+    its head, B and C: its group's columns, dt: its head), or their strides over the tokens."""
+
+    x: Any
+    dt: Any
+    B: Any
+    C: Any
+    z: Any
+
+
 # fmt: off
 @triton.jit
-def _draft_inputs(p_xt, p_dtt, p_Bt, p_Ct, p_zt, tok, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-                  stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS: tl.constexpr,
-                  DT_SOFTPLUS: tl.constexpr, HAS_Z: tl.constexpr):
-    """Draft tok's inputs: x and z (their dtype; x again without z), dt' (float32), B (its
-    dtype), C (float32). m_tv and m_tn mask the rows and the columns, m_t a packed request's
-    missing drafts (each None where nothing is masked)."""
-    b_x = load(p_xt + tok * stride_x_t, m_tv)
-    b_dt = load(p_dtt + tok * stride_dt_t, m_t).to(tl.float32)
+def _draft_inputs(p, s, tok, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+                  HAS_Z: tl.constexpr):
+    """Draft tok's inputs from the rows p at the strides s (_DraftRows): x and z (their dtype;
+    x again without z), dt' (float32), B (its dtype), C (float32). m_tv and m_tn mask the rows
+    and the columns, m_t a packed request's missing drafts (each None where nothing is
+    masked)."""
+    b_x = load(p.x + tok * s.x, m_tv)
+    b_dt = load(p.dt + tok * s.dt, m_t).to(tl.float32)
     if HAS_DT_BIAS:
         b_dt += b_dt_bias
     if DT_SOFTPLUS:
         b_dt = softplus(b_dt)
-    b_B = load(p_Bt + tok * stride_B_t, m_tn)
-    b_C = load(p_Ct + tok * stride_C_t, m_tn).to(tl.float32)
+    b_B = load(p.B + tok * s.B, m_tn)
+    b_C = load(p.C + tok * s.C, m_tn).to(tl.float32)
     b_z = b_x
     if HAS_Z:
-        b_z = load(p_zt + tok * stride_z_t, m_tv)
+        b_z = load(p.z + tok * s.z, m_tv)
     return b_x, b_dt, b_B, b_C, b_z
 
 
@@ -171,35 +195,18 @@ def _selective_state_replay_kernel(
 ):
     # One program: BLOCK_M rows of one (request, head), all N columns: the checkpoint, the
     # cached tokens, the drafts.
-    if PDL:
-        gdc_launch_dependents()
-    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
+    i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
     i_g = i_h // HEADS_PER_GROUP
-    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
-    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
 
-    if VARLEN:  # packed drafts: offsets clamped to the tokens of x
-        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
-        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
-        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
-        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
-        n_tok = tl.minimum(eos - bos, T)
+    t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, True)
+    if VARLEN:
         if n_tok == 0:  # a request of no drafts is left alone: no replay, no flush (flashinfer's)
             return
-        i_xb = 0
-        t0 = bos
-    else:
-        n_tok = T
-        i_xb = i_b
-        t0 = 0
+    i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
+    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
+    i_ring = i_slot
     if HAS_SRC_IDX:
-        i_slot = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
-        m_live = i_slot != pad_slot_id
         i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
-    else:
-        i_slot = i_b.to(tl.int64)
-        m_live = None
-        i_ring = i_slot
     # Bookkeeping of the slot: where its ring starts, how many accepted tokens it holds; both
     # read-only here (replay_advance updates them once per step, for every layer).
     if HAS_SRC_IDX:
@@ -217,35 +224,15 @@ def _selective_state_replay_kernel(
     else:
         m_flush = n_old + n_tok + T > ring
 
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_n = col_offsets(BLOCK_N, ORDERED_SUM)
-    m_m = o_m < headdim
-    m_n = o_n < dstate
-    m_vm = None if EVEN_M else m_m
-    m_vn = None if EVEN_N else m_n
-    m_tile = None
-    if not EVEN_M:
-        m_tile = rows(m_m, ORDERED_SUM)
-    if not EVEN_N:
-        m_tile = cols(m_n, ORDERED_SUM) if m_tile is None else m_tile & cols(m_n, ORDERED_SUM)
-    m_read = m_tile
-    if HAS_SRC_IDX:
-        m_read = m_live if m_tile is None else m_tile & m_live
-
-    if PACKED_ROWS:
-        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
-        o_tile = rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + cols(o_n, ORDERED_SUM)
-    else:
-        o_base = i_h * 0
-        o_tile = (i_h * stride_state_h + rows(o_m, ORDERED_SUM) * stride_state_p
-                  + cols(o_n, ORDERED_SUM) * stride_state_n)
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, ORDERED_SUM)
+    m_vm = unless(EVEN_M, m_m)
+    m_vn = unless(EVEN_N, m_n)
+    m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, ORDERED_SUM), m_live)
+    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
+                                     PACKED_ROWS, BLOCK_M, BLOCK_N, ORDERED_SUM)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
-    if m_read is None:
-        b_state = tl.load(p_tile, eviction_policy=STATE_EVICT).to(tl.float32)
-    else:
-        b_state = tl.load(p_tile, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
-    if PDL:
-        gdc_wait()
+    b_state = load_state(p_tile, m_read, EVICT_FIRST)
+    wait_prior(PDL)
 
     # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
     p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
@@ -272,11 +259,12 @@ def _selective_state_replay_kernel(
         m_t = None
         if VARLEN:
             m_t = t < n_tok
-        m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
-        m_tn = m_vn if m_t is None else (m_t if m_vn is None else m_vn & m_t)
+        m_tv = both(m_vm, m_t)
+        m_tn = both(m_vn, m_t)
         drafts = drafts + (_draft_inputs(  # noqa: RUF005 (a Triton tuple)
-            p_xt, p_dtt, p_Bt, p_Ct, p_zt, t0 + t, stride_x_t, stride_dt_t, stride_B_t, stride_C_t,
-            stride_z_t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
+            _DraftRows(x=p_xt, dt=p_dtt, B=p_Bt, C=p_Ct, z=p_zt),
+            _DraftRows(x=stride_x_t, dt=stride_dt_t, B=stride_B_t, C=stride_C_t, z=stride_z_t),
+            t0 + t, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS, DT_SOFTPLUS, HAS_Z),)
 
     # 2. the cached tokens, state only, in order; a request skips those past its cached count.
     # (ptxas sinks each token's loads into its branch, so each waits a latency; issuing a
@@ -288,10 +276,8 @@ def _selective_state_replay_kernel(
             if HAS_SRC_IDX:
                 m_k = m_k & m_live
             pos = _wrap(start + k, ring)
-            b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
-                           other=0.0).to(tl.float32)
-            b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
-                           other=0.0).to(tl.float32)
+            b_xk = tl.load(p_xc + pos * stride_xc_r, mask=both(m_vm, m_k), other=0.0).to(tl.float32)
+            b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=both(m_vn, m_k), other=0.0).to(tl.float32)
             b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
             # The fma the recurrence's s * dA + dB * x becomes, written out for every config:
             # inside this branch LLVM fused the other product where the tile's layout sums
@@ -300,14 +286,14 @@ def _selective_state_replay_kernel(
                              cols(b_Bk * b_dtk, ORDERED_SUM) * rows(b_xk, ORDERED_SUM))
 
     # 3. the new checkpoint, where the ring would overflow
-    m_write = m_flush if m_read is None else m_read & m_flush
+    m_write = both(m_read, m_flush)
     if STOCHASTIC:
         b_store = stored(b_state, p_state.dtype.element_ty, tl.load(p_seed),
                          i_slot * stride_state_s + i_h * stride_state_h + o_m * stride_state_p,
                          STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
     else:
         b_store = b_state.to(p_state.dtype.element_ty)
-    tl.store(p_tile, b_store, mask=m_write, eviction_policy=STATE_EVICT)
+    store_state(p_tile, b_store, m_write, EVICT_FIRST)
 
     # 4. the drafts: out for each, their inputs appended to the ring
     b_D = 0.0
@@ -317,7 +303,7 @@ def _selective_state_replay_kernel(
         m_t = None
         if VARLEN:
             m_t = t < n_tok
-        m_tv = m_vm if m_t is None else (m_t if m_vm is None else m_vm & m_t)
+        m_tv = both(m_vm, m_t)
         tok = t0 + t
         b_x, b_dt, b_B, b_C, b_z = drafts[t]
         b_xf = b_x.to(tl.float32)
@@ -326,30 +312,19 @@ def _selective_state_replay_kernel(
         # rows by itself ((4,1), (8,1), (4,4): PTX, and the tuner's bit gate on the H200, run 67).
         b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
                          cols(b_B.to(tl.float32) * b_dt, ORDERED_SUM) * rows(b_xf, ORDERED_SUM))
-        if ORDERED_SUM:
-            b_out = rowsum_upstream_order(tl.permute(b_state, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
-        else:
-            b_out = tl.sum(b_state * b_C[None, :], axis=1)
-        if HAS_D:
-            b_out += b_xf * b_D
-        if HAS_Z:
-            b_zf = b_z.to(tl.float32)
-            b_out *= b_zf * tl.sigmoid(b_zf)
-        if HAS_SRC_IDX:
-            b_out = tl.where(m_live, b_out, 0.0)
+        b_out = gated_out(row_sums(b_state, b_C, BLOCK_M, BLOCK_N, ORDERED_SUM), b_xf, b_z, b_D, m_live,
+                          HAS_D, HAS_Z, HAS_SRC_IDX)
         tl.store(p_out + i_xb * stride_out_b + tok * stride_out_t + i_h * stride_out_h
                  + o_m * stride_out_p, b_out, mask=m_tv)
         # append: the same values the replay of a later call reads back
         pos = _wrap(start + n_old + t, ring)
-        m_app = m_live
-        if VARLEN:
-            m_app = m_t if m_app is None else m_app & m_t
-        m_appv = m_vm if m_app is None else (m_app if m_vm is None else m_vm & m_app)
+        m_app = both(m_live, m_t)
+        m_appv = both(m_vm, m_app)
         tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_appv)
         if i_m == 0:
             tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
             if i_h % HEADS_PER_GROUP == 0:
-                m_appn = m_vn if m_app is None else (m_app if m_vn is None else m_vn & m_app)
+                m_appn = both(m_vn, m_app)
                 tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_appn)
 # fmt: on
 

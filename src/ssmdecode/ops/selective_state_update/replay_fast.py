@@ -60,20 +60,33 @@ slots, R ring).
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update.common import (
     _INTERPRETED,
     STREAM_STATE,
+    both,
     exp_dA,
+    gated_out,
+    live_mask,
     load,
-    program_tile,
+    load_state,
+    slot_index,
     softplus,
+    start_program,
+    store_state,
     stored,
+    tile_addressing,
+    tile_mask,
+    tile_offsets,
+    token_span,
+    unless,
+    wait_prior,
 )
 from ssmdecode.ops.selective_state_update.launch import HEURISTICS, Launch, given, strides, tile_launch
 from ssmdecode.ops.selective_state_update.replay import _wrap
@@ -87,22 +100,6 @@ _HEURISTICS = {
 
 
 # fmt: off
-@triton.jit
-def _finish(b_y, b_x, b_z, b_D, m_live, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-            HAS_SRC_IDX: tl.constexpr):
-    """The drafts' out ([BLOCK_M, TD], or one draft's [BLOCK_M]) from their SSM part b_y: + D x,
-    times the z gate (x, z like b_y in their dtype, D broadcastable to it), 0 for a pad."""
-    b_xf = b_x.to(tl.float32)
-    if HAS_D:
-        b_y += b_xf * b_D
-    if HAS_Z:
-        b_zf = b_z.to(tl.float32)
-        b_y *= b_zf * tl.sigmoid(b_zf)
-    if HAS_SRC_IDX:
-        b_y = tl.where(m_live, b_y, 0.0)
-    return b_y
-
-
 @triton.jit
 def _column(b, o_t, t: tl.constexpr):
     """Column t of the tile b [R, TD] (o_t = arange(TD)), exactly: one value and zeros summed."""
@@ -147,43 +144,75 @@ def _dot_split(a, b, X16: tl.constexpr):
         return tl.dot(a.to(tl.float32), b, input_precision="ieee", out_dtype=tl.float32)
 
 
+class _Ring(NamedTuple):
+    """A request's ring as this program reads it: the pointers of its x rows (this program's
+    rows of the head dim), B rows (its group's columns) and dt' (its head), their strides over
+    the ring, where it starts and how many cached tokens it holds, its length; the masks of the
+    program's rows and columns (None: none masked) and of the live request (None without
+    indices)."""
+
+    p_x: Any
+    p_B: Any
+    p_dt: Any
+    stride_x: Any
+    stride_B: Any
+    stride_dt: Any
+    start: Any
+    n_old: Any
+    ring: Any
+    m_vm: Any
+    m_vn: Any
+    m_live: Any
+
+
+class _Checkpoint(NamedTuple):
+    """Where the request's new checkpoint goes: the tile's pointers and mask (None: unmasked),
+    the seed's pointer, and the slot, head and rows with the pool's strides, which give the
+    rows' offsets that key the random bits."""
+
+    p_tile: Any
+    m_tile: Any
+    p_seed: Any
+    i_slot: Any
+    i_h: Any
+    o_m: Any
+    stride_s: Any
+    stride_h: Any
+    stride_p: Any
+
+
 @triton.jit
-def _replay_cached(b_state, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start, n_old, ring,
-                   b_A, m_live, m_vm, m_vn, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr,
-                   HAS_SRC_IDX: tl.constexpr):
-    """The checkpoint b_state [BLOCK_M, BLOCK_N] with its n_old cached ring tokens replayed in
-    order, with the exact kernel's operations (replay.py): s = fma(s, exp(A dt'), (B dt') x)."""
+def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
+    """The checkpoint b_state [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
+    (_Ring) replayed in order, with the exact kernel's operations (replay.py):
+    s = fma(s, exp(A dt'), (B dt') x)."""
     # A loop of n_old tokens (Triton's interpreter takes no runtime trip count: there the
     # window, each token past the count skipped); the same operations either way.
-    for k in range(0, WINDOW if _INTERPRETED else n_old):
-        if k < n_old:
-            m_k = k < n_old
+    for k in range(0, WINDOW if _INTERPRETED else rg.n_old):
+        if k < rg.n_old:
+            m_k = k < rg.n_old
             if HAS_SRC_IDX:
-                m_k = m_k & m_live
-            pos = _wrap(start + k, ring)
-            b_xk = tl.load(p_xc + pos * stride_xc_r, mask=m_k if m_vm is None else m_vm & m_k,
-                           other=0.0).to(tl.float32)
-            b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=m_k if m_vn is None else m_vn & m_k,
-                           other=0.0).to(tl.float32)
-            b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
+                m_k = m_k & rg.m_live
+            pos = _wrap(rg.start + k, rg.ring)
+            b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
+            b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
+            b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP), (b_Bk * b_dtk)[None, :] * b_xk[:, None])
     return b_state
 
 
 @triton.jit
-def _store_state(p_tile, b_state, m_read, p_seed, o_row, STOCHASTIC: tl.constexpr,
-                 PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr, STATE_EVICT: tl.constexpr):
-    """The new checkpoint as the exact kernel stores it (its stochastic rounding for a 16-bit
-    state with a seed; o_row the rows' offsets in the pool, the random bits' keys)."""
+def _store_state(b_state, ck, STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr,
+                 EVICT_FIRST: tl.constexpr):
+    """The new checkpoint b_state stored where ck (_Checkpoint) says, as the exact kernel
+    stores it (its stochastic rounding for a 16-bit state with a seed)."""
     if STOCHASTIC:
-        b_store = stored(b_state, p_tile.dtype.element_ty, tl.load(p_seed), o_row, STREAM_STATE, True,
+        o_row = ck.i_slot * ck.stride_s + ck.i_h * ck.stride_h + ck.o_m * ck.stride_p
+        b_store = stored(b_state, ck.p_tile.dtype.element_ty, tl.load(ck.p_seed), o_row, STREAM_STATE, True,
                          PHILOX_ROUNDS, BLOCK_N, False)
     else:
-        b_store = b_state.to(p_tile.dtype.element_ty)
-    if m_read is None:
-        tl.store(p_tile, b_store, eviction_policy=STATE_EVICT)
-    else:
-        tl.store(p_tile, b_store, mask=m_read, eviction_policy=STATE_EVICT)
+        b_store = b_state.to(ck.p_tile.dtype.element_ty)
+    store_state(ck.p_tile, b_store, ck.m_tile, EVICT_FIRST)
 # fmt: on
 
 
@@ -243,35 +272,18 @@ def _selective_state_replay_fast_kernel(
     PDL: tl.constexpr,
 ):
     # One program: BLOCK_M rows of one (request, head), all N columns.
-    if PDL:
-        gdc_launch_dependents()
-    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
+    i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
     i_g = i_h // HEADS_PER_GROUP
-    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
-    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
 
-    if VARLEN:  # packed drafts: offsets clamped to the tokens of x
-        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
-        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
-        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
-        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
-        n_tok = tl.minimum(eos - bos, T)
-        if n_tok == 0:  # a request of no drafts is left alone, as in the exact route
+    t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, True)
+    if VARLEN:
+        if n_tok == 0:  # a request of no drafts is left alone: as in the exact route
             return
-        i_xb = 0
-        t0 = bos
-    else:
-        n_tok = T
-        i_xb = i_b
-        t0 = 0
+    i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
+    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
+    i_ring = i_slot
     if HAS_SRC_IDX:
-        i_slot = tl.load(p_src_idx + i_b * stride_src_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
-        m_live = i_slot != pad_slot_id
         i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
-    else:
-        i_slot = i_b.to(tl.int64)
-        m_live = None
-        i_ring = i_slot
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
     if HAS_SRC_IDX:
         n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
@@ -293,38 +305,25 @@ def _selective_state_replay_fast_kernel(
     else:  # the exact route's rule: the cached tokens and the drafts overflow the window
         m_flush = n_old + n_tok + T > ring
 
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_n = tl.arange(0, BLOCK_N)
-    m_m = o_m < headdim
-    m_n = o_n < dstate
-    m_vm = None if EVEN_M else m_m
-    m_vn = None if EVEN_N else m_n
-    m_tile = None
-    if not EVEN_M:
-        m_tile = m_m[:, None]
-    if not EVEN_N:
-        m_tile = m_n[None, :] if m_tile is None else m_tile & m_n[None, :]
-    m_read = m_tile if m_live is None else (m_live if m_tile is None else m_tile & m_live)
-
-    if PACKED_ROWS:
-        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
-        o_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + o_n[None, :]
-    else:
-        o_base = i_h * 0
-        o_tile = i_h * stride_state_h + o_m[:, None] * stride_state_p + o_n[None, :] * stride_state_n
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
+    m_vm = unless(EVEN_M, m_m)
+    m_vn = unless(EVEN_N, m_n)
+    m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
+    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
+                                     PACKED_ROWS, BLOCK_M, BLOCK_N, False)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
-    if m_read is None:
-        b_h0 = tl.load(p_tile, eviction_policy=STATE_EVICT).to(tl.float32)
-    else:
-        b_h0 = tl.load(p_tile, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
-    if PDL:
-        gdc_wait()
+    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    wait_prior(PDL)
 
     # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
     p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
     p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
     p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+    rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
+               start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
+    ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
+                     stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
 
     b_dt_bias = 0.0
     if HAS_DT_BIAS:
@@ -350,17 +349,14 @@ def _selective_state_replay_fast_kernel(
         if HAS_Z:
             b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
         if m_flush:
-            b_state = _replay_cached(b_h0, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start,
-                                     n_old, ring, b_A, m_live, m_vm, m_vn, WINDOW, FAST_EXP, HAS_SRC_IDX)
+            b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
             if not FLUSH_DRAFTS:
-                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
-                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
                              (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
             b_y = tl.sum(b_state * b_C[None, :], axis=1)
             if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
-                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
-                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         else:
             # The dual form with one token: the ring gathered in age order, masked past n_old.
             o_r = tl.arange(0, RP)
@@ -380,24 +376,22 @@ def _selective_state_replay_fast_kernel(
             b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
                      + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
             b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * tl.sum(b_B.to(tl.float32) * b_C, axis=0)) * b_xf
-        b_y = _finish(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        b_y = gated_out(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
         tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
                  b_y, mask=m_vm)
         # append: the exact kernel's position and values (a flush of FLUSH_DRAFTS none)
         m_app = m_live
         if FLUSH_DRAFTS:
-            m_app = (m_flush == 0) if m_app is None else m_app & (m_flush == 0)
+            m_app = both(m_app, m_flush == 0)
         pos = _wrap(start + n_old, ring)
-        tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_vm if m_app is None else (
-            m_app if m_vm is None else m_vm & m_app))
+        tl.store(p_xc + pos * stride_xc_r, b_x, mask=both(m_vm, m_app))
         if i_m == 0:
             if m_app is None:
                 tl.store(p_dtc + pos * stride_dtc_r, b_dt)
             else:
                 tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
             if i_h % HEADS_PER_GROUP == 0:
-                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=m_vn if m_app is None else (
-                    m_app if m_vn is None else m_vn & m_app))
+                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=both(m_vn, m_app))
     else:
         # The drafts' inputs as tiles of TD rows (the first n_tok live), all loaded before any
         # store: x, z [BLOCK_M, TD] (a column a draft), C [BLOCK_N, TD], B [TD, BLOCK_N], dt' [TD].
@@ -433,11 +427,9 @@ def _selective_state_replay_fast_kernel(
         if m_flush:
             # The exact kernel's flush, operation for operation: the cached tokens in order, the
             # new checkpoint, then the drafts by the recurrence (out only).
-            b_state = _replay_cached(b_h0, p_xc, p_Bc, p_dtc, stride_xc_r, stride_Bc_r, stride_dtc_r, start, n_old,
-                                     ring, b_A, m_live, m_vm, m_vn, WINDOW, FAST_EXP, HAS_SRC_IDX)
+            b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
             if not FLUSH_DRAFTS:
-                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
-                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             b_yf = tl.zeros((BLOCK_M, TD), dtype=tl.float32)
             for tf in tl.static_range(T):  # draft tf's inputs: column (or row) tf of the tiles
                 b_xf = _column(b_xd.to(tl.float32), o_t, tf)
@@ -447,9 +439,8 @@ def _selective_state_replay_fast_kernel(
                 b_yt = tl.sum(b_state * _column(b_CdT.to(tl.float32), o_t, tf)[None, :], axis=1)
                 b_yf += tl.where(o_t[None, :] == tf, b_yt[:, None], 0.0)
             if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
-                _store_state(p_tile, b_state, m_read, p_seed, i_slot * stride_state_s + i_h * stride_state_h
-                             + o_m * stride_state_p, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, STATE_EVICT)
-            b_yf = _finish(b_yf, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+            b_yf = gated_out(b_yf, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
             tl.store(p_out_d, b_yf, mask=m_md)
         else:
             # The dual form (module docstring): the ring gathered in age order, masked past n_old,
@@ -485,7 +476,7 @@ def _selective_state_replay_fast_kernel(
                 b_Ct = _column(b_CdT.to(tl.float32), o_t, td)
                 b_hc = tl.sum(b_h0 * b_Ct[None, :], axis=1)
                 b_y += tl.where(o_t[None, :] == td, b_hc[:, None], 0.0) * b_dec[None, :]
-            b_y = _finish(b_y, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+            b_y = gated_out(b_y, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
             tl.store(p_out_d, b_y, mask=m_md)
 
         # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)

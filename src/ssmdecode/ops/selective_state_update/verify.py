@@ -32,25 +32,38 @@ state access.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import triton
 import triton.language as tl
 
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update.checks import Call, ties_head_dim
 from ssmdecode.ops.selective_state_update.common import (
     STREAM_BUFFER,
     STREAM_STATE,
-    col_offsets,
+    both,
     cols,
     exp_dA,
+    gated_out,
+    live_mask,
     load,
-    program_tile,
+    load_index,
+    load_state,
+    row_sums,
     rows,
-    rowsum_upstream_order,
+    slot_index,
     softplus,
+    start_program,
     state_step,
+    store_state,
     stored,
+    tile_addressing,
+    tile_mask,
+    tile_offsets,
+    token_span,
+    unless,
+    wait_prior,
 )
 from ssmdecode.ops.selective_state_update.launch import (
     HEURISTICS,
@@ -77,133 +90,234 @@ _HEURISTICS = {
 }
 
 
+class _Request(NamedTuple):
+    """What a program of the multi-token kernel knows of its request: its row i_b, head i_h and
+    group i_g; its tokens x[i_xb, t0 + t] for t < n_tok; its buffer row i_buf."""
+
+    i_b: Any
+    i_h: Any
+    i_g: Any
+    i_xb: Any
+    t0: Any
+    n_tok: Any
+    i_buf: Any
+
+
+class _Pointers(NamedTuple):
+    """The tensors a token reads or writes."""
+
+    x: Any
+    dt: Any
+    B: Any
+    C: Any
+    z: Any
+    out: Any
+    dst_idx: Any
+    parent: Any
+    state: Any
+    buf: Any
+
+
+class _Strides(NamedTuple):
+    """Their strides, <tensor>_<dim>: x, dt, B, C, z, out over (b, t, h or g, p or n); the pool's
+    over slots; the per-token slots' (b, k), the buffer's over steps, the parents' (b, t). (Flat:
+    Triton 3.6 loses a constexpr of a tuple nested in a tuple passed into a while loop.)"""
+
+    x_b: Any
+    x_t: Any
+    x_h: Any
+    x_p: Any
+    dt_b: Any
+    dt_t: Any
+    dt_h: Any
+    dt_p: Any
+    B_b: Any
+    B_t: Any
+    B_g: Any
+    B_n: Any
+    C_b: Any
+    C_t: Any
+    C_g: Any
+    C_n: Any
+    z_b: Any
+    z_t: Any
+    z_h: Any
+    z_p: Any
+    out_b: Any
+    out_t: Any
+    out_h: Any
+    out_p: Any
+    state_s: Any
+    dst_b: Any
+    dst_k: Any
+    buf_t: Any
+    parent_b: Any
+    parent_t: Any
+
+
+class _Tile(NamedTuple):
+    """The program's tile: its rows and columns, its offsets in a pool slot and in a buffer
+    step (common.tile_addressing), and its masks (None: nothing masked): the vectors over
+    rows and columns, the tile read, the buffer row's, the live request (None without
+    indices)."""
+
+    o_m: Any
+    o_n: Any
+    o_base: Any
+    o_tile: Any
+    o_buf_base: Any
+    o_buf_tile: Any
+    m_vm: Any
+    m_vn: Any
+    m_read: Any
+    m_buf: Any
+    m_live: Any
+
+
+class _Shared(NamedTuple):
+    """What every token of the request shares: A, dt_bias, D (float32, each 0.0 where absent),
+    the pad slot, the rounding's seed and the offsets of the tile's rows (without the slot) in
+    the pool and in the buffer, which key its random bits."""
+
+    b_A: Any
+    b_dt_bias: Any
+    b_D: Any
+    pad_slot_id: Any
+    seed: Any
+    o_rand_state: Any
+    o_rand_buf: Any
+
+
+class _Flags(NamedTuple):
+    """The kernel's constexprs a token reads (the kernel's signature says what each means)."""
+
+    T: Any
+    DT_SOFTPLUS: Any
+    TIE_HDIM: Any
+    HAS_DT_BIAS: Any
+    HAS_D: Any
+    HAS_Z: Any
+    HAS_SRC_IDX: Any
+    DST_PER_TOKEN: Any
+    HAS_BUFFER: Any
+    HAS_PARENTS: Any
+    FAST_EXP: Any
+    STOCHASTIC: Any
+    STOCHASTIC_BUFFER: Any
+    PHILOX_ROUNDS: Any
+    BLOCK_M: Any
+    BLOCK_N: Any
+    ORDERED_SUM: Any
+    EVICT_FIRST: Any
+
+
+@triton.jit
+def _at(p, i_xb, tok, i_h, o, stride_b, stride_t, stride_h, stride_p):
+    """The elements o of token tok's head (or group) i_h of request row i_xb of a [B, T, H, P]
+    (or [B, T, G, N]) tensor at p."""
+    return p + i_xb * stride_b + tok * stride_t + i_h * stride_h + o * stride_p
+
+
 # fmt: off
 @triton.jit
-def _token(
-    b_state, t, n_tok, i_b, i_h, i_g, i_xb, t0, i_src, i_buf,
-    p_x, p_dt, p_B, p_C, p_z, p_out, p_dst_idx, p_parent, p_state, p_buf,
-    o_m, o_n, o_base, o_tile, o_buf_base, o_buf_tile,
-    b_A, b_dt_bias, b_D, m_vm, m_vn, m_read, m_buf, m_live, pad_slot_id, T,
-    seed, o_rand_state, o_rand_buf,
-    stride_state_s, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
-    stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_p,
-    stride_B_b, stride_B_t, stride_B_g, stride_B_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n,
-    stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-    stride_out_b, stride_out_t, stride_out_h, stride_out_p,
-    stride_dst_b, stride_dst_k, stride_buf_t, stride_parent_b, stride_parent_t,
-    DT_SOFTPLUS: tl.constexpr, TIE_HDIM: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
-    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
-    DST_PER_TOKEN: tl.constexpr, HAS_BUFFER: tl.constexpr, HAS_PARENTS: tl.constexpr,
-    MASK_TOKENS: tl.constexpr, KEEP_FINAL: tl.constexpr, FAST_EXP: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ORDERED_SUM: tl.constexpr,
-    STATE_EVICT: tl.constexpr, INDEX_EVICT: tl.constexpr,
-    STOCHASTIC: tl.constexpr, STOCHASTIC_BUFFER: tl.constexpr, PHILOX_ROUNDS: tl.constexpr,
-):
-    """Token t of the request: continue from its parent's state (EAGLE trees), apply it,
-    write its state where the mode says and its out. Returns the state after it."""
-    # Tokens past the request's count (packed layout, unrolled): their loads are masked and
-    # nothing of theirs is stored; only where the final state is written must they leave the
-    # state as it was.
+def _token(b_state, t, r, p, s, o, c, f, MASK_TOKENS: tl.constexpr, KEEP_FINAL: tl.constexpr):
+    """Token t of the request r (_Request): continue from its parent's state (EAGLE trees),
+    apply it, write its state where the mode says and its out. p, s, o, c, f: the kernel's
+    _Pointers, _Strides, _Tile, _Shared, _Flags. MASK_TOKENS: tokens past the request's count
+    (packed layout, unrolled) have their loads masked and nothing of theirs stored; KEEP_FINAL:
+    where the final state is written, they leave the state as it was. Returns the state after
+    token t."""
     m_t = None
     if MASK_TOKENS:
-        m_t = t < n_tok
-    m_tv = m_vm
-    if MASK_TOKENS:
-        m_tv = m_t if m_vm is None else m_vm & m_t
-    m_tn = m_vn
-    if MASK_TOKENS:
-        m_tn = m_t if m_vn is None else m_vn & m_t
-    tok = t0 + t
-    if HAS_PARENTS:
+        m_t = t < r.n_tok
+    m_tv = both(o.m_vm, m_t)
+    m_tn = both(o.m_vn, m_t)
+    tok = r.t0 + t
+    if f.HAS_PARENTS:
         if t > 0:
             # The parent's state is read back from the buffer, as this program stored it: the
             # store's and the load's layouts may give an element to different threads (with a
             # 16-bit buffer, (8,1) stored 8 columns a thread and loaded 4, and read stale
             # values on the H200), so the program's stores are made visible to it first.
             tl.debug_barrier()
-            i_par = tl.load(p_parent + i_b * stride_parent_b + t * stride_parent_t).to(tl.int64)
-            if (i_par >= 0) & (i_par < T) & (i_buf != pad_slot_id):
-                p_par = p_buf + (o_buf_base + i_par * stride_buf_t) + o_buf_tile
-                b_state = tl.load(p_par, mask=m_read).to(tl.float32)
-    b_x = load(p_x + i_xb * stride_x_b + tok * stride_x_t + i_h * stride_x_h + o_m * stride_x_p,
-               m_tv).to(tl.float32)
-    if TIE_HDIM:
+            i_par = tl.load(p.parent + r.i_b * s.parent_b + t * s.parent_t).to(tl.int64)
+            if (i_par >= 0) & (i_par < f.T) & (r.i_buf != c.pad_slot_id):
+                p_par = p.buf + (o.o_buf_base + i_par * s.buf_t) + o.o_buf_tile
+                b_state = tl.load(p_par, mask=o.m_read).to(tl.float32)
+    b_x = load(_at(p.x, r.i_xb, tok, r.i_h, o.o_m, s.x_b, s.x_t, s.x_h, s.x_p), m_tv).to(tl.float32)
+    if f.TIE_HDIM:
+        p_dt = p.dt + r.i_xb * s.dt_b + tok * s.dt_t + r.i_h * s.dt_h
         if MASK_TOKENS:
-            b_dt = tl.load(p_dt + i_xb * stride_dt_b + tok * stride_dt_t + i_h * stride_dt_h,
-                           mask=m_t, other=0.0).to(tl.float32)
+            b_dt = tl.load(p_dt, mask=m_t, other=0.0).to(tl.float32)
         else:
-            b_dt = tl.load(p_dt + i_xb * stride_dt_b + tok * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_dt += b_dt_bias
-        if DT_SOFTPLUS:
+            b_dt = tl.load(p_dt).to(tl.float32)
+        if f.HAS_DT_BIAS:
+            b_dt += c.b_dt_bias
+        if f.DT_SOFTPLUS:
             b_dt = softplus(b_dt)
-        b_dA = exp_dA(b_A * b_dt, FAST_EXP)
+        b_dA = exp_dA(c.b_A * b_dt, f.FAST_EXP)
     else:
-        b_dt = load(p_dt + i_xb * stride_dt_b + tok * stride_dt_t + i_h * stride_dt_h
-                    + o_m * stride_dt_p, m_tv).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_dt += b_dt_bias
-        if DT_SOFTPLUS:
+        b_dt = load(_at(p.dt, r.i_xb, tok, r.i_h, o.o_m, s.dt_b, s.dt_t, s.dt_h, s.dt_p), m_tv).to(tl.float32)
+        if f.HAS_DT_BIAS:
+            b_dt += c.b_dt_bias
+        if f.DT_SOFTPLUS:
             b_dt = softplus(b_dt)
-        b_dA = exp_dA(b_A * rows(b_dt, ORDERED_SUM), FAST_EXP)
-    b_B = load(p_B + i_xb * stride_B_b + tok * stride_B_t + i_g * stride_B_g + o_n * stride_B_n,
-               m_tn).to(tl.float32)
-    b_C = load(p_C + i_xb * stride_C_b + tok * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
-               m_tn).to(tl.float32)
-    if HAS_Z:
-        b_z = load(p_z + i_xb * stride_z_b + tok * stride_z_t + i_h * stride_z_h + o_m * stride_z_p,
-                   m_tv).to(tl.float32)
+        b_dA = exp_dA(c.b_A * rows(b_dt, f.ORDERED_SUM), f.FAST_EXP)
+    b_B = load(_at(p.B, r.i_xb, tok, r.i_g, o.o_n, s.B_b, s.B_t, s.B_g, s.B_n), m_tn).to(tl.float32)
+    b_C = load(_at(p.C, r.i_xb, tok, r.i_g, o.o_n, s.C_b, s.C_t, s.C_g, s.C_n), m_tn).to(tl.float32)
+    b_z = b_x  # unread without z
+    if f.HAS_Z:
+        b_z = load(_at(p.z, r.i_xb, tok, r.i_h, o.o_m, s.z_b, s.z_t, s.z_h, s.z_p), m_tv).to(tl.float32)
 
-    if TIE_HDIM:
+    if f.TIE_HDIM:
         b_dB = b_B * b_dt
     else:
-        b_dB = cols(b_B, ORDERED_SUM) * rows(b_dt, ORDERED_SUM)
-    b_new = state_step(b_state, b_dA, b_dB, rows(b_x, ORDERED_SUM), ORDERED_SUM)
+        b_dB = cols(b_B, f.ORDERED_SUM) * rows(b_dt, f.ORDERED_SUM)
+    b_new = state_step(b_state, b_dA, b_dB, rows(b_x, f.ORDERED_SUM), f.ORDERED_SUM)
     if KEEP_FINAL:  # exact: the final state is the last live token's
         b_state = tl.where(m_t, b_new, b_state)
     else:
         b_state = b_new
 
-    if DST_PER_TOKEN:  # vLLM: token t's state to its own slot
-        i_dst = tl.load(p_dst_idx + i_b * stride_dst_b + t * stride_dst_k,
-                        eviction_policy=INDEX_EVICT).to(tl.int64)
-        m_dst = i_dst != pad_slot_id
-        if MASK_TOKENS:
-            m_dst = m_dst & m_t
-        if m_read is not None:  # the tile's masks, and no slot written for a pad request
-            m_dst = m_dst & m_read
-        if STOCHASTIC:
-            b_store = stored(b_new, p_state.dtype.element_ty, seed,
-                             i_dst * stride_state_s + o_rand_state,
-                             STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+    if f.DST_PER_TOKEN:  # vLLM: token t's state to its own slot
+        i_dst = load_index(p.dst_idx + r.i_b * s.dst_b + t * s.dst_k, f.EVICT_FIRST)
+        # the tile's masks, and no slot written for a pad request
+        m_dst = both(both(i_dst != c.pad_slot_id, m_t), o.m_read)
+        if f.STOCHASTIC:
+            b_store = stored(b_new, p.state.dtype.element_ty, c.seed, i_dst * s.state_s + c.o_rand_state,
+                             STREAM_STATE, True, f.PHILOX_ROUNDS, f.BLOCK_N, f.ORDERED_SUM)
         else:
-            b_store = b_new.to(p_state.dtype.element_ty)
-        tl.store((p_state + (i_dst * stride_state_s + o_base)) + o_tile, b_store, mask=m_dst,
-                 eviction_policy=STATE_EVICT)
-    if HAS_BUFFER:  # sglang: token t's state to the buffer's row of the request
-        m_b = m_buf
-        if MASK_TOKENS:
-            m_b = m_t if m_b is None else m_b & m_t
-        if STOCHASTIC and STOCHASTIC_BUFFER:
-            b_store = stored(b_new, p_buf.dtype.element_ty, seed,
-                             o_rand_buf + t * stride_buf_t, STREAM_BUFFER, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
+            b_store = b_new.to(p.state.dtype.element_ty)
+        store_state((p.state + (i_dst * s.state_s + o.o_base)) + o.o_tile, b_store, m_dst, f.EVICT_FIRST)
+    if f.HAS_BUFFER:  # sglang: token t's state to the buffer's row of the request
+        m_b = both(o.m_buf, m_t)
+        if f.STOCHASTIC and f.STOCHASTIC_BUFFER:
+            b_store = stored(b_new, p.buf.dtype.element_ty, c.seed, c.o_rand_buf + t * s.buf_t,
+                             STREAM_BUFFER, True, f.PHILOX_ROUNDS, f.BLOCK_N, f.ORDERED_SUM)
         else:
-            b_store = b_new.to(p_buf.dtype.element_ty)
-        tl.store(p_buf + (o_buf_base + t * stride_buf_t) + o_buf_tile, b_store, mask=m_b,
-                 eviction_policy=STATE_EVICT)
+            b_store = b_new.to(p.buf.dtype.element_ty)
+        store_state(p.buf + (o.o_buf_base + t * s.buf_t) + o.o_buf_tile, b_store, m_b, f.EVICT_FIRST)
 
-    if ORDERED_SUM:
-        b_out = rowsum_upstream_order(tl.permute(b_new, (1, 0, 2)), b_C, BLOCK_M, BLOCK_N)
-    else:
-        b_out = tl.sum(b_new * b_C[None, :], axis=1)
-    if HAS_D:
-        b_out += b_x * b_D
-    if HAS_Z:
-        b_out *= b_z * tl.sigmoid(b_z)
-    if HAS_SRC_IDX:
-        b_out = tl.where(m_live, b_out, 0.0)
-    tl.store(p_out + i_xb * stride_out_b + tok * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
-             b_out, mask=m_tv)
+    b_out = gated_out(row_sums(b_new, b_C, f.BLOCK_M, f.BLOCK_N, f.ORDERED_SUM), b_x, b_z, c.b_D, o.m_live,
+                      f.HAS_D, f.HAS_Z, f.HAS_SRC_IDX)
+    tl.store(_at(p.out, r.i_xb, tok, r.i_h, o.o_m, s.out_b, s.out_t, s.out_h, s.out_p), b_out, mask=m_tv)
+    return b_state
+
+
+@triton.jit
+def _tokens(b_state, r, p, s, o, c, f, UNROLLED: tl.constexpr, MASK_TOKENS: tl.constexpr,
+            KEEP_FINAL: tl.constexpr):
+    """The request's tokens in order (_token), from the state b_state: the T tokens unrolled
+    (UNROLLED; MASK_TOKENS, KEEP_FINAL as _token's), or a loop over the request's count.
+    Returns the state after the last."""
+    if UNROLLED:
+        for t in tl.static_range(f.T):
+            b_state = _token(b_state, t, r, p, s, o, c, f, MASK_TOKENS, KEEP_FINAL)
+    else:  # a while loop: Triton's interpreter cannot take range() of a loaded count
+        t = 0
+        while t < r.n_tok:
+            b_state = _token(b_state, t, r, p, s, o, c, f, False, False)
+            t += 1
     return b_state
 # fmt: on
 
@@ -268,101 +382,52 @@ def _selective_state_update_multi_token_kernel(
 ):
     # One program: BLOCK_M rows of the head dim of one (request, head), all N columns, every
     # token of the request.
-    if PDL:
-        gdc_launch_dependents()
-    i_m, i_b, i_h = program_tile(SLOT_MAJOR)
+    i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
     i_g = i_h // HEADS_PER_GROUP
-    STATE_EVICT: tl.constexpr = "evict_first" if EVICT_FIRST else ""
-    INDEX_EVICT: tl.constexpr = "evict_last" if EVICT_FIRST else ""
 
-    # The request's tokens: x[i_xb, t0 + t] for t < n_tok. Packed offsets are clamped to the
-    # tokens of x, so that no cu_seqlens can read or write outside x and out.
+    # The request's tokens: x[i_xb, t0 + t] for t < n_tok.
+    t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, UNROLLED)
     if VARLEN:
-        bos = tl.load(p_cu_seqlens + i_b).to(tl.int64)
-        eos = tl.load(p_cu_seqlens + i_b + 1).to(tl.int64)
-        bos = tl.minimum(tl.maximum(bos, 0), total_tokens)
-        eos = tl.minimum(tl.maximum(eos, bos), total_tokens)
-        n_tok = eos - bos
-        if UNROLLED:
-            n_tok = tl.minimum(n_tok, T)
         if n_tok == 0:  # a request of no tokens: nothing to do (vLLM's kernel returns too)
             return
-        i_xb = 0
-        t0 = bos
-    else:
-        n_tok = T
-        i_xb = i_b
-        t0 = 0
 
     if HAS_SRC_IDX:
         if HAS_ACCEPTED:  # the slot of the last accepted token, within the row's columns
-            k0 = tl.load(p_accepted + i_b, eviction_policy=INDEX_EVICT).to(tl.int64) - 1
+            k0 = load_index(p_accepted + i_b, EVICT_FIRST) - 1
             k0 = tl.minimum(tl.maximum(k0, 0), src_columns - 1)
         else:
             k0 = 0
-        i_src = tl.load(p_src_idx + i_b * stride_src_b + k0 * stride_src_k,
-                        eviction_policy=INDEX_EVICT).to(tl.int64)
+        i_src = load_index(p_src_idx + i_b * stride_src_b + k0 * stride_src_k, EVICT_FIRST)
     else:
         i_src = i_b.to(tl.int64)
-    if HAS_DST_IDX and not DST_PER_TOKEN:
-        i_dst = tl.load(p_dst_idx + i_b * stride_dst_b, eviction_policy=INDEX_EVICT).to(tl.int64)
-    else:
-        i_dst = i_src
-    if HAS_BUFFER_IDX:
-        i_buf = tl.load(p_buf_idx + i_b * stride_buf_idx, eviction_policy=INDEX_EVICT).to(tl.int64)
-    else:
-        i_buf = i_src
+    i_dst = slot_index(p_dst_idx, i_b * stride_dst_b, i_src, HAS_DST_IDX and not DST_PER_TOKEN, EVICT_FIRST)
+    i_buf = slot_index(p_buf_idx, i_b * stride_buf_idx, i_src, HAS_BUFFER_IDX, EVICT_FIRST)
 
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_n = col_offsets(BLOCK_N, ORDERED_SUM)
-    m_m = o_m < headdim
-    m_n = o_n < dstate
-    m_vm = None if EVEN_M and EVEN_VECTORS else m_m
-    m_vn = None if EVEN_N and EVEN_VECTORS else m_n
-    m_tile = None
-    if not EVEN_M:
-        m_tile = rows(m_m, ORDERED_SUM)
-    if not EVEN_N:
-        m_tile = cols(m_n, ORDERED_SUM) if m_tile is None else m_tile & cols(m_n, ORDERED_SUM)
-    m_live = None
-    m_read = m_tile
-    if HAS_SRC_IDX:
-        m_live = i_src != pad_slot_id
-        m_read = m_live if m_tile is None else m_tile & m_live
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, ORDERED_SUM)
+    m_vm = unless(EVEN_M and EVEN_VECTORS, m_m)
+    m_vn = unless(EVEN_N and EVEN_VECTORS, m_n)
+    m_tile = tile_mask(m_m, m_n, EVEN_M, EVEN_N, ORDERED_SUM)
+    m_live = live_mask(i_src, pad_slot_id, HAS_SRC_IDX)
+    m_read = both(m_tile, m_live)
     m_final = m_read
     if HAS_DST_IDX and not DST_PER_TOKEN:
-        m_final = (i_dst != pad_slot_id) if m_final is None else m_final & (i_dst != pad_slot_id)
+        m_final = both(m_final, i_dst != pad_slot_id)
     m_buf = m_read
     if HAS_BUFFER_IDX:
-        m_buf = (i_buf != pad_slot_id) if m_buf is None else m_buf & (i_buf != pad_slot_id)
+        m_buf = both(m_buf, i_buf != pad_slot_id)
 
-    # A slot's tile: one base a program plus offsets known at compile time where the rows are
-    # packed (decode.py, "Packed rows"); the buffer's rows likewise.
-    if PACKED_ROWS:
-        o_base = i_h * stride_state_h + i_m * (BLOCK_M * BLOCK_N)
-        o_tile = rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + cols(o_n, ORDERED_SUM)
-    else:
-        o_base = i_h * 0
-        o_tile = (i_h * stride_state_h + rows(o_m, ORDERED_SUM) * stride_state_p
-                  + cols(o_n, ORDERED_SUM) * stride_state_n)
+    # A slot's tile (common.tile_addressing), and a buffer row's step likewise.
+    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
+                                     PACKED_ROWS, BLOCK_M, BLOCK_N, ORDERED_SUM)
     o_buf_base = i_buf * 0
     o_buf_tile = o_tile
     if HAS_BUFFER:
-        if BUFFER_PACKED:
-            o_buf_base = i_buf * stride_buf_r + i_h * stride_buf_h + i_m * (BLOCK_M * BLOCK_N)
-            o_buf_tile = rows(tl.arange(0, BLOCK_M), ORDERED_SUM) * BLOCK_N + cols(o_n, ORDERED_SUM)
-        else:
-            o_buf_base = i_buf * stride_buf_r
-            o_buf_tile = (i_h * stride_buf_h + rows(o_m, ORDERED_SUM) * stride_buf_p
-                          + cols(o_n, ORDERED_SUM) * stride_buf_n)
+        o_buf_base, o_buf_tile = tile_addressing(i_buf * stride_buf_r, i_h, i_m, o_m, o_n, stride_buf_h,
+                                                 stride_buf_p, stride_buf_n, BUFFER_PACKED, BLOCK_M, BLOCK_N,
+                                                 ORDERED_SUM)
 
-    p_src = (p_state + (i_src * stride_state_s + o_base)) + o_tile
-    if m_read is None:
-        b_state = tl.load(p_src, eviction_policy=STATE_EVICT).to(tl.float32)
-    else:
-        b_state = tl.load(p_src, mask=m_read, other=0.0, eviction_policy=STATE_EVICT).to(tl.float32)
-    if PDL:
-        gdc_wait()
+    b_state = load_state((p_state + (i_src * stride_state_s + o_base)) + o_tile, m_read, EVICT_FIRST)
+    wait_prior(PDL)
 
     # What every token shares: A (and with it dA's factor), dt_bias, D.
     if TIE_HDIM:
@@ -391,50 +456,34 @@ def _selective_state_update_multi_token_kernel(
         seed = tl.load(p_seed)
         o_rand_state = i_h * stride_state_h + o_m * stride_state_p
         o_rand_buf = i_buf * stride_buf_r + i_h * stride_buf_h + o_m * stride_buf_p
-    MASK_TOKENS: tl.constexpr = VARLEN and UNROLLED
-    KEEP_FINAL: tl.constexpr = MASK_TOKENS and WRITE_FINAL
-    if UNROLLED:
-        for t in tl.static_range(T):
-            b_state = _token(
-                b_state, t, n_tok, i_b, i_h, i_g, i_xb, t0, i_src, i_buf,
-                p_x, p_dt, p_B, p_C, p_z, p_out, p_dst_idx, p_parent, p_state, p_buf,
-                o_m, o_n, o_base, o_tile, o_buf_base, o_buf_tile,
-                b_A, b_dt_bias, b_D, m_vm, m_vn, m_read, m_buf, m_live, pad_slot_id, T,
-                seed, o_rand_state, o_rand_buf,
-                stride_state_s, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
-                stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_p,
-                stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-                stride_C_b, stride_C_t, stride_C_g, stride_C_n,
-                stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-                stride_out_b, stride_out_t, stride_out_h, stride_out_p,
-                stride_dst_b, stride_dst_k, stride_buf_t, stride_parent_b, stride_parent_t,
-                DT_SOFTPLUS, TIE_HDIM, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, DST_PER_TOKEN,
-                HAS_BUFFER, HAS_PARENTS, MASK_TOKENS, KEEP_FINAL, FAST_EXP, BLOCK_M, BLOCK_N,
-                ORDERED_SUM, STATE_EVICT, INDEX_EVICT, STOCHASTIC, STOCHASTIC_BUFFER,
-                PHILOX_ROUNDS,
-            )
-    else:  # a while loop: Triton's interpreter cannot take range() of a loaded count
-        t = 0
-        while t < n_tok:
-            b_state = _token(
-                b_state, t, n_tok, i_b, i_h, i_g, i_xb, t0, i_src, i_buf,
-                p_x, p_dt, p_B, p_C, p_z, p_out, p_dst_idx, p_parent, p_state, p_buf,
-                o_m, o_n, o_base, o_tile, o_buf_base, o_buf_tile,
-                b_A, b_dt_bias, b_D, m_vm, m_vn, m_read, m_buf, m_live, pad_slot_id, T,
-                seed, o_rand_state, o_rand_buf,
-                stride_state_s, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
-                stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_p,
-                stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-                stride_C_b, stride_C_t, stride_C_g, stride_C_n,
-                stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-                stride_out_b, stride_out_t, stride_out_h, stride_out_p,
-                stride_dst_b, stride_dst_k, stride_buf_t, stride_parent_b, stride_parent_t,
-                DT_SOFTPLUS, TIE_HDIM, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, DST_PER_TOKEN,
-                HAS_BUFFER, HAS_PARENTS, False, False, FAST_EXP, BLOCK_M, BLOCK_N,
-                ORDERED_SUM, STATE_EVICT, INDEX_EVICT, STOCHASTIC, STOCHASTIC_BUFFER,
-                PHILOX_ROUNDS,
-            )
-            t += 1
+
+    # The tokens, each from the state the one before left (or its parent's), their loads masked
+    # past a packed request's count where unrolled. (The tuples are built in the call: a tuple
+    # assigned to a name would turn its constexprs into tensors.)
+    b_state = _tokens(
+        b_state,
+        _Request(i_b=i_b, i_h=i_h, i_g=i_g, i_xb=i_xb, t0=t0, n_tok=n_tok, i_buf=i_buf),
+        _Pointers(x=p_x, dt=p_dt, B=p_B, C=p_C, z=p_z, out=p_out, dst_idx=p_dst_idx, parent=p_parent,
+                  state=p_state, buf=p_buf),
+        _Strides(x_b=stride_x_b, x_t=stride_x_t, x_h=stride_x_h, x_p=stride_x_p,
+                 dt_b=stride_dt_b, dt_t=stride_dt_t, dt_h=stride_dt_h, dt_p=stride_dt_p,
+                 B_b=stride_B_b, B_t=stride_B_t, B_g=stride_B_g, B_n=stride_B_n,
+                 C_b=stride_C_b, C_t=stride_C_t, C_g=stride_C_g, C_n=stride_C_n,
+                 z_b=stride_z_b, z_t=stride_z_t, z_h=stride_z_h, z_p=stride_z_p,
+                 out_b=stride_out_b, out_t=stride_out_t, out_h=stride_out_h, out_p=stride_out_p,
+                 state_s=stride_state_s, dst_b=stride_dst_b, dst_k=stride_dst_k, buf_t=stride_buf_t,
+                 parent_b=stride_parent_b, parent_t=stride_parent_t),
+        _Tile(o_m=o_m, o_n=o_n, o_base=o_base, o_tile=o_tile, o_buf_base=o_buf_base, o_buf_tile=o_buf_tile,
+              m_vm=m_vm, m_vn=m_vn, m_read=m_read, m_buf=m_buf, m_live=m_live),
+        _Shared(b_A=b_A, b_dt_bias=b_dt_bias, b_D=b_D, pad_slot_id=pad_slot_id, seed=seed,
+                o_rand_state=o_rand_state, o_rand_buf=o_rand_buf),
+        _Flags(T=T, DT_SOFTPLUS=DT_SOFTPLUS, TIE_HDIM=TIE_HDIM, HAS_DT_BIAS=HAS_DT_BIAS, HAS_D=HAS_D, HAS_Z=HAS_Z,
+               HAS_SRC_IDX=HAS_SRC_IDX, DST_PER_TOKEN=DST_PER_TOKEN, HAS_BUFFER=HAS_BUFFER,
+               HAS_PARENTS=HAS_PARENTS, FAST_EXP=FAST_EXP, STOCHASTIC=STOCHASTIC,
+               STOCHASTIC_BUFFER=STOCHASTIC_BUFFER, PHILOX_ROUNDS=PHILOX_ROUNDS, BLOCK_M=BLOCK_M,
+               BLOCK_N=BLOCK_N, ORDERED_SUM=ORDERED_SUM, EVICT_FIRST=EVICT_FIRST),
+        UNROLLED, VARLEN and UNROLLED, VARLEN and UNROLLED and WRITE_FINAL,
+    )
 
     if WRITE_FINAL:
         p_final = (p_state + (i_dst * stride_state_s + o_base)) + o_tile
@@ -444,7 +493,7 @@ def _selective_state_update_multi_token_kernel(
                              STREAM_STATE, True, PHILOX_ROUNDS, BLOCK_N, ORDERED_SUM)
         else:
             b_store = b_state.to(p_state.dtype.element_ty)
-        tl.store(p_final, b_store, mask=m_final, eviction_policy=STATE_EVICT)
+        store_state(p_final, b_store, m_final, EVICT_FIRST)
 # fmt: on
 
 
