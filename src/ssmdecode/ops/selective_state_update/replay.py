@@ -329,6 +329,57 @@ def _selective_state_replay_kernel(
 # fmt: on
 
 
+def _check_rings(
+    x_cache: object,
+    B_cache: object,
+    dt_cache: object,
+    ring_start: object,
+    num_cached: object,
+    state: torch.Tensor,
+    x: torch.Tensor,
+    B: torch.Tensor,
+    batch: int,
+    cursors_by_request: bool,
+) -> int:
+    """The rings (x's, B's dtypes; dt' float32) and the cursors (a slot's, or with
+    cursors_by_request a request's num_cached and no ring_start); returns R."""
+    slots, nheads, headdim, dstate = state.shape
+    ngroups, device = B.shape[-2], state.device
+    if not isinstance(x_cache, torch.Tensor) or x_cache.dim() != 4:
+        raise ValueError(
+            f"x_cache must be a tensor [S, H, R, P]; got "
+            f"{tuple(x_cache.shape) if isinstance(x_cache, torch.Tensor) else type(x_cache).__name__}"
+        )
+    ring = x_cache.shape[2]
+    expect(
+        "x_cache",
+        x_cache,
+        (slots, nheads, ring, headdim),
+        (x.dtype,),
+        device,
+        "(slots, heads, ring, head dim), in x's dtype",
+    )
+    expect(
+        "B_cache",
+        B_cache,
+        (slots, ngroups, ring, dstate),
+        (B.dtype,),
+        device,
+        "(slots, groups, ring, state dim), in B's dtype",
+    )
+    expect(
+        "dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device, "(slots, heads, ring), float32"
+    )
+    if cursors_by_request:
+        if ring_start is not None:
+            raise ValueError("with cursors kept a request, ring_start must be None (rings start at row 0)")
+        expect("num_cached", num_cached, (batch,), (torch.int32,), device, "(one int32 a request)")
+    else:
+        for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
+            expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
+    return ring
+
+
 def _check_replay(
     state,
     x_cache,
@@ -434,38 +485,9 @@ def _check_replay(
             "and N for A: one dt' a head, as Mamba2 models pass them): the ring holds "
             "one dt' a head"
         )
-    if not isinstance(x_cache, torch.Tensor) or x_cache.dim() != 4:
-        raise ValueError(
-            f"x_cache must be a tensor [S, H, R, P]; got "
-            f"{tuple(x_cache.shape) if isinstance(x_cache, torch.Tensor) else type(x_cache).__name__}"
-        )
-    ring = x_cache.shape[2]
-    expect(
-        "x_cache",
-        x_cache,
-        (slots, nheads, ring, headdim),
-        (x.dtype,),
-        device,
-        "(slots, heads, ring, head dim), in x's dtype",
+    ring = _check_rings(
+        x_cache, B_cache, dt_cache, ring_start, num_cached, state, x, B, batch, cursors_by_request
     )
-    expect(
-        "B_cache",
-        B_cache,
-        (slots, ngroups, ring, dstate),
-        (B.dtype,),
-        device,
-        "(slots, groups, ring, state dim), in B's dtype",
-    )
-    expect(
-        "dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device, "(slots, heads, ring), float32"
-    )
-    if cursors_by_request:
-        if ring_start is not None:
-            raise ValueError("with cursors kept a request, ring_start must be None (rings start at row 0)")
-        expect("num_cached", num_cached, (batch,), (torch.int32,), device, "(one int32 a request)")
-    else:
-        for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
-            expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
     _check_ring_length(ring, tokens, f"x_cache holds a ring of {ring} tokens")
     if state_batch_indices is not None:
         expect(
@@ -582,42 +604,81 @@ def prepare(
     pdl = pdl and state.device.type == "cuda"
     if pdl and gdc_wait is None:
         raise ValueError(f"pdl=True needs Triton >= 3.3; got Triton {triton.__version__}")
-    if not exact:
-        # The fast route builds on this module's checks and jit helpers, so it is imported here.
-        from ssmdecode.ops.selective_state_update.replay_fast import fast_launch
+    launch = dict(
+        state=state,
+        x_cache=x_cache,
+        B_cache=B_cache,
+        dt_cache=dt_cache,
+        ring_start=ring_start,
+        num_cached=num_cached,
+        x=x,
+        dt=dt,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        out=out,
+        state_batch_indices=state_batch_indices,
+        cu_seqlens=cu_seqlens,
+        rand_seed=rand_seed,
+        pad_slot_id=pad_slot_id,
+        tokens=tokens,
+        ring=ring,
+        dt_softplus=dt_softplus,
+        fast_exp=fast_exp,
+        philox_rounds=philox_rounds,
+        config=config,
+        pdl=pdl,
+        flush=_flush,
+    )
+    if exact:
+        return result, exact_launch(**launch)
+    # The fast route builds on this module's checks and jit helpers, so it is imported here.
+    from ssmdecode.ops.selective_state_update.replay_fast import fast_launch
 
-        return result, fast_launch(
-            state,
-            x_cache,
-            B_cache,
-            dt_cache,
-            ring_start,
-            num_cached,
-            x,
-            dt,
-            A,
-            B,
-            C,
-            D,
-            z,
-            dt_bias,
-            out,
-            state_batch_indices=state_batch_indices,
-            cu_seqlens=cu_seqlens,
-            rand_seed=rand_seed,
-            pad_slot_id=pad_slot_id,
-            tokens=tokens,
-            ring=ring,
-            dt_softplus=dt_softplus,
-            fast_exp=fast_exp,
-            philox_rounds=philox_rounds,
-            config=config,
-            pdl=pdl,
-            flush=_flush,
-            host_flush=_host_flush,
-            flush_drafts=_flush_drafts,
-            cursor_by_request=_cursors_by_request,
-        )
+    return result, fast_launch(
+        **launch,
+        host_flush=_host_flush,
+        flush_drafts=_flush_drafts,
+        cursor_by_request=_cursors_by_request,
+    )
+
+
+def exact_launch(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    out: torch.Tensor,
+    *,
+    state_batch_indices: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    rand_seed: torch.Tensor | None,
+    pad_slot_id: int,
+    tokens: int,
+    ring: int,
+    dt_softplus: bool,
+    fast_exp: bool,
+    philox_rounds: int,
+    config: LaunchConfig,
+    pdl: bool,
+    flush: bool,
+) -> Launch:
+    """The exact route's launch of checked arguments (x, dt, B, C, z, out as [B', T', ...]),
+    shaped as replay_fast.fast_launch: the grid, the arguments and the flags."""
+    headdim, dstate = state.shape[-2:]
     block_n = triton.next_power_of_2(dstate)
     check_ordered_sum(config, block_n, dstate)
     nheads = state.shape[1]
@@ -663,7 +724,7 @@ def prepare(
     flags = dict(
         T=tokens,
         WINDOW=ring - tokens,
-        FLUSH=_flush,
+        FLUSH=flush,
         HEADS_PER_GROUP=nheads // B.shape[-2],
         DT_SOFTPLUS=dt_softplus,
         EVEN_M=headdim % config.block_m == 0,
@@ -678,9 +739,8 @@ def prepare(
         PDL=pdl,
         num_warps=config.num_warps,
     )
-    return result, tile_launch(
-        _selective_state_replay_kernel, config, headdim, nheads, batch, args, flags, pdl
-    )
+    batch = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1  # the requests
+    return tile_launch(_selective_state_replay_kernel, config, headdim, nheads, batch, args, flags, pdl)
 
 
 def _check_ring_length(ring: int, tokens: int, what: str) -> None:
