@@ -126,6 +126,11 @@ def test_stochastic_rounding_fences_its_loads(compiled: dict[str, list[list[str]
 def _import_ptx_snapshot() -> ModuleType:
     """benchmarks/ptx_snapshot.py as a module, the environment as it was (the script drops
     TRITON_INTERPRET when it is imported)."""
+    # ptx_snapshot's own imports first, under the interpreter: a kernel module first imported
+    # with TRITON_INTERPRET dropped would define its kernels for the GPU for the rest of the
+    # session (bench.ceiling's streams then failed test_cli_bench_replay.py after this file).
+    importlib.import_module("ssmdecode.bench.compile")
+    importlib.import_module("ssmdecode.bench.spec")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     env = dict(os.environ)
     try:

@@ -664,3 +664,10 @@ def stored(
         return _stochastic_round(v, r, dtype)
     else:
         return v.to(dtype)
+
+
+@triton.jit
+def wrap(pos, ring):
+    """pos mod ring for pos in [0, 2 ring) (a replay ring's row: start is clamped into
+    [0, ring), offsets are below ring): a compare and a select instead of a signed remainder."""
+    return tl.where(pos >= ring, pos - ring, pos)

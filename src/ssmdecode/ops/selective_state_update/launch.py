@@ -114,3 +114,77 @@ def check_ordered_sum(config: LaunchConfig, block_n: int, dstate: int) -> None:
             f"config {config.label} sums rows in the upstream order, which is defined for "
             f"{ORDERED_MIN_N} <= dstate <= {ORDERED_MAX_N}; got dstate {dstate}"
         )
+
+
+def replay_arguments(
+    state: torch.Tensor,
+    x_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    ring_start: torch.Tensor | None,
+    num_cached: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    out: torch.Tensor,
+    state_batch_indices: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    rand_seed: torch.Tensor | None,
+    pad_slot_id: int,
+    ring: int,
+) -> dict[str, Any]:
+    """The keyword arguments both replay kernels take (the exact route's and the fast one's):
+    pointers p_<tensor>, sizes, strides stride_<tensor>_<dim>; x, dt, B, C, z, out as
+    [B', T', ...] (a packed call as one row)."""
+    headdim, dstate = state.shape[-2:]
+    kwargs: dict[str, Any] = dict(
+        p_state=state,
+        p_x_cache=x_cache,
+        p_B_cache=B_cache,
+        p_dt_cache=dt_cache,
+        p_ring_start=ring_start,
+        p_cached=num_cached,
+        p_x=x,
+        p_dt=dt,
+        p_dt_bias=dt_bias,
+        p_A=A,
+        p_B=B,
+        p_C=C,
+        p_D=D,
+        p_z=z,
+        p_out=out,
+        p_src_idx=state_batch_indices,
+        p_cu_seqlens=cu_seqlens,
+        p_seed=rand_seed,
+        headdim=headdim,
+        dstate=dstate,
+        pad_slot_id=pad_slot_id,
+        total_tokens=x.shape[1],
+        ring=ring,
+    )
+    named = (
+        ("state", state, "s", "h", "p", "n"),
+        ("xc", x_cache, "s", "h", "r", "p"),
+        ("Bc", B_cache, "s", "g", "r", "n"),
+        ("dtc", dt_cache, "s", "h", "r"),
+        ("x", x, "b", "t", "h", "p"),
+        ("B", B, "b", "t", "g", "n"),
+        ("C", C, "b", "t", "g", "n"),
+        ("out", out, "b", "t", "h", "p"),
+    )
+    for name, t, *dims in named:
+        kwargs.update({f"stride_{name}_{d}": s for d, s in zip(dims, t.stride(), strict=True)})
+    kwargs.update(zip(("stride_dt_b", "stride_dt_t", "stride_dt_h"), dt.stride()[:3], strict=True))
+    kwargs.update(zip(("stride_D_h", "stride_D_p"), strides(D, 2), strict=True))
+    kwargs.update(zip(("stride_z_b", "stride_z_t", "stride_z_h", "stride_z_p"), strides(z, 4), strict=True))
+    kwargs.update(
+        stride_dt_bias_h=0 if dt_bias is None else dt_bias.stride(0),
+        stride_A_h=A.stride(0),
+        stride_src_idx=0 if state_batch_indices is None else state_batch_indices.stride(0),
+    )
+    return kwargs

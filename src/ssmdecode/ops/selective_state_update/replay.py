@@ -88,16 +88,18 @@ from ssmdecode.ops.selective_state_update.common import (
     token_span,
     unless,
     wait_prior,
+    wrap,
 )
 from ssmdecode.ops.selective_state_update.launch import (
     HEURISTICS,
     Launch,
     check_ordered_sum,
     given,
+    replay_arguments,
     run_on,
-    strides,
     tile_launch,
 )
+from ssmdecode.ops.selective_state_update.replay_fast import fast_launch
 
 __all__ = ["prepare", "replay_advance", "replay_flush", "selective_state_replay"]
 
@@ -137,11 +139,6 @@ def _draft_inputs(p, s, tok, m_tv, m_tn, m_t, b_dt_bias, HAS_DT_BIAS: tl.constex
     return b_x, b_dt, b_B, b_C, b_z
 
 
-@triton.jit
-def _wrap(pos, ring):
-    """pos mod ring for pos in [0, 2 ring) (start is clamped into [0, ring), offsets are below
-    ring): a compare and a select instead of a signed remainder."""
-    return tl.where(pos >= ring, pos - ring, pos)
 # fmt: on
 
 
@@ -275,7 +272,7 @@ def _selective_state_replay_kernel(
             m_k = k < n_old
             if HAS_SRC_IDX:
                 m_k = m_k & m_live
-            pos = _wrap(start + k, ring)
+            pos = wrap(start + k, ring)
             b_xk = tl.load(p_xc + pos * stride_xc_r, mask=both(m_vm, m_k), other=0.0).to(tl.float32)
             b_Bk = tl.load(p_Bc + pos * stride_Bc_r, mask=both(m_vn, m_k), other=0.0).to(tl.float32)
             b_dtk = tl.load(p_dtc + pos * stride_dtc_r, mask=m_k, other=0.0)
@@ -317,7 +314,7 @@ def _selective_state_replay_kernel(
         tl.store(p_out + i_xb * stride_out_b + tok * stride_out_t + i_h * stride_out_h
                  + o_m * stride_out_p, b_out, mask=m_tv)
         # append: the same values the replay of a later call reads back
-        pos = _wrap(start + n_old + t, ring)
+        pos = wrap(start + n_old + t, ring)
         m_app = both(m_live, m_t)
         m_appv = both(m_vm, m_app)
         tl.store(p_xc + pos * stride_xc_r, b_x, mask=m_appv)
@@ -635,9 +632,6 @@ def prepare(
     )
     if exact:
         return result, exact_launch(**launch)
-    # The fast route builds on this module's checks and jit helpers, so it is imported here.
-    from ssmdecode.ops.selective_state_update.replay_fast import fast_launch
-
     return result, fast_launch(
         **launch,
         host_flush=_host_flush,
@@ -682,45 +676,10 @@ def exact_launch(
     block_n = triton.next_power_of_2(dstate)
     check_ordered_sum(config, block_n, dstate)
     nheads = state.shape[1]
-    args = (
-        state,
-        x_cache,
-        B_cache,
-        dt_cache,
-        ring_start,
-        num_cached,
-        x,
-        dt,
-        dt_bias,
-        A,
-        B,
-        C,
-        D,
-        z,
-        out,
-        state_batch_indices,
-        cu_seqlens,
-        rand_seed,
-        headdim,
-        dstate,
-        pad_slot_id,
-        x.shape[1],
-        ring,
-        *state.stride(),
-        *x_cache.stride(),
-        *B_cache.stride(),
-        *dt_cache.stride(),
-        *x.stride(),
-        *dt.stride()[:3],
-        0 if dt_bias is None else dt_bias.stride(0),
-        A.stride(0),
-        *B.stride(),
-        *C.stride(),
-        *strides(D, 2),
-        *strides(z, 4),
-        *out.stride(),
-        0 if state_batch_indices is None else state_batch_indices.stride(0),
-    )
+    kwargs = replay_arguments(
+        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias, out,
+        state_batch_indices, cu_seqlens, rand_seed, pad_slot_id, ring,
+    )  # fmt: skip
     flags = dict(
         T=tokens,
         WINDOW=ring - tokens,
@@ -740,7 +699,8 @@ def exact_launch(
         num_warps=config.num_warps,
     )
     batch = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1  # the requests
-    return tile_launch(_selective_state_replay_kernel, config, headdim, nheads, batch, args, flags, pdl)
+    launch = tile_launch(_selective_state_replay_kernel, config, headdim, nheads, batch, (), flags, pdl)
+    return Launch(launch.kernel, launch.grid, (), {**kwargs, **launch.kwargs})
 
 
 def _check_ring_length(ring: int, tokens: int, what: str) -> None:

@@ -87,9 +87,15 @@ from ssmdecode.ops.selective_state_update.common import (
     token_span,
     unless,
     wait_prior,
+    wrap,
 )
-from ssmdecode.ops.selective_state_update.launch import HEURISTICS, Launch, given, strides, tile_launch
-from ssmdecode.ops.selective_state_update.replay import _wrap
+from ssmdecode.ops.selective_state_update.launch import (
+    HEURISTICS,
+    Launch,
+    given,
+    replay_arguments,
+    tile_launch,
+)
 
 __all__ = ["fast_launch"]
 
@@ -193,7 +199,7 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
             m_k = k < rg.n_old
             if HAS_SRC_IDX:
                 m_k = m_k & rg.m_live
-            pos = _wrap(rg.start + k, rg.ring)
+            pos = wrap(rg.start + k, rg.ring)
             b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
             b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
             b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
@@ -363,7 +369,7 @@ def _selective_state_replay_fast_kernel(
             m_r = o_r < n_old
             if HAS_SRC_IDX:
                 m_r = m_r & m_live
-            pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
+            pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
             b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
             m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
             m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
@@ -383,7 +389,7 @@ def _selective_state_replay_fast_kernel(
         m_app = m_live
         if FLUSH_DRAFTS:
             m_app = both(m_app, m_flush == 0)
-        pos = _wrap(start + n_old, ring)
+        pos = wrap(start + n_old, ring)
         tl.store(p_xc + pos * stride_xc_r, b_x, mask=both(m_vm, m_app))
         if i_m == 0:
             if m_app is None:
@@ -449,7 +455,7 @@ def _selective_state_replay_fast_kernel(
             m_r = o_r < n_old
             if HAS_SRC_IDX:
                 m_r = m_r & m_live
-            pos_r = tl.where(m_r, _wrap(start + o_r, ring), 0)
+            pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
             b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
             m_xr = m_r[None, :] if m_vm is None else m_vm[:, None] & m_r[None, :]
             m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
@@ -485,7 +491,7 @@ def _selective_state_replay_fast_kernel(
             m_app = m_app & m_live
         if FLUSH_DRAFTS:
             m_app = m_app & (m_flush == 0)
-        pos_t = _wrap(start + n_old + o_t, ring)
+        pos_t = wrap(start + n_old + o_t, ring)
         m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
         tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
         if i_m == 0:
@@ -549,52 +555,11 @@ def fast_launch(
     nheads, headdim, dstate = state.shape[1:]
     block_n = triton.next_power_of_2(dstate)
     window = ring - tokens
-    kwargs = dict(
-        p_state=state,
-        p_x_cache=x_cache,
-        p_B_cache=B_cache,
-        p_dt_cache=dt_cache,
-        p_ring_start=ring_start,
-        p_cached=num_cached,
-        p_flush=host_flush,
-        p_x=x,
-        p_dt=dt,
-        p_dt_bias=dt_bias,
-        p_A=A,
-        p_B=B,
-        p_C=C,
-        p_D=D,
-        p_z=z,
-        p_out=out,
-        p_src_idx=state_batch_indices,
-        p_cu_seqlens=cu_seqlens,
-        p_seed=rand_seed,
-        headdim=headdim,
-        dstate=dstate,
-        pad_slot_id=pad_slot_id,
-        total_tokens=x.shape[1],
-        ring=ring,
-    )
-    named = (
-        ("state", state, "s", "h", "p", "n"),
-        ("xc", x_cache, "s", "h", "r", "p"),
-        ("Bc", B_cache, "s", "g", "r", "n"),
-        ("dtc", dt_cache, "s", "h", "r"),
-        ("x", x, "b", "t", "h", "p"),
-        ("B", B, "b", "t", "g", "n"),
-        ("C", C, "b", "t", "g", "n"),
-        ("out", out, "b", "t", "h", "p"),
-    )
-    for name, t, *dims in named:
-        kwargs.update({f"stride_{name}_{d}": s for d, s in zip(dims, t.stride(), strict=True)})
-    kwargs.update(zip(("stride_dt_b", "stride_dt_t", "stride_dt_h"), dt.stride()[:3], strict=True))
-    kwargs.update(zip(("stride_D_h", "stride_D_p"), strides(D, 2), strict=True))
-    kwargs.update(zip(("stride_z_b", "stride_z_t", "stride_z_h", "stride_z_p"), strides(z, 4), strict=True))
-    kwargs.update(
-        stride_dt_bias_h=0 if dt_bias is None else dt_bias.stride(0),
-        stride_A_h=A.stride(0),
-        stride_src_idx=0 if state_batch_indices is None else state_batch_indices.stride(0),
-    )
+    kwargs = replay_arguments(
+        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias, out,
+        state_batch_indices, cu_seqlens, rand_seed, pad_slot_id, ring,
+    )  # fmt: skip
+    kwargs["p_flush"] = host_flush
     flags = dict(
         T=tokens,
         WINDOW=window,
