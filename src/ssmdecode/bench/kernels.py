@@ -1,5 +1,4 @@
-"""Which kernel the tools measure: ssmdecode's, a variant of it with the same bits (for
-explorations), or for comparison an upstream one.
+"""Which kernel the tools measure: ssmdecode's, or for comparison an upstream one.
 
 `--kernel mamba_ssm` and `--kernel sglang` time the Triton kernel of an installed package:
 mamba_ssm's `mamba_ssm.ops.triton.selective_state_update._selective_scan_update_kernel` (the
@@ -24,9 +23,9 @@ import triton
 
 from ssmdecode import selective_state_update
 from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update import decode, ties_head_dim
+from ssmdecode.ops.selective_state_update import ties_head_dim
 
-__all__ = ["KERNELS", "UPSTREAM_MODULES", "kernel_function", "variant_function"]
+__all__ = ["KERNELS", "UPSTREAM_MODULES", "kernel_function"]
 
 KERNELS = ("ssmdecode", "mamba_ssm", "sglang")
 # The module of each upstream kernel (benchmarks/run_gpu.sh sweep_upstream imports it to see
@@ -46,17 +45,6 @@ def kernel_function(name: str) -> Callable[..., torch.Tensor]:
     if name not in UPSTREAM_MODULES:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}; got {name!r}")
     return _upstream_launcher(name, UPSTREAM_MODULES[name])
-
-
-def variant_function(variant: decode.Variant, pdl: bool = False) -> Callable[..., None]:
-    """A callable with selective_state_update's keyword arguments (and config=) that runs a
-    kernel variant of the same bits (decode.Variant), with pdl=pdl: what explorations time
-    beside the shipped code (Variant() is the shipped code)."""
-
-    def call(**kwargs: object) -> None:
-        decode.run(*decode.prepare(**kwargs, pdl=pdl, _variant=variant))
-
-    return call
 
 
 def _upstream_launcher(name: str, module_name: str) -> Callable[..., torch.Tensor]:

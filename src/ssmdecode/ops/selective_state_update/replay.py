@@ -36,7 +36,7 @@ Bits: with a float32 state, each draft's out and the state after the accepted dr
 multi-token kernel's and T single-token calls' bits (tests/test_replay.py); a 16-bit state is
 rounded once a flush here, once a token there (docs/performance.md measures the difference).
 
-Engines (the README's replay call; docs/architecture.md): after prefill, write the prefill's final state into the slot and set
+Engines (docs/usage.md's replay call; docs/architecture.md): after prefill, write the prefill's final state into the slot and set
 num_cached = 0 (ring_start anywhere in [0, R)); before a slot is preempted, swapped out or
 reused, materialize its state with replay_flush (the checkpoint plus its cached tokens).
 """
