@@ -116,75 +116,116 @@ def check_ordered_sum(config: LaunchConfig, block_n: int, dstate: int) -> None:
         )
 
 
-def replay_arguments(
-    state: torch.Tensor,
-    x_cache: torch.Tensor,
-    B_cache: torch.Tensor,
-    dt_cache: torch.Tensor,
-    ring_start: torch.Tensor | None,
-    num_cached: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    out: torch.Tensor,
-    state_batch_indices: torch.Tensor | None,
-    cu_seqlens: torch.Tensor | None,
-    rand_seed: torch.Tensor | None,
-    pad_slot_id: int,
-    ring: int,
-) -> dict[str, Any]:
-    """The keyword arguments both replay kernels take (the exact route's and the fast one's):
-    pointers p_<tensor>, sizes, strides stride_<tensor>_<dim>; x, dt, B, C, z, out as
-    [B', T', ...] (a packed call as one row)."""
-    headdim, dstate = state.shape[-2:]
-    kwargs: dict[str, Any] = dict(
-        p_state=state,
-        p_x_cache=x_cache,
-        p_B_cache=B_cache,
-        p_dt_cache=dt_cache,
-        p_ring_start=ring_start,
-        p_cached=num_cached,
-        p_x=x,
-        p_dt=dt,
-        p_dt_bias=dt_bias,
-        p_A=A,
-        p_B=B,
-        p_C=C,
-        p_D=D,
-        p_z=z,
-        p_out=out,
-        p_src_idx=state_batch_indices,
-        p_cu_seqlens=cu_seqlens,
-        p_seed=rand_seed,
-        headdim=headdim,
-        dstate=dstate,
-        pad_slot_id=pad_slot_id,
-        total_tokens=x.shape[1],
-        ring=ring,
-    )
-    named = (
-        ("state", state, "s", "h", "p", "n"),
-        ("xc", x_cache, "s", "h", "r", "p"),
-        ("Bc", B_cache, "s", "g", "r", "n"),
-        ("dtc", dt_cache, "s", "h", "r"),
-        ("x", x, "b", "t", "h", "p"),
-        ("B", B, "b", "t", "g", "n"),
-        ("C", C, "b", "t", "g", "n"),
-        ("out", out, "b", "t", "h", "p"),
-    )
-    for name, t, *dims in named:
-        kwargs.update({f"stride_{name}_{d}": s for d, s in zip(dims, t.stride(), strict=True)})
-    kwargs.update(zip(("stride_dt_b", "stride_dt_t", "stride_dt_h"), dt.stride()[:3], strict=True))
-    kwargs.update(zip(("stride_D_h", "stride_D_p"), strides(D, 2), strict=True))
-    kwargs.update(zip(("stride_z_b", "stride_z_t", "stride_z_h", "stride_z_p"), strides(z, 4), strict=True))
-    kwargs.update(
-        stride_dt_bias_h=0 if dt_bias is None else dt_bias.stride(0),
-        stride_A_h=A.stride(0),
-        stride_src_idx=0 if state_batch_indices is None else state_batch_indices.stride(0),
-    )
-    return kwargs
+@dataclass(frozen=True)
+class ReplayCall:
+    """A checked replay call as both replay kernels take it (the exact route's and the fast
+    one's), built once by replay.prepare: the tensors with x, dt, B, C, z, out as [B', T', ...]
+    (a packed call as one row), the sizes and the launch's choices."""
+
+    state: torch.Tensor
+    x_cache: torch.Tensor
+    B_cache: torch.Tensor
+    dt_cache: torch.Tensor
+    ring_start: torch.Tensor | None
+    num_cached: torch.Tensor
+    x: torch.Tensor
+    dt: torch.Tensor
+    A: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor | None
+    z: torch.Tensor | None
+    dt_bias: torch.Tensor | None
+    out: torch.Tensor
+    state_batch_indices: torch.Tensor | None
+    cu_seqlens: torch.Tensor | None
+    rand_seed: torch.Tensor | None
+    pad_slot_id: int
+    tokens: int
+    ring: int
+    dt_softplus: bool
+    fast_exp: bool
+    philox_rounds: int
+    config: LaunchConfig
+    pdl: bool
+    flush: bool
+
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments both kernels take: pointers p_<tensor>, sizes, strides
+        stride_<tensor>_<dim>."""
+        headdim, dstate = self.state.shape[-2:]
+        kwargs: dict[str, Any] = dict(
+            p_state=self.state,
+            p_x_cache=self.x_cache,
+            p_B_cache=self.B_cache,
+            p_dt_cache=self.dt_cache,
+            p_ring_start=self.ring_start,
+            p_cached=self.num_cached,
+            p_x=self.x,
+            p_dt=self.dt,
+            p_dt_bias=self.dt_bias,
+            p_A=self.A,
+            p_B=self.B,
+            p_C=self.C,
+            p_D=self.D,
+            p_z=self.z,
+            p_out=self.out,
+            p_src_idx=self.state_batch_indices,
+            p_cu_seqlens=self.cu_seqlens,
+            p_seed=self.rand_seed,
+            headdim=headdim,
+            dstate=dstate,
+            pad_slot_id=self.pad_slot_id,
+            total_tokens=self.x.shape[1],
+            ring=self.ring,
+        )
+        named = (
+            ("state", self.state, "s", "h", "p", "n"),
+            ("xc", self.x_cache, "s", "h", "r", "p"),
+            ("Bc", self.B_cache, "s", "g", "r", "n"),
+            ("dtc", self.dt_cache, "s", "h", "r"),
+            ("x", self.x, "b", "t", "h", "p"),
+            ("B", self.B, "b", "t", "g", "n"),
+            ("C", self.C, "b", "t", "g", "n"),
+            ("out", self.out, "b", "t", "h", "p"),
+        )
+        for name, t, *dims in named:
+            kwargs.update({f"stride_{name}_{d}": s for d, s in zip(dims, t.stride(), strict=True)})
+        kwargs.update(zip(("stride_dt_b", "stride_dt_t", "stride_dt_h"), self.dt.stride()[:3], strict=True))
+        kwargs.update(zip(("stride_D_h", "stride_D_p"), strides(self.D, 2), strict=True))
+        kwargs.update(
+            zip(("stride_z_b", "stride_z_t", "stride_z_h", "stride_z_p"), strides(self.z, 4), strict=True)
+        )
+        kwargs.update(
+            stride_dt_bias_h=0 if self.dt_bias is None else self.dt_bias.stride(0),
+            stride_A_h=self.A.stride(0),
+            stride_src_idx=0 if self.state_batch_indices is None else self.state_batch_indices.stride(0),
+        )
+        return kwargs
+
+    def launch(self, kernel: Any, arguments: dict[str, Any], flags: dict[str, Any]) -> Launch:
+        """kernel launched by keyword with the call's arguments and these of its own, the flags
+        both kernels take and these: a program per BLOCK_M rows of a (request, head)."""
+        config, state = self.config, self.state
+        nheads, headdim, dstate = state.shape[1:]
+        block_n = triton.next_power_of_2(dstate)
+        shared = dict(
+            T=self.tokens,
+            WINDOW=self.ring - self.tokens,
+            FLUSH=self.flush,
+            HEADS_PER_GROUP=nheads // self.B.shape[-2],
+            DT_SOFTPLUS=self.dt_softplus,
+            EVEN_M=headdim % config.block_m == 0,
+            EVEN_N=dstate == block_n,
+            PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
+            FAST_EXP=self.fast_exp,
+            PHILOX_ROUNDS=self.philox_rounds if self.rand_seed is not None else 0,
+            BLOCK_M=config.block_m,
+            SLOT_MAJOR=config.slot_major,
+            EVICT_FIRST=config.evict_first,
+            PDL=self.pdl,
+            num_warps=config.num_warps,
+        )
+        requests = self.x.shape[0] if self.cu_seqlens is None else self.cu_seqlens.shape[0] - 1
+        tile = tile_launch(kernel, config, headdim, nheads, requests, (), {**shared, **flags}, self.pdl)
+        return Launch(tile.kernel, tile.grid, (), {**self.arguments(), **arguments, **tile.kwargs})

@@ -93,11 +93,10 @@ from ssmdecode.ops.selective_state_update.common import (
 from ssmdecode.ops.selective_state_update.launch import (
     HEURISTICS,
     Launch,
+    ReplayCall,
     check_ordered_sum,
     given,
-    replay_arguments,
     run_on,
-    tile_launch,
 )
 from ssmdecode.ops.selective_state_update.replay_fast import fast_launch
 
@@ -601,106 +600,47 @@ def prepare(
     pdl = pdl and state.device.type == "cuda"
     if pdl and gdc_wait is None:
         raise ValueError(f"pdl=True needs Triton >= 3.3; got Triton {triton.__version__}")
-    launch = dict(
-        state=state,
-        x_cache=x_cache,
-        B_cache=B_cache,
-        dt_cache=dt_cache,
-        ring_start=ring_start,
-        num_cached=num_cached,
-        x=x,
-        dt=dt,
-        A=A,
-        B=B,
-        C=C,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        out=out,
-        state_batch_indices=state_batch_indices,
-        cu_seqlens=cu_seqlens,
-        rand_seed=rand_seed,
-        pad_slot_id=pad_slot_id,
-        tokens=tokens,
-        ring=ring,
-        dt_softplus=dt_softplus,
-        fast_exp=fast_exp,
-        philox_rounds=philox_rounds,
-        config=config,
-        pdl=pdl,
+    call = ReplayCall(
+        state,
+        x_cache,
+        B_cache,
+        dt_cache,
+        ring_start,
+        num_cached,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        out,
+        state_batch_indices,
+        cu_seqlens,
+        rand_seed,
+        pad_slot_id,
+        tokens,
+        ring,
+        dt_softplus,
+        fast_exp,
+        philox_rounds,
+        config,
+        pdl,
         flush=_flush,
     )
     if exact:
-        return result, exact_launch(**launch)
+        return result, exact_launch(call)
     return result, fast_launch(
-        **launch,
-        host_flush=_host_flush,
-        flush_drafts=_flush_drafts,
-        cursor_by_request=_cursors_by_request,
+        call, host_flush=_host_flush, flush_drafts=_flush_drafts, cursor_by_request=_cursors_by_request
     )
 
 
-def exact_launch(
-    state: torch.Tensor,
-    x_cache: torch.Tensor,
-    B_cache: torch.Tensor,
-    dt_cache: torch.Tensor,
-    ring_start: torch.Tensor,
-    num_cached: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    out: torch.Tensor,
-    *,
-    state_batch_indices: torch.Tensor | None,
-    cu_seqlens: torch.Tensor | None,
-    rand_seed: torch.Tensor | None,
-    pad_slot_id: int,
-    tokens: int,
-    ring: int,
-    dt_softplus: bool,
-    fast_exp: bool,
-    philox_rounds: int,
-    config: LaunchConfig,
-    pdl: bool,
-    flush: bool,
-) -> Launch:
-    """The exact route's launch of checked arguments (x, dt, B, C, z, out as [B', T', ...]),
-    shaped as replay_fast.fast_launch: the grid, the arguments and the flags."""
-    headdim, dstate = state.shape[-2:]
-    block_n = triton.next_power_of_2(dstate)
-    check_ordered_sum(config, block_n, dstate)
-    nheads = state.shape[1]
-    kwargs = replay_arguments(
-        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias, out,
-        state_batch_indices, cu_seqlens, rand_seed, pad_slot_id, ring,
-    )  # fmt: skip
-    flags = dict(
-        T=tokens,
-        WINDOW=ring - tokens,
-        FLUSH=flush,
-        HEADS_PER_GROUP=nheads // B.shape[-2],
-        DT_SOFTPLUS=dt_softplus,
-        EVEN_M=headdim % config.block_m == 0,
-        EVEN_N=dstate == block_n,
-        PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
-        FAST_EXP=fast_exp,
-        PHILOX_ROUNDS=philox_rounds if rand_seed is not None else 0,
-        BLOCK_M=config.block_m,
-        SLOT_MAJOR=config.slot_major,
-        EVICT_FIRST=config.evict_first,
-        ORDERED_SUM=config.ordered_sum,
-        PDL=pdl,
-        num_warps=config.num_warps,
-    )
-    batch = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1  # the requests
-    launch = tile_launch(_selective_state_replay_kernel, config, headdim, nheads, batch, (), flags, pdl)
-    return Launch(launch.kernel, launch.grid, (), {**kwargs, **launch.kwargs})
+def exact_launch(call: ReplayCall) -> Launch:
+    """The exact route's launch of a checked call (shaped as replay_fast.fast_launch)."""
+    dstate = call.state.shape[-1]
+    check_ordered_sum(call.config, triton.next_power_of_2(dstate), dstate)
+    return call.launch(_selective_state_replay_kernel, {}, {"ORDERED_SUM": call.config.ordered_sum})
 
 
 def _check_ring_length(ring: int, tokens: int, what: str) -> None:

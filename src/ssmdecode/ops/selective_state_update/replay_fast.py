@@ -66,7 +66,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update.common import (
     _INTERPRETED,
     STREAM_STATE,
@@ -92,9 +91,8 @@ from ssmdecode.ops.selective_state_update.common import (
 from ssmdecode.ops.selective_state_update.launch import (
     HEURISTICS,
     Launch,
+    ReplayCall,
     given,
-    replay_arguments,
-    tile_launch,
 )
 
 __all__ = ["fast_launch"]
@@ -503,43 +501,16 @@ def _selective_state_replay_fast_kernel(
 
 
 def fast_launch(
-    state: torch.Tensor,
-    x_cache: torch.Tensor,
-    B_cache: torch.Tensor,
-    dt_cache: torch.Tensor,
-    ring_start: torch.Tensor | None,
-    num_cached: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    out: torch.Tensor,
-    *,
-    state_batch_indices: torch.Tensor | None,
-    cu_seqlens: torch.Tensor | None,
-    rand_seed: torch.Tensor | None,
-    pad_slot_id: int,
-    tokens: int,
-    ring: int,
-    dt_softplus: bool,
-    fast_exp: bool,
-    philox_rounds: int,
-    config: LaunchConfig,
-    pdl: bool,
-    flush: bool = False,
+    call: ReplayCall,
     host_flush: torch.Tensor | None = None,
     flush_drafts: bool = False,
     cursor_by_request: bool = False,
 ) -> Launch:
-    """The fast kernel's launch for a checked call (replay.prepare checks it; x, dt, B, C, z,
-    out dense [B, T, ...], packed calls as one row). flush: every request flushes
-    (replay_flush). host_flush (int8/bool [B]), flush_drafts, cursor_by_request (num_cached
-    [B], ring_start None: rings start at row 0): the engine conventions of the module
-    docstring."""
+    """The fast kernel's launch for a checked call (replay.prepare builds it; call.flush:
+    every request flushes, replay_flush). host_flush (int8/bool [B]), flush_drafts,
+    cursor_by_request (num_cached [B], ring_start None: rings start at row 0): the engine
+    conventions of the module docstring."""
+    config, state, cu_seqlens = call.config, call.state, call.cu_seqlens
     if config.ordered_sum:
         raise ValueError(
             f"config {config.label}: the fast replay route sums rows in its own layout; the "
@@ -552,45 +523,14 @@ def fast_launch(
         )
     if flush_drafts and cu_seqlens is not None:
         raise ValueError("flush_drafts (a flush that absorbs the drafts) takes dense drafts, not cu_seqlens")
-    nheads, headdim, dstate = state.shape[1:]
-    block_n = triton.next_power_of_2(dstate)
-    window = ring - tokens
-    kwargs = replay_arguments(
-        state, x_cache, B_cache, dt_cache, ring_start, num_cached, x, dt, A, B, C, D, z, dt_bias, out,
-        state_batch_indices, cu_seqlens, rand_seed, pad_slot_id, ring,
-    )  # fmt: skip
-    kwargs["p_flush"] = host_flush
+    window = call.ring - call.tokens
+    B, C = call.B, call.C
     flags = dict(
-        T=tokens,
-        WINDOW=window,
         RP=max(16, triton.next_power_of_2(window)),
-        TD=max(16, triton.next_power_of_2(tokens)),
+        TD=max(16, triton.next_power_of_2(call.tokens)),
         MMA16=B.dtype == C.dtype and B.dtype in (torch.bfloat16, torch.float16),
-        X16=x.dtype == torch.bfloat16,
-        FLUSH=flush,
+        X16=call.x.dtype == torch.bfloat16,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
-        HEADS_PER_GROUP=nheads // B.shape[-2],
-        DT_SOFTPLUS=dt_softplus,
-        EVEN_M=headdim % config.block_m == 0,
-        EVEN_N=dstate == block_n,
-        PACKED_ROWS=state.stride(-1) == 1 and state.stride(-2) == block_n,
-        FAST_EXP=fast_exp,
-        PHILOX_ROUNDS=philox_rounds if rand_seed is not None else 0,
-        BLOCK_M=config.block_m,
-        SLOT_MAJOR=config.slot_major,
-        EVICT_FIRST=config.evict_first,
-        PDL=pdl,
-        num_warps=config.num_warps,
     )
-    launch = tile_launch(
-        _selective_state_replay_fast_kernel,
-        config,
-        headdim,
-        nheads,
-        x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1,
-        (),
-        flags,
-        pdl,
-    )
-    return Launch(launch.kernel, launch.grid, (), {**kwargs, **launch.kwargs})
+    return call.launch(_selective_state_replay_fast_kernel, {"p_flush": host_flush}, flags)
