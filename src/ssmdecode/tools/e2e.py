@@ -77,7 +77,7 @@ from ssmdecode.bench.step import (
     profile_step,
     step_options,
 )
-from ssmdecode.bench.timer import interleaved, median_timing, method
+from ssmdecode.bench.timer import Timing, interleaved, median_timing, method
 from ssmdecode.cli_args import (
     STEP_LAYERS,
     ConfigSpec,
@@ -234,6 +234,35 @@ def _trace_path(trace: Path, name: str, batch: int) -> Path:
     return trace.with_name(f"{trace.stem}-{tag}-b{batch}{trace.suffix or '.json'}")
 
 
+def _step_row(
+    name: str,
+    launch: str,
+    launch_config: dict[str, object] | None,
+    variant: str | None,
+    batch: int,
+    timing: Timing,
+    share: Mapping[str, float | None],
+    trace: Path | None,
+) -> dict[str, object]:
+    """One decode-step row of the report: the config or path, its step time and tokens/s, and
+    the SSM kernels' share of it."""
+    ssu = share["ssu_us_per_step"]
+    return {
+        "config": name,
+        "launch": launch,
+        "launch_config": launch_config,
+        "variant": variant,
+        "batch": batch,
+        "step_us": timing.us,
+        "tokens_per_s": batch / (timing.us * 1e-6),
+        "vs_first": None,
+        **share,
+        "ssu_share_of_step": ssu / timing.us if ssu is not None else None,
+        "timing": timing.to_dict(),
+        "trace": str(trace) if trace is not None else None,
+    }
+
+
 def _time_batch(
     dims: Mamba2Dims,
     layers: int,
@@ -257,24 +286,7 @@ def _time_batch(
         name = spec.text + (f"+{variant}" if variant else "")
         path = _trace_path(trace, name, batch) if trace is not None else None
         share = profile_step(bench, config, path, variant)
-        rows.append(
-            {
-                "config": name,
-                "launch": resolved.label,
-                "launch_config": resolved.to_dict(),
-                "variant": variant,
-                "batch": batch,
-                "step_us": timing.us,
-                "tokens_per_s": batch / (timing.us * 1e-6),
-                "vs_first": None,
-                **share,
-                "ssu_share_of_step": (
-                    share["ssu_us_per_step"] / timing.us if share["ssu_us_per_step"] is not None else None
-                ),
-                "timing": timing.to_dict(),
-                "trace": str(path) if path is not None else None,
-            }
-        )
+        rows.append(_step_row(name, resolved.label, resolved.to_dict(), variant, batch, timing, share, path))
         log.info("%s %s batch %d: %.2f us per step", name, resolved.label, batch, timing.us)
     for path in replay_paths:
         replay = StepBench.build(dims, layers, batch, device, seed, path=path, window=replay_window)
@@ -282,24 +294,8 @@ def _time_batch(
         name = REPLAY_ROWS[path]
         trace_to = _trace_path(trace, name, batch) if trace is not None else None
         share = profile_step(replay, None, trace_to, match=SSM_KERNELS)
-        rows.append(
-            {
-                "config": name,
-                "launch": f"replay table, window {replay_window}",
-                "launch_config": None,
-                "variant": path,
-                "batch": batch,
-                "step_us": timing.us,
-                "tokens_per_s": batch / (timing.us * 1e-6),
-                "vs_first": None,
-                **share,
-                "ssu_share_of_step": (
-                    share["ssu_us_per_step"] / timing.us if share["ssu_us_per_step"] is not None else None
-                ),
-                "timing": timing.to_dict(),
-                "trace": str(trace_to) if trace_to is not None else None,
-            }
-        )
+        launch = f"replay table, window {replay_window}"
+        rows.append(_step_row(name, launch, None, path, batch, timing, share, trace_to))
         log.info("%s batch %d: %.2f us per step", name, batch, timing.us)
         del replay
     for row in rows:
