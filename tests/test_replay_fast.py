@@ -15,7 +15,7 @@ import torch
 
 from conftest import DEVICE, bits
 from ssmdecode import LaunchConfig
-from ssmdecode.numerics import FAST_MEAN_RATIO, FAST_OUT_ULPS, FAST_STATE_REL, bf16_ulp
+from ssmdecode.numerics import FAST_MEAN_RATIO, FAST_OUT_ULPS, FAST_STATE_REL, out_resolution
 from ssmdecode.ops.selective_state_update import (
     replay_advance,
     replay_flush,
@@ -39,8 +39,8 @@ def assert_out_accurate(got: torch.Tensor, want: torch.Tensor, what: str = "out"
         got = got.to(torch.bfloat16)
     err = (got.double() - want).abs()
     assert not got.isnan().any(), f"{what}: NaN (an element never written)"
-    worst = (err / bf16_ulp(want)).max().item()
-    assert worst <= OUT_ULPS, f"{what}: {worst:.3f} bf16 ulps off the float64 value"
+    worst = (err / out_resolution(want)).max().item()
+    assert worst <= OUT_ULPS, f"{what}: {worst:.3f} bf16 ulps (floored: out_resolution) off the float64 value"
     base = (want.to(torch.bfloat16).double() - want).abs().mean().item()
     assert err.mean().item() <= MEAN_RATIO * base + 1e-30, f"{what}: mean error {err.mean()} vs bf16's {base}"
 

@@ -187,22 +187,21 @@ def replay_fast_config(
     headdim: int, dstate: int, batch: int | None = None, tokens: int | None = None
 ) -> LaunchConfig:
     """The fast replay route's config for a device with no table entry (mode "replay-fast"),
-    a guess from the compiler's counts (sm_90, Triton 3.6, H16 P64 N128, batch 512:
-    benchmarks/compile_info.py --fast) until the tuner's entries replace it. One program a
-    (request, head) up to 64 rows, the slot-major grid with cache hints. T = 1: 8 warps capped
-    at 128 registers a thread, two programs an SM (uncapped, some variants take 158, one
-    program; capped, none spills), where the step that does not flush issues 880 instructions
-    a warp, a floor of 55 us against the 70 us of the state stream. T >= 2: 4 warps, where 8 repeat the
-    tiles' fixed work in twice the warps (T = 4: an issue floor of 84 us at 4 warps, 133 us at
-    8, against a state stream of 84 us); the flush branch then takes about 234 registers, two
-    programs an SM. At batch 8 and below, 16 rows and 4 warps: four programs a head, so that
-    a small batch still spreads over the multiprocessors. Tiles of at least 16 rows."""
+    until the tuner's entries replace it. The slot-major grid with cache hints. T = 1 above
+    batch 8: 16 rows, one warp (the kernel then reads its group's precomputed Grams,
+    replay_fast.GRAM_MIN_REQUESTS): of (64,8,regs128), (64,4), (32,4), (32,2), (16,1), (16,2) and
+    (16,4), the fastest at batch 64, 512 and 1024 on the H200 (benchmarks/results/NVIDIA_H200/
+    fast-decode-sweep/). T >= 2: 64 rows (a program a (request, head)) and 4 warps, a guess from
+    the compiler's counts (sm_90, Triton 3.6, H16 P64 N128, batch 512: benchmarks/compile_info.py
+    --fast): 8 warps repeat the tiles' fixed work in twice the warps. At batch 8 and below, 16
+    rows and 4 warps: four programs a head, so that a small batch still spreads over the
+    multiprocessors. Tiles of at least 16 rows."""
     del dstate  # the same guess for every state dim until measured
     if batch is not None and batch <= 8:
         return LaunchConfig(16, 4, True, True)
-    block_m = max(16, min(64, 1 << max(headdim - 1, 0).bit_length()))
     if tokens == 1:
-        return LaunchConfig(block_m, 8, True, True, max_registers=128)
+        return LaunchConfig(16, 1, True, True)
+    block_m = max(16, min(64, 1 << max(headdim - 1, 0).bit_length()))
     return LaunchConfig(block_m, 4, True, True)
 
 

@@ -17,6 +17,7 @@ import torch
 
 __all__ = [
     "FAST_MEAN_RATIO",
+    "FAST_OUT_FLOOR",
     "FAST_OUT_ULPS",
     "FAST_STATE_REL",
     "TOLERANCES",
@@ -27,6 +28,7 @@ __all__ = [
     "bit_diff",
     "bits",
     "fast_accuracy",
+    "out_resolution",
     "tolerance_check",
 ]
 
@@ -98,14 +100,29 @@ def tolerance_check(got: torch.Tensor, want: torch.Tensor) -> ToleranceCheck:
 
 
 # ---------------------------------------------------------------------------------------------
-# The fast replay route's accuracy bars (docs/numerics.md, "Verify steps"): out within
-# FAST_OUT_ULPS bf16 ulps of the float64 recurrence (the ulp at the float64 value), its mean
-# error at most FAST_MEAN_RATIO times that of the float64 value rounded to bf16, a flushed
-# state within FAST_STATE_REL of the state's largest magnitude. The tests and the tuner's
-# admission of replay-fast configs (tools/tune.py) both read them here.
+# The fast replay route's accuracy bars (docs/numerics.md, "The fast replay route"): out within
+# FAST_OUT_ULPS bf16 ulps of the float64 recurrence, the ulp taken at the float64 value but no
+# finer than FAST_OUT_FLOOR x max|out| (out_resolution); its mean error at most FAST_MEAN_RATIO
+# times that of the float64 value rounded to bf16; a flushed state within FAST_STATE_REL of the
+# state's largest magnitude. The floor: an output that cancels to near zero (|y| far below the
+# sum of |h_n C_n| over the state) is off by float32's summation error of the terms, about
+# 2^-24 sqrt(N) x their scale, whatever the order of the sums; there the exact recurrence
+# itself (the upstream kernel's arithmetic) sat 15-95 raw bf16 ulps off at bs 512 on the H200,
+# so a bar in raw ulps would fail every float32 route. 2^-18 x max|out| is that summation
+# floor (1/1024 of a bf16 ulp at the largest output). The tests and the tuner's admission of
+# replay-fast configs (tools/tune.py) both read them here.
 FAST_OUT_ULPS = 1.0
+FAST_OUT_FLOOR = 2.0**-18
 FAST_MEAN_RATIO = 1.1
 FAST_STATE_REL = 1e-5
+
+
+def out_resolution(want: torch.Tensor) -> torch.Tensor:
+    """The unit of out's error at each float64 value of want: its bf16 ulp, but no finer than
+    FAST_OUT_FLOOR x max|want| (the float32 summation floor of the constants above)."""
+    want = want.double()
+    floor = FAST_OUT_FLOOR * want.abs().max() if want.numel() else want.new_zeros(())
+    return torch.maximum(bf16_ulp(want), floor)
 
 
 def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
@@ -117,7 +134,8 @@ def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class FastAccuracy:
-    """A fast-route call against float64: out_ulps, the worst out error in bf16 ulps;
+    """A fast-route call against float64: out_ulps, the worst out error in units of
+    out_resolution (bf16 ulps, floored); raw_out_ulps, the same in bf16 ulps at the value;
     mean_ratio, the mean out error over that of bf16(float64 out); state_rel, the worst state
     error over max|state|; nan_out, whether an out element was NaN (never written)."""
 
@@ -125,6 +143,7 @@ class FastAccuracy:
     mean_ratio: float
     state_rel: float
     nan_out: bool = False
+    raw_out_ulps: float = 0.0
 
     @property
     def within(self) -> bool:
@@ -152,7 +171,8 @@ def fast_accuracy(
     scale = want_state.abs().max().item() if want_state.numel() else 0.0
     worst = (state.double() - want_state).abs().max().item() if state.numel() else 0.0
     return FastAccuracy(
-        out_ulps=(err / bf16_ulp(want_out)).max().item() if err.numel() else 0.0,
+        out_ulps=(err / out_resolution(want_out)).max().item() if err.numel() else 0.0,
+        raw_out_ulps=(err / bf16_ulp(want_out)).max().item() if err.numel() else 0.0,
         mean_ratio=err.mean().item() / base if base > 0 else 0.0,
         state_rel=worst / scale if scale > 0 else worst,
         nan_out=bool(got.isnan().any()),

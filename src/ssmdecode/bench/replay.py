@@ -55,6 +55,7 @@ from ssmdecode.bench.anchors import (
     load_vllm_spec,
 )
 from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
+from ssmdecode.numerics import bf16_ulp, out_resolution
 from ssmdecode.ops.selective_state_update import selective_state_replay, selective_state_update
 from ssmdecode.shapes import Shape
 
@@ -799,16 +800,12 @@ def reference(case: ReplayCase, route: Route, i: int = 0) -> dict[str, torch.Ten
     return result
 
 
-def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
-    """The spacing of bfloat16 numbers at float64 values v (8 significant bits)."""
-    _, e = torch.frexp(v)
-    return torch.ldexp(torch.ones_like(v), (e - 8).clamp(min=-133))
-
-
 def accuracy_of(case: ReplayCase, route: Route, i: int = 0) -> dict[str, object]:
     """route's call i on fresh copies of what it writes, against the float64 reference: out's
-    max and mean error in bfloat16 ulps at the float64 value, the mean of bf16(float64 out)'s
-    own error beside it, and the written states' max abs error over max |state|."""
+    max and mean error in bfloat16 ulps at the float64 value, its max in units of
+    numerics.out_resolution (the ulp floored at float32's summation floor, the fast route's
+    bar), the mean of bf16(float64 out)'s own error beside it, and the written states' max abs
+    error over max |state|."""
     fresh = {k: v.clone() for k, v in route.writes.items()}
     if "out" in fresh:
         fresh["out"].fill_(float("nan"))
@@ -820,6 +817,7 @@ def accuracy_of(case: ReplayCase, route: Route, i: int = 0) -> dict[str, object]
     own = (want["out"].to(torch.bfloat16).double() - want["out"]).abs() / ulp
     result: dict[str, object] = {
         "out_max_ulps": float(err.max()),
+        "out_max_floored": float(((got_out - want["out"]).abs() / out_resolution(want["out"])).max()),
         "out_mean_ulps": float(err.mean()),
         "bf16_of_float64_mean_ulps": float(own.mean()),
         "out_nan": bool(got_out.isnan().any()),

@@ -39,14 +39,18 @@ class Variant:
 
 
 class Launch(NamedTuple):
-    """One kernel launch, prepared: kernel[grid](*args, **kwargs)."""
+    """One kernel launch, prepared: kernel[grid](*args, **kwargs), after the launch before (a
+    kernel whose output it reads, e.g. the fast replay route's Grams) where there is one."""
 
     kernel: Any
     grid: tuple[int, ...]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    before: Launch | None = None
 
     def run(self) -> None:
+        if self.before is not None:
+            self.before.run()
         self.kernel[self.grid](*self.args, **self.kwargs)
 
 

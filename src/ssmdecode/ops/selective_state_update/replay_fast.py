@@ -14,8 +14,9 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   long decode, are the exact route's;
 - every other call (the common case, and the whole speed win) never builds the state. With
   the k cached tokens j = 0 .. k - 1 in age order (ring row (ring_start + j) mod R), their
-  dt'_j, S = sum_j dt'_j, w_j = dt'_j exp(A (S - c_j)) (c the inclusive cumulative sum: the
-  decay from token j to the last cached one), and for draft t its drafts' cumulative
+  dt'_j, S = sum_j dt'_j, w_j = dt'_j exp(A r_j) (r_j = dt'_{j+1} + .. + dt'_{k-1}, summed
+  from the newest token back: the decay from token j to the last cached one), and for draft
+  t its drafts' cumulative
   d_t = dt'_0 + .. + dt'_t:
 
       y_t = exp(A d_t) [exp(A S) (h0 . C_t) + sum_j w_j (C_t . B_j) x_j]
@@ -60,14 +61,13 @@ slots, R ring).
 
 from __future__ import annotations
 
-import functools
+import inspect
 from typing import Any, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from ssmdecode.ops._gdc import gdc_launch_dependents
 from ssmdecode.ops.selective_state_update.common import (
     _INTERPRETED,
     STREAM_STATE,
@@ -101,8 +101,9 @@ __all__ = ["fast_launch"]
 
 _HEURISTICS = {
     **HEURISTICS,
-    **given(VARLEN="p_cu_seqlens", HOST_FLUSH="p_flush", HAS_RING_START="p_ring_start"),
+    **given(VARLEN="p_cu_seqlens", HOST_FLUSH="p_flush", HAS_RING_START="p_ring_start", GRAM="p_gram"),
 }
+_GRAM_HEURISTICS = given(HAS_SRC_IDX="p_src_idx", VARLEN="p_cu_seqlens", HAS_RING_START="p_ring_start")
 
 
 # fmt: off
@@ -213,10 +214,11 @@ def _ring_weights(b_dtr, p_dtc, stride_dtc_r, start, o_r, n_old, ring, b_A, m_li
     """The ring's decay weights: S = the cached tokens' dt' summed, and w_j = dt'_j exp(A r_j)
     [RP] with r_j = dt'_{j+1} + .. + dt'_{n_old-1} (zero past n_old), the decay from cached token
     j (age order, dt'_j = b_dtr[j]) to the newest. Each r_j is summed from the newest token back
-    over the ring's dt' loaded one row further on, so it carries float32's error of its own
-    size: the difference S - c_j of the inclusive prefix sums carries S's, a relative error
-    |A| eps S of the newest tokens' weights (the largest), up to 2^-17 at a window of 16,
-    which sat 5-31 bf16 ulps off the float64 out on near-cancelling outputs, sm_90."""
+    over the ring's dt' loaded one row further on (the same cache lines), a sum of positive terms
+    with float32's error of its own size; the difference S - c_j of inclusive prefix sums
+    carries the error of S, |A| eps S relative in the newest tokens' weights, the largest. On
+    the GPU the two gave the same worst out error (the float32 floor of near-cancelling
+    outputs dominates: docs/numerics.md) and a mean error as low or lower."""
     m_r1 = (o_r + 1) < n_old
     if HAS_SRC_IDX:
         m_r1 = m_r1 & m_live
@@ -248,7 +250,7 @@ def _store_state(b_state, ck, STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.conste
 def _selective_state_replay_fast_kernel(
     # pointers
     p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
-    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed,
+    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed, p_gram,
     # sizes
     headdim, dstate, pad_slot_id, total_tokens, ring,
     # strides, stride_<tensor>_<dim>
@@ -264,7 +266,7 @@ def _selective_state_replay_fast_kernel(
     stride_D_h, stride_D_p,
     stride_z_b, stride_z_t, stride_z_h, stride_z_p,
     stride_out_b, stride_out_t, stride_out_h, stride_out_p,
-    stride_src_idx,
+    stride_src_idx, stride_gram_b, stride_gram_g,
     # flags
     T: tl.constexpr,  # drafts a request (the most, with cu_seqlens)
     WINDOW: tl.constexpr,  # the most cached tokens a request holds: R - T
@@ -283,6 +285,7 @@ def _selective_state_replay_fast_kernel(
     HAS_SRC_IDX: tl.constexpr,
     HAS_RING_START: tl.constexpr,  # else every ring starts at row 0
     HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
+    GRAM: tl.constexpr,  # T = 1: the Grams C . B_j of each (request, group) precomputed (p_gram)
     VARLEN: tl.constexpr,
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -394,13 +397,19 @@ def _selective_state_replay_fast_kernel(
             b_S, b_w = _ring_weights(b_dtr, p_dtc, stride_dtc_r, start, o_r, n_old, ring, b_A, m_live, HAS_SRC_IDX,
                                      FAST_EXP)
             m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
-            m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
             b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
-            b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
-            b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
+            if GRAM:  # the group's Grams, computed once for its heads by _ring_gram_kernel
+                p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+                b_gram = tl.load(p_g + o_r)  # [RP]: C . B_j, 0 past n_old
+                b_bc = tl.load(p_g + RP)  # C . B of the token
+            else:
+                m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+                b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+                b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
+                b_bc = tl.sum(b_B.to(tl.float32) * b_C, axis=0)
             b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
                      + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
-            b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * tl.sum(b_B.to(tl.float32) * b_C, axis=0)) * b_xf
+            b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * b_bc) * b_xf
         b_y = gated_out(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
         tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
                  b_y, mask=m_vm)
@@ -520,260 +529,57 @@ def _selective_state_replay_fast_kernel(
 
 
 # fmt: off
+@triton.heuristics(_GRAM_HEURISTICS)
 @triton.jit
-def _decode_item(item, n_mb, nheads, n_requests, SLOT_MAJOR: tl.constexpr):
-    """Item item of the persistent decode kernel as (i_m, i_b, i_h): row blocks fastest, then
-    heads (SLOT_MAJOR: a request's [H, P, N] state in memory order) or requests."""
-    i_m = item % n_mb
-    rest = item // n_mb
-    if SLOT_MAJOR:
-        return i_m, rest // nheads, rest % nheads
-    else:
-        return i_m, rest % n_requests, rest // n_requests
-
-
-@triton.jit
-def _fetch(item, i_slot, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
-           p_x, p_dt, p_B, p_C, p_z, p_cu_seqlens,
-           n_mb, nheads, n_requests, headdim, dstate, pad_slot_id, total_tokens, ring,
-           stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-           stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-           stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-           stride_dtc_s, stride_dtc_h, stride_dtc_r,
-           stride_x_b, stride_x_t, stride_x_h, stride_x_p,
-           stride_dt_b, stride_dt_t, stride_dt_h,
-           stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-           stride_C_b, stride_C_t, stride_C_g, stride_C_n,
-           stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-           WINDOW: tl.constexpr, RPP: tl.constexpr, FLUSH: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr,
-           HEADS_PER_GROUP: tl.constexpr, HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
-           HAS_RING_START: tl.constexpr, HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr,
-           EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLOT_MAJOR: tl.constexpr, EVICT_FIRST: tl.constexpr):
-    """Every load of one decode item whose address needs only its slot (loaded an item ahead):
-    the checkpoint tile, the whole ring in its physical row order (so no load waits on the
-    cursors), the cursors and the token's inputs. Issued an item ahead of its use, these
-    loads are in flight while the program computes the item before."""
-    i_m, i_b, i_h = _decode_item(item, n_mb, nheads, n_requests, SLOT_MAJOR)
-    i_g = i_h // HEADS_PER_GROUP
+def _ring_gram_kernel(
+    p_B_cache, p_ring_start, p_cached, p_B, p_C, p_src_idx, p_cu_seqlens, p_gram,
+    dstate, pad_slot_id, total_tokens, ring,
+    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+    stride_B_b, stride_B_t, stride_B_g, stride_B_n,
+    stride_C_b, stride_C_t, stride_C_g, stride_C_n,
+    stride_src_idx, stride_gram_b, stride_gram_g,
+    WINDOW: tl.constexpr, RP: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
+    HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The decode step's Grams (T = 1), one program a (request, group): the token's C against
+    its ring's cached B rows in age order, gram[b, g, j] = C . B_j for j < num_cached (0 past
+    it), and gram[b, g, RP] = C . B of the token itself. They are the same for every head of
+    the group, which the main kernel's programs then read (RP + 1 floats) instead of each
+    loading the [RP, N] B rows and reducing them over N (vLLM's bc_pre precompute does the
+    same). The cursors and flush rule are the main kernel's; a flushing request's Grams go
+    unused."""
+    i_b = tl.program_id(0)
+    i_g = tl.program_id(1)
     t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, 1, VARLEN, True)
+    if VARLEN:
+        if n_tok == 0:
+            return
+    i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, False)
     m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
     i_ring = i_slot
     if HAS_SRC_IDX:
-        i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
+        i_ring = tl.where(m_live, i_slot, 0)
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    n_old = tl.load(p_cached + i_cur).to(tl.int32)
-    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    n_old = tl.minimum(tl.maximum(tl.load(p_cached + i_cur).to(tl.int32), 0), WINDOW)
     if HAS_RING_START:
-        start = tl.load(p_ring_start + i_cur).to(tl.int32)
-        start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+        start = tl.minimum(tl.maximum(tl.load(p_ring_start + i_cur).to(tl.int32), 0), ring - 1)
     else:
-        start = n_old * 0
-    if FLUSH:
-        m_flush = n_old >= 0
-    elif HOST_FLUSH:
-        m_flush = tl.load(p_flush + i_b) != 0
-    else:
-        m_flush = n_old + n_tok + 1 > ring
-    if VARLEN:
-        m_flush = m_flush & (n_tok > 0)
-    o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
-    m_vm = unless(EVEN_M, m_m)
-    m_vn = unless(EVEN_N, m_n)
-    m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
-    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
-                                     PACKED_ROWS, BLOCK_M, BLOCK_N, False)
-    b_h0 = load_state((p_state + (i_ring * stride_state_s + o_base)) + o_tile, m_read, EVICT_FIRST)
-    o_p = tl.arange(0, RPP)
-    m_p = o_p < ring
-    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h
-    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g
-    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
-    m_xp = m_p[:, None] if m_vm is None else m_p[:, None] & m_vm[None, :]
-    m_Bp = m_p[:, None] if m_vn is None else m_p[:, None] & m_vn[None, :]
-    b_xr = tl.load(p_xc + o_p[:, None] * stride_xc_r + o_m[None, :] * stride_xc_p, mask=m_xp, other=0.0)
-    b_Br = tl.load(p_Bc + o_p[:, None] * stride_Bc_r + o_n[None, :] * stride_Bc_n, mask=m_Bp, other=0.0)
-    b_dtr = tl.load(p_dtc + o_p * stride_dtc_r, mask=m_p, other=0.0)
-    p_xt = p_x + i_xb * stride_x_b + t0 * stride_x_t + i_h * stride_x_h
-    b_x = load(p_xt + o_m * stride_x_p, m_vm)
-    b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
-    b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
-    b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n, m_vn)
-    b_z = b_x
-    if HAS_Z:
-        b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
-    return (b_h0, b_xr, b_Br, b_dtr, b_x, b_dt, b_B, b_C, b_z, n_old, start, m_flush, n_tok)
-
-
-@triton.heuristics(_HEURISTICS)
-@triton.jit
-def _selective_state_replay_fast_decode_kernel(
-    # pointers
-    p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
-    p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed,
-    # sizes
-    headdim, dstate, pad_slot_id, total_tokens, ring, nheads, n_requests, n_iters,
-    # strides, stride_<tensor>_<dim>
-    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-    stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-    stride_dtc_s, stride_dtc_h, stride_dtc_r,
-    stride_x_b, stride_x_t, stride_x_h, stride_x_p,
-    stride_dt_b, stride_dt_t, stride_dt_h,
-    stride_dt_bias_h, stride_A_h,
-    stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-    stride_C_b, stride_C_t, stride_C_g, stride_C_n,
-    stride_D_h, stride_D_p,
-    stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-    stride_out_b, stride_out_t, stride_out_h, stride_out_p,
-    stride_src_idx,
-    # flags (the tile kernel's; T is 1)
-    T: tl.constexpr, WINDOW: tl.constexpr, RP: tl.constexpr, TD: tl.constexpr, MMA16: tl.constexpr,
-    X16: tl.constexpr, FLUSH: tl.constexpr, FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr,
-    HEADS_PER_GROUP: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr,
-    HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr, HOST_FLUSH: tl.constexpr,
-    VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr,
-    FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLOT_MAJOR: tl.constexpr, EVICT_FIRST: tl.constexpr,
-    PDL: tl.constexpr,
-    RPP: tl.constexpr,  # next_power_of_2(ring): the ring's rows loaded in physical order
-    ITERS: tl.constexpr,  # n_iters under Triton's interpreter, else 0 (unused)
-):
-    """The decode step (T = 1) of the fast route, persistent: program p takes the items
-    (BLOCK_M rows of a (request, head)) p, p + P, p + 2P, ... (P programs), and issues every
-    load of its next item before it computes the current one, so that a few programs an SM
-    keep the state stream in flight (the tile kernel, one item a program, waits on three
-    dependent loads an item: the slot, the cursors, the ring). The same arithmetic as the
-    tile kernel's T = 1 branch, but the ring is read in its physical row order and the suffix
-    sums of dt' taken over the rows' ages."""
-    if PDL:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    n_mb = tl.cdiv(headdim, BLOCK_M)
-    n_items = n_requests * nheads * n_mb
-    last = n_items - 1
-    o_p = tl.arange(0, RPP)
-
-    item = tl.minimum(pid, last)
-    _, i_b0, _ = _decode_item(item, n_mb, nheads, n_requests, SLOT_MAJOR)
-    i_b0 = i_b0.to(tl.int64)
-    i_slot = slot_index(p_src_idx, i_b0 * stride_src_idx, i_b0, HAS_SRC_IDX, EVICT_FIRST)
-    wait_prior(PDL)
-    nxt = _fetch(
-        item, i_slot, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
-        p_x, p_dt, p_B, p_C, p_z, p_cu_seqlens, n_mb, nheads, n_requests, headdim, dstate, pad_slot_id, total_tokens, ring,
-        stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-        stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-        stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
-        stride_dt_b, stride_dt_t, stride_dt_h, stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-        stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-        WINDOW, RPP, FLUSH, CURSOR_BY_REQUEST, HEADS_PER_GROUP, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
-        VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, SLOT_MAJOR, EVICT_FIRST)
-    # the slot of the item after next
-    item_n = tl.minimum(pid + nprog, last)
-    _, i_bn, _ = _decode_item(item_n, n_mb, nheads, n_requests, SLOT_MAJOR)
-    i_bn = i_bn.to(tl.int64)
-    slot_n = slot_index(p_src_idx, i_bn * stride_src_idx, i_bn, HAS_SRC_IDX, EVICT_FIRST)
-    # (Triton's interpreter takes no runtime trip count: there ITERS, the same count)
-    for it in range(0, ITERS if _INTERPRETED else n_iters):
-        cur = pid + it * nprog
-        i_m, i_b, i_h = _decode_item(tl.minimum(cur, last), n_mb, nheads, n_requests, SLOT_MAJOR)
-        c_slot = i_slot
-        (b_h0, b_xr, b_Br, b_dtr, b_x, b_dt, b_B, b_C, b_z, n_old, start, m_flush, n_tok) = nxt
-        # the next item's loads, then the slot of the one after
-        item_f = tl.minimum(cur + nprog, last)
-        i_slot = slot_n
-        nxt = _fetch(
-            item_f, i_slot, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
-            p_x, p_dt, p_B, p_C, p_z, p_cu_seqlens, n_mb, nheads, n_requests, headdim, dstate, pad_slot_id, total_tokens,
-            ring, stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-            stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-            stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_x_b, stride_x_t, stride_x_h, stride_x_p,
-            stride_dt_b, stride_dt_t, stride_dt_h, stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-            stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-            WINDOW, RPP, FLUSH, CURSOR_BY_REQUEST, HEADS_PER_GROUP, HAS_Z, HAS_SRC_IDX, HAS_RING_START,
-            HOST_FLUSH, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, SLOT_MAJOR, EVICT_FIRST)
-        item_s = tl.minimum(cur + 2 * nprog, last)
-        _, i_bs, _ = _decode_item(item_s, n_mb, nheads, n_requests, SLOT_MAJOR)
-        i_bs = i_bs.to(tl.int64)
-        slot_n = slot_index(p_src_idx, i_bs * stride_src_idx, i_bs, HAS_SRC_IDX, EVICT_FIRST)
-
-        valid = cur < n_items
-        if VARLEN:
-            valid = valid & (n_tok > 0)
-        if valid:
-            i_g = i_h // HEADS_PER_GROUP
-            t0, _, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, 1, VARLEN, True)
-            m_live = live_mask(c_slot, pad_slot_id, HAS_SRC_IDX)
-            i_ring = c_slot
-            if HAS_SRC_IDX:
-                i_ring = tl.where(m_live, c_slot, 0)
-            o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
-            m_vm = unless(EVEN_M, m_m)
-            m_vn = unless(EVEN_N, m_n)
-            m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
-            o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p,
-                                             stride_state_n, PACKED_ROWS, BLOCK_M, BLOCK_N, False)
-            p_tile = (p_state + (c_slot * stride_state_s + o_base)) + o_tile
-            p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
-            p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
-            p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
-            b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
-            b_D = 0.0
-            if HAS_D:
-                b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
-            if HAS_DT_BIAS:
-                b_dt += tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
-            if DT_SOFTPLUS:
-                b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
-            b_xf = b_x.to(tl.float32)
-            b_Cf = b_C.to(tl.float32)
-            if m_flush:
-                rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r,
-                           stride_dt=stride_dtc_r, start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn,
-                           m_live=m_live)
-                ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=c_slot, i_h=i_h, o_m=o_m,
-                                 stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
-                b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
-                if not FLUSH_DRAFTS:
-                    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-                b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
-                                 (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
-                b_y = tl.sum(b_state * b_Cf[None, :], axis=1)
-                if FLUSH_DRAFTS:
-                    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-            else:
-                # the ring by physical row p: its age (p - start) mod ring, live below n_old
-                age = o_p - start
-                age = tl.where(age < 0, age + ring, age)
-                m_val = (o_p < ring) & (age < n_old)
-                if HAS_SRC_IDX:
-                    m_val = m_val & m_live
-                b_dtv = tl.where(m_val, b_dtr, 0.0)
-                # r_p: the dt' of the live rows younger than p, a sum of positive terms
-                b_r = tl.sum(tl.where(age[None, :] > age[:, None], b_dtv[None, :], 0.0), axis=1)
-                b_w = b_dtv * exp_dA(b_A * b_r, FAST_EXP)
-                b_S = tl.sum(b_dtv, axis=0)
-                b_gram = tl.sum(b_Br.to(tl.float32) * b_Cf[None, :], axis=1)  # [RPP]: C . B_p
-                b_ring = tl.sum(b_xr.to(tl.float32) * (b_w * b_gram)[:, None], axis=0)
-                b_acc = exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_Cf[None, :], axis=1) + b_ring
-                b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * tl.sum(b_B.to(tl.float32) * b_Cf, axis=0)) * b_xf
-            b_y = gated_out(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-            tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
-                     b_y, mask=m_vm)
-            m_app = m_live
-            if FLUSH_DRAFTS:
-                m_app = both(m_app, m_flush == 0)
-            pos = wrap(start + n_old, ring)
-            tl.store(p_xc + pos * stride_xc_r, b_x, mask=both(m_vm, m_app))
-            if i_m == 0:
-                if m_app is None:
-                    tl.store(p_dtc + pos * stride_dtc_r, b_dt)
-                else:
-                    tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
-                if i_h % HEADS_PER_GROUP == 0:
-                    tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=both(m_vn, m_app))
+        start = 0
+    o_r = tl.arange(0, RP)
+    m_r = o_r < n_old
+    if HAS_SRC_IDX:
+        m_r = m_r & m_live
+    pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
+    o_n = tl.arange(0, BLOCK_N)
+    m_vn = unless(EVEN_N, o_n < dstate)
+    b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n, m_vn).to(tl.float32)
+    b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn).to(tl.float32)
+    m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+    b_Br = tl.load(p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + pos_r[:, None] * stride_Bc_r
+                   + o_n[None, :] * stride_Bc_n, mask=m_Br, other=0.0).to(tl.float32)
+    p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+    tl.store(p_g + o_r, tl.sum(b_Br * b_C[None, :], axis=1))
+    tl.store(p_g + RP, tl.sum(b_B * b_C, axis=0))
 # fmt: on
 
 
@@ -810,48 +616,52 @@ def fast_launch(
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
-    if call.tokens == 1 and PERSISTENT_DECODE:
-        return _decode_launch(call, host_flush, flags)
-    return call.launch(_selective_state_replay_fast_kernel, {"p_flush": host_flush}, flags)
-
-
-# The persistent decode kernel (T = 1): on by default; the warps an SM its programs fill; a
-# program count that replaces the device's (tests run the item loop on the CPU with it).
-PERSISTENT_DECODE = True
-DECODE_WARPS_PER_SM = 16
-DECODE_PROGRAMS: int | None = None
-
-
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _decode_launch(call: ReplayCall, host_flush: torch.Tensor | None, flags: dict[str, Any]) -> Launch:
-    """The persistent decode kernel's launch: n_programs programs (a few an SM) looping over
-    the (request, head, row block) items."""
-    config, state = call.config, call.state
-    nheads, headdim = state.shape[1], state.shape[2]
-    requests = call.x.shape[0] if call.cu_seqlens is None else call.cu_seqlens.shape[0] - 1
-    n_items = requests * nheads * triton.cdiv(headdim, config.block_m)
-    if DECODE_PROGRAMS is not None:
-        n_programs = DECODE_PROGRAMS
-    elif state.device.type == "cuda":
-        n_programs = _sm_count(state.device.index or 0) * max(1, DECODE_WARPS_PER_SM // config.num_warps)
-    else:
-        n_programs = n_items
-    n_programs = max(1, min(n_items, n_programs))
-    arguments = {
+    arguments: dict[str, Any] = {
         "p_flush": host_flush,
-        "nheads": nheads,
-        "n_requests": requests,
-        "n_iters": triton.cdiv(n_items, n_programs),
+        "p_gram": None,
+        "stride_gram_b": 0,
+        "stride_gram_g": 0,
     }
-    flags = {
-        **flags,
-        "RPP": triton.next_power_of_2(call.ring),
-        "ITERS": arguments["n_iters"] if _INTERPRETED else 0,
-        "num_stages": 1,
-    }
-    tile = call.launch(_selective_state_replay_fast_decode_kernel, arguments, flags)
-    return Launch(tile.kernel, (n_programs,), tile.args, tile.kwargs)
+    gram = None
+    if call.tokens == 1 and _gram_first(call):
+        gram, arguments["p_gram"] = _gram_launch(call, flags["RP"], cursor_by_request)
+        arguments.update(
+            stride_gram_b=arguments["p_gram"].stride(0), stride_gram_g=arguments["p_gram"].stride(1)
+        )
+    main = call.launch(_selective_state_replay_fast_kernel, arguments, flags)
+    return main if gram is None else main._replace(before=gram)
+
+
+# The decode step (T = 1) precomputes the Grams C . B_j once a (request, group) from this many
+# requests on: on the H200 the second launch cost more than it saved at batch 8 and less at 64,
+# 512 and 1024 (benchmarks/results/NVIDIA_H200/fast-decode-sweep/).
+GRAM_MIN_REQUESTS = 16
+
+
+def _requests(call: ReplayCall) -> int:
+    return call.x.shape[0] if call.cu_seqlens is None else call.cu_seqlens.shape[0] - 1
+
+
+def _gram_first(call: ReplayCall) -> bool:
+    return not call.flush and _requests(call) >= GRAM_MIN_REQUESTS
+
+
+def _gram_launch(call: ReplayCall, rp: int, cursor_by_request: bool) -> tuple[Launch, torch.Tensor]:
+    """The Grams' launch (_ring_gram_kernel) and the float32 [B, G, RP + 1] they go into."""
+    requests, groups = _requests(call), call.B.shape[-2]
+    gram = torch.empty(requests, groups, rp + 1, dtype=torch.float32, device=call.state.device)
+    args = call.arguments()
+    names = set(inspect.signature(_ring_gram_kernel.fn.fn).parameters)
+    kwargs = {k: v for k, v in args.items() if k in names}
+    kwargs.update(
+        p_gram=gram,
+        stride_gram_b=gram.stride(0),
+        stride_gram_g=gram.stride(1),
+        WINDOW=call.ring - call.tokens,
+        RP=rp,
+        CURSOR_BY_REQUEST=cursor_by_request,
+        EVEN_N=call.state.shape[-1] == triton.next_power_of_2(call.state.shape[-1]),
+        BLOCK_N=triton.next_power_of_2(call.state.shape[-1]),
+        num_warps=4,
+    )
+    return Launch(_ring_gram_kernel, (requests, groups), (), kwargs), gram
