@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from conftest import DEVICE, bits
 from ssmdecode import LaunchConfig
 from ssmdecode.compat.vllm import MAX_CACHE_LEN, NULL_BLOCK_ID, selective_state_update_replayssm_output_only
+from ssmdecode.ops.selective_state_update import replay_fast
 from test_replay_fast import assert_out_accurate, assert_state_accurate
 
 EMPTY = inspect.Parameter.empty
@@ -124,13 +125,15 @@ def test_signature_is_vllms() -> None:
     assert MAX_CACHE_LEN == 16
 
 
+@pytest.mark.parametrize("grams", [False, True], ids=["", "grams"])
 @pytest.mark.parametrize("L", [8, 16])
-def test_decode_steps_with_vllms_cursors(L: int) -> None:
+def test_decode_steps_with_vllms_cursors(L: int, grams: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 L + 3 decode steps from prefill, the host's cursors after each (a flush every L
     steps): every step's out, state and rings against the float64 contract; out within 1 bf16
     ulp of the plain float64 recurrence from prefill; the null block's request writes nothing
     and gets zeros; the state after each flush within 1e-5 max|state| of that recurrence; the
-    bc_pre scratch untouched."""
+    bc_pre scratch untouched. grams: with the fast route's precomputed Grams at any batch."""
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if grams else 10**9)
     pool = make_pool(L)
     truth = pool["state"].double()  # the state vLLM means, by the plain recurrence
     live = pool["state_batch_indices"][:, 0] != NULL_BLOCK_ID

@@ -18,6 +18,7 @@ from ssmdecode import LaunchConfig
 from ssmdecode.numerics import FAST_MEAN_RATIO, FAST_OUT_ULPS, FAST_STATE_REL, out_resolution
 from ssmdecode.ops.selective_state_update import (
     replay_advance,
+    replay_fast,
     replay_flush,
     selective_state_replay,
     selective_state_replay_reference,
@@ -152,6 +153,46 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
     _run(_kwargs(twin, drafts), _config(case), exact=True)
     for name in ("state", "x_cache", "B_cache", "dt_cache"):
         assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+
+
+@pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+def test_decode_with_and_without_the_precomputed_grams(
+    cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """T = 1 with the Grams of each (request, group) precomputed (_ring_gram_kernel, on from
+    GRAM_MIN_REQUESTS requests) and without: both within the bars of the float64 recurrence, the
+    same rings and flushed states bit for bit; G < H, a pad request, rings that wrap, and packed
+    requests of one token or none."""
+    case = Replay(tokens=1, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    results = []
+    for gram_from in (1, 10**9):
+        monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", gram_from)
+        pool, drafts = make_pool(case), make_drafts(case, 1)
+        _set_cursors(pool, case, cached, 1, wrap=True)
+        extra: dict = {}
+        if packed:  # request 1 has no token: 3 tokens packed by cu_seqlens [0, 1, 1, 2, 3]
+            lengths = [1, 0, 1, 1]
+            drafts = {
+                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+                for k, v in drafts.items()
+            }
+            drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)
+            extra = {
+                "cu_seqlens": torch.tensor([0, 1, 1, 2, 3], dtype=torch.int32, device=DEVICE),
+                "max_seqlen": 1,
+            }
+        kw = {**_kwargs(pool, drafts), **extra}
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = torch.ones(out.shape[0] * out.shape[1] if not packed else out.shape[0], dtype=torch.bool)
+        live[1 if packed else 2] = False  # the pad request's token
+        live = live.view(out.shape[:1] if packed else out.shape[:2]).to(DEVICE)
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("state", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

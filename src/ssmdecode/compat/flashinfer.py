@@ -45,11 +45,13 @@ read, and notes that the release branches v0.6.16 to v0.6.18 revert it to an old
 Route and bits: flashinfer computes the window in matmul form (C Bᵀ with cumulative decays,
 tensor-core MMAs on bfloat16 operands), which is neither the per-token recurrence's rounding nor
 fp32-accurate. exact=False runs ssmdecode's fast replay route (replay_fast.py): flashinfer's
-semantics, ring and flush rule, out within 1 bf16 ulp of the float64 recurrence and a flushed
+semantics, ring and flush rule, out within 1 bf16 ulp of the float64 recurrence (floored at
+float32's summation floor: numerics.out_resolution) and a flushed
 state the exact route's bits, but not flashinfer's bits (no adapter can promise those).
 exact=True, for now the default, runs the exact route: out and states the multi-token kernel's
-and T single-token calls' bits (float32 state). The fast route becomes the default once the
-GPU tests have run it (its tensor-core products have run only on CPU, in float32, so far).
+and T single-token calls' bits (float32 state). The fast route passes its GPU tests; it becomes
+the default once it is faster than the exact route at T >= 2, which on the H200 it is not yet
+(docs/performance.md, "Replay's fast route").
 A pool filled by either kernel and read by another is the same layout, but dt' (softplus) and
 states may differ in the last bits.
 
