@@ -137,11 +137,13 @@ def run_bits(
     a kernel Variant of the same bits (decode.Variant), run through the private launch path."""
     from ssmdecode import selective_state_update  # after TRITON_INTERPRET is set above
     from ssmdecode.ops.selective_state_update import decode
+    from ssmdecode.ops.selective_state_update.arguments import UpdateArgs
 
     kw["state"].copy_(state0)
     out = torch.full(kw["x"].shape, float("nan"), dtype=torch.float32, device=kw["x"].device)
     if variant is None:
         selective_state_update(**kw, out=out, config=config, **extra)
     else:
-        decode.run(*decode.prepare(**kw, out=out, config=config, _variant=variant, **extra))
+        args = UpdateArgs(**kw, out=out, config=config, **extra)
+        decode.run(*decode.prepare(args, _variant=variant))
     return bits(out).clone(), bits(kw["state"]).clone()

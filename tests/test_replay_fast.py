@@ -348,11 +348,12 @@ def test_bad_calls_raise_and_write_nothing() -> None:
 
 
 def test_default_config_of_the_fast_route() -> None:
-    """With no table entry: one program a (request, head) up to 64 rows, 8 warps at T = 1 and
-    4 at T >= 2; 16 rows at small batch; its own key in the tables."""
+    """With no table entry: 16 rows and one warp at T = 1 above batch 8 (with the precomputed
+    Grams), one program a (request, head) up to 64 rows and 4 warps at T >= 2; 16 rows and 4
+    warps at small batch; its own key in the tables."""
     from ssmdecode.config import lookup_config, replay_fast_config, table_key
 
-    assert replay_fast_config(64, 128, 512, tokens=1) == LaunchConfig(64, 8, True, True, max_registers=128)
+    assert replay_fast_config(64, 128, 512, tokens=1) == LaunchConfig(16, 1, True, True)
     assert replay_fast_config(64, 128, 512, tokens=4) == LaunchConfig(64, 4, True, True)
     assert replay_fast_config(12, 24, 64, tokens=2) == LaunchConfig(16, 4, True, True)
     assert replay_fast_config(64, 128, batch=8, tokens=1) == LaunchConfig(16, 4, True, True)

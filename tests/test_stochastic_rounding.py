@@ -379,6 +379,7 @@ def test_verify_buffer_and_final_state(round_buffer: bool) -> None:
     row offsets), the final state into the slot (stream STATE); with _round_buffer=False (the
     sglang adapter) the buffer rounds to nearest."""
     from ssmdecode.ops.selective_state_update import decode
+    from ssmdecode.ops.selective_state_update.arguments import UpdateArgs
 
     tokens, dtype, config = 3, torch.bfloat16, CONFIGS[0]
     state32, kw = _verify_inputs(tokens)
@@ -390,10 +391,11 @@ def test_verify_buffer_and_final_state(round_buffer: bool) -> None:
         exact, **kw, intermediate_states=buf32, intermediate_state_indices=rows, config=config
     )
     rounded = state16.clone()
-    call, launch = decode.prepare(
-        rounded, **kw, intermediate_states=buf16, intermediate_state_indices=rows, config=config,
-        rand_seed=_seed(77), _round_buffer=round_buffer,
+    args = UpdateArgs(
+        state=rounded, **kw, intermediate_states=buf16, intermediate_state_indices=rows, config=config,
+        rand_seed=_seed(77),
     )  # fmt: skip
+    call, launch = decode.prepare(args, _round_buffer=round_buffer)
     decode.run(call, launch)
     slots = kw["state_batch_indices"]
     assert torch.equal(bits(rounded[slots.long()]), bits(_expected(exact, rounded, slots, 77)))

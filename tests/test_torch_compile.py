@@ -12,6 +12,8 @@ import torch
 from conftest import DEVICE, Case, bits, make_inputs
 from ssmdecode import selective_state_update, slot_order
 from ssmdecode.compat import sglang, vllm
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update.arguments import OP_FIELDS, UpdateArgs
 
 CASE = Case(batch=3, nheads=2, headdim=8, dstate=16, ngroups=1, tie=True, pad_rows=(1,))
 
@@ -103,37 +105,24 @@ def test_fullgraph_compiles_the_adapters_and_a_verify_step() -> None:
     _compare(vllm_step, {"state": kw["state"], "x": kw["x"]}, "aot_eager")
 
 
+def test_op_schema_is_the_call_description_flattened() -> None:
+    """The op's parameters are UpdateArgs's fields in their order (flat() and from_flat() rely
+    on it), and a call survives the round trip, its config as a label."""
+    schema = torch.ops.ssmdecode.selective_state_update.default._schema
+    assert tuple(a.name for a in schema.arguments) == OP_FIELDS
+    kw = make_inputs(CASE)
+    args = UpdateArgs(**kw, config=LaunchConfig.parse("16,1,slot,evict,ordered"), philox_rounds=7)
+    back = UpdateArgs.from_flat(*args.flat())
+    assert back.config == args.config and back.philox_rounds == 7
+    assert all(getattr(back, n) is getattr(args, n) for n in OP_FIELDS if n != "config")
+
+
 def test_custom_op_passes_opcheck() -> None:
     """torch.library.opcheck: the schema (the tensors written declared), the fake kernel
     against the real one, and autograd registration."""
     kw = make_inputs(CASE)
     out = torch.empty_like(kw["x"])
-    args = (
-        kw["state"],
-        kw["x"],
-        kw["dt"],
-        kw["A"],
-        kw["B"],
-        kw["C"],
-        kw["D"],
-        kw["z"],
-        kw["dt_bias"],
-        True,
-        kw["state_batch_indices"],
-        None,
-        -1,
-        out,
-        False,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        False,
-        False,
-        None,
-    )
+    args = UpdateArgs(**kw, out=out).flat()
     torch.library.opcheck(
         torch.ops.ssmdecode.selective_state_update.default,
         args,

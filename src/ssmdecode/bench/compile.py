@@ -19,6 +19,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update.arguments import UpdateArgs
 from ssmdecode.ops.selective_state_update.decode import Variant, prepare
 from ssmdecode.ops.selective_state_update.launch import Launch
 from ssmdecode.ops.selective_state_update.replay import prepare as replay_prepare
@@ -49,7 +50,7 @@ def compile_config(
     if replay:
         _, launch = replay_prepare(**kwargs, config=config)
     else:
-        _, launch = prepare(**kwargs, config=config, _variant=variant or Variant())
+        _, launch = prepare(UpdateArgs(**kwargs, config=config), _variant=variant or Variant())
     return compile_launch(launch, target)
 
 

@@ -44,6 +44,7 @@ from ssmdecode.compat import (
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import decode
 from ssmdecode.ops.selective_state_update import selective_state_update as _selective_state_update
+from ssmdecode.ops.selective_state_update.arguments import UpdateArgs
 
 __all__ = ["PAD_SLOT_ID", "selective_state_update"]
 
@@ -195,10 +196,10 @@ def selective_state_update(
             _selective_state_update(state, x, dt, A, B, C, **kwargs)
             return
         # the slots' stores only: the buffer's stay round-to-nearest
-        call, launch = decode.prepare(
-            state, x, dt, A, B, C, **kwargs, rand_seed=rand_seed, philox_rounds=philox_rounds,
-            _round_buffer=False,
-        )  # fmt: skip
+        args = UpdateArgs(
+            state=state, x=x, dt=dt, A=A, B=B, C=C, **kwargs, rand_seed=rand_seed, philox_rounds=philox_rounds
+        )
+        call, launch = decode.prepare(args, _round_buffer=False)
     decode.run(call, launch)
 
 

@@ -1,8 +1,13 @@
 """selective_state_update, the decode step of Mamba1 / Mamba2 layers, as a family of modes.
 
     module          what it holds
-    decode.py       the public selective_state_update (one token or T tokens a request) and
-                    the single-token kernel; the recurrence, shapes, dtypes and bits
+    api.py          the public doors selective_state_update (one token or T tokens a request)
+                    and slot_order: the call described once (arguments.py), handed to the
+                    mode's prepare or, under torch.compile, to the custom op
+    arguments.py    UpdateArgs: one call's arguments, keyword-only, flattened for the op and
+                    rebuilt from it in one place each
+    decode.py       the checks and launch of a call (prepare) and the single-token kernel; the
+                    recurrence, shapes, dtypes and bits
     verify.py       the multi-token kernel: speculative decoding's verify step, with sglang's
                     intermediate-state buffer and EAGLE trees and vLLM's accepted-token slots
     replay.py       selective_state_replay: the verify step by replay (a ring of the inputs of
@@ -16,13 +21,13 @@
     checks.py       every argument check, with a cheap path for valid calls
     launch.py       what the launchers share (a prepared launch, kernel variants)
     torch_op.py     the custom ops torch.compile sees
-    slot_order.py   slot_order, the batch rows by state slot (for batch_order)
+    slot_order.py   sort_slots, the batch rows by state slot (slot_order's sort, for batch_order)
 
 One public function a mode; the engines' calling conventions live in ssmdecode.compat.
 """
 
+from ssmdecode.ops.selective_state_update.api import selective_state_update, slot_order
 from ssmdecode.ops.selective_state_update.checks import ties_head_dim
-from ssmdecode.ops.selective_state_update.decode import selective_state_update
 from ssmdecode.ops.selective_state_update.naive import (
     selective_state_replay_reference,
     selective_state_update_reference,
@@ -32,7 +37,6 @@ from ssmdecode.ops.selective_state_update.replay import (
     replay_flush,
     selective_state_replay,
 )
-from ssmdecode.ops.selective_state_update.slot_order import slot_order
 
 __all__ = [
     "replay_advance",

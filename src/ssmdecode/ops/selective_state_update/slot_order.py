@@ -11,7 +11,7 @@ import triton.language as tl
 
 from ssmdecode.ops.selective_state_update.checks import INDEX_DTYPES, interpreted
 
-__all__ = ["slot_order"]
+__all__ = ["sort_slots"]
 
 
 @triton.jit
@@ -30,8 +30,9 @@ def _slot_order_kernel(p_slots, p_order, n, stride_slots, BLOCK: tl.constexpr):
 _SLOT_ORDER_MAX_BLOCK = 8192  # one program's sort; larger batches use torch.argsort
 
 
-def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
-    """The batch rows in ascending order of their state slots (int32 [B]), for
+def sort_slots(state_batch_indices: torch.Tensor) -> torch.Tensor:
+    """slot_order's sort, eager (api.slot_order is the public door): the batch rows in
+    ascending order of their state slots (int32 [B]), for
     selective_state_update(batch_order=...): a slot-major config then reads the state pool in
     memory order. The slots are the same for every layer of a decode step, so compute it once
     per step. Rows of equal slots (padding) keep their order; pad_slot_id -1 sorts first.
@@ -41,10 +42,6 @@ def slot_order(state_batch_indices: torch.Tensor) -> torch.Tensor:
     radix sort of several kernels, which cost a decode step about as much as slot order
     saved at batch 512 (docs/performance.md). CPU slots take torch.argsort unless the kernels
     run under Triton's interpreter."""
-    if torch.compiler.is_compiling():  # one node of the graph (torch_op.py)
-        from ssmdecode.ops.selective_state_update.torch_op import slot_order_op
-
-        return slot_order_op(state_batch_indices)
     if not isinstance(state_batch_indices, torch.Tensor) or state_batch_indices.dim() != 1:
         raise TypeError("state_batch_indices must be a 1-D torch.Tensor of slots")
     if state_batch_indices.dtype not in INDEX_DTYPES:

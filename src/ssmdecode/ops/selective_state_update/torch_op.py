@@ -9,7 +9,8 @@ of the graph: `torch.compile(fullgraph=True)` compiles a decode step around it, 
 the same bits as an eager call. The public functions route here only while torch.compile
 traces them (torch.compiler.is_compiling()); eager calls skip the dispatcher's overhead.
 
-A custom op takes no LaunchConfig: its label crosses as a string ("(16,1,slot,evict,ordered)").
+A custom op takes no LaunchConfig: its label crosses as a string ("(16,1,slot,evict,ordered)"),
+as arguments.UpdateArgs.flat() lays the call out and from_flat() rebuilds it.
 The op returns nothing (an output may not alias an input), so out is allocated before it.
 """
 
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from ssmdecode.config import LaunchConfig
-from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
+from ssmdecode.ops.selective_state_update import decode
+from ssmdecode.ops.selective_state_update.arguments import UpdateArgs
+from ssmdecode.ops.selective_state_update.slot_order import sort_slots
 
 __all__ = ["selective_state_update_op", "slot_order_op"]
 
@@ -50,43 +52,15 @@ def _selective_state_update_op(
     intermediate_state_indices: torch.Tensor | None,
     parent_token_indices: torch.Tensor | None,
     fast_exp: bool,
+    validate_indices: bool | None,
     pdl: bool,
     batch_order: torch.Tensor | None,
-    rand_seed: torch.Tensor | None = None,
-    philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
+    rand_seed: torch.Tensor | None,
+    philox_rounds: int,
 ) -> None:
-    from ssmdecode.ops.selective_state_update import decode
-
-    decode.run(
-        *decode.prepare(
-            state,
-            x,
-            dt,
-            A,
-            B,
-            C,
-            D,
-            z,
-            dt_bias,
-            dt_softplus,
-            state_batch_indices,
-            dst_state_batch_indices,
-            pad_slot_id,
-            out,
-            disable_state_update,
-            None if config is None else LaunchConfig.parse(config),
-            cu_seqlens=cu_seqlens,
-            num_accepted_tokens=num_accepted_tokens,
-            intermediate_states=intermediate_states,
-            intermediate_state_indices=intermediate_state_indices,
-            parent_token_indices=parent_token_indices,
-            fast_exp=fast_exp,
-            pdl=pdl,
-            batch_order=batch_order,
-            rand_seed=rand_seed,
-            philox_rounds=philox_rounds,
-        )
-    )
+    # The schema is arguments.UpdateArgs flattened (its fields, in their order: a test holds
+    # the two equal); the parameters, in order, are the flat values it is rebuilt from.
+    decode.run(*decode.prepare(UpdateArgs.from_flat(*locals().values())))
 
 
 @_selective_state_update_op.register_fake
@@ -95,66 +69,21 @@ def _(*args: object, **kwargs: object) -> None:
     return None
 
 
-def selective_state_update_op(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_batch_indices: torch.Tensor | None,
-    dst_state_batch_indices: torch.Tensor | None,
-    pad_slot_id: int,
-    out: torch.Tensor | None,
-    disable_state_update: bool,
-    config: LaunchConfig | None,
-    **multi: object,
-) -> torch.Tensor:
-    """selective_state_update through the custom op (what the public function does while
-    torch.compile traces it): out allocated first when None, like x."""
+def selective_state_update_op(args: UpdateArgs) -> torch.Tensor:
+    """The call through the custom op (what the public door does while torch.compile traces
+    it): out allocated first when None, like x; returns out."""
+    out = args.out
     if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    torch.ops.ssmdecode.selective_state_update(
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        state_batch_indices,
-        dst_state_batch_indices,
-        pad_slot_id,
-        out,
-        disable_state_update,
-        None if config is None else config.label,
-        multi.get("cu_seqlens"),
-        multi.get("num_accepted_tokens"),
-        multi.get("intermediate_states"),
-        multi.get("intermediate_state_indices"),
-        multi.get("parent_token_indices"),
-        multi.get("fast_exp", False),
-        multi.get("pdl", False),
-        multi.get("batch_order"),
-        multi.get("rand_seed"),
-        multi.get("philox_rounds", DEFAULT_PHILOX_ROUNDS),
-    )
+        out = torch.empty(args.x.shape, dtype=args.x.dtype, device=args.x.device)
+        args = args.with_out(out)
+    torch.ops.ssmdecode.selective_state_update(*args.flat())
     return out
 
 
 @torch.library.custom_op("ssmdecode::slot_order", mutates_args=())
 def slot_order_op(state_batch_indices: torch.Tensor) -> torch.Tensor:
     """slot_order as a custom op: a new int32 [B] tensor."""
-    from ssmdecode.ops.selective_state_update.slot_order import slot_order
-
-    return slot_order(state_batch_indices)
+    return sort_slots(state_batch_indices)
 
 
 @slot_order_op.register_fake
