@@ -60,6 +60,7 @@
 #           entries of verify calls whose A (D, dt_bias) is dense, into the shipped table
 #   bench_params  ssmdecode bench --tokens T --params tied dense, one run a T in 2 4 8, modes
 #           buffer and dst, bs 8 64 512, the table beside (4,4), (8,1), (4,1), (16,4), 3 rounds
+#   bench_gate  bench_params' run at T = 4, A tied, with the gate z given (bench --gate)
 #   tune_spec_model  ssmdecode tune --tokens 4 --mode buffer --in-model: the T = 4 buffer
 #           entries timed as verify steps of the Mamba2 stack, into the shipped table
 #   ncu_spec  Nsight Compute of the T = 4 buffer call at bs 512 in the model and back to back,
@@ -331,6 +332,11 @@ stage_bench_params() {
         --batch 8 64 512 --config upstream 8,1 4,1 16,4 table --rounds 3 \
         --out "$R/bench-params-t$t" || return
   done
+}
+stage_bench_gate() {
+  # the gate z given (its own compiled variant): the table beside the upstream grid, T = 4
+  "${SSM[@]}" bench "${HEADLINE[@]}" --tokens 4 --mode buffer dst --gate \
+      --batch 8 64 512 --config upstream 8,1 4,1 16,4 table --rounds 3 --out "$R/bench-gate-t4"
 }
 # The T = 4 buffer entries timed inside the model (the verify step of `e2e --spec 4`): there
 # the kernel bench's ranking of the table's configs does not hold (docs/performance.md,

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ssmdecode import cli
+from ssmdecode.tools import bench as bench_tool
 
 TINY = ["--heads", "2", "--headdim", "4", "--dstate", "8"]
 
@@ -72,6 +73,26 @@ def test_bench_of_verify_calls_reports_each_mode_and_replays_bookkeeping(tmp_pat
     assert rows["replay"]["window"] == 2
     md = (tmp_path / "bench.md").read_text()
     assert "### mode replay, T = 2" in md and "of which bookkeeping, us" in md
+
+
+def test_bench_of_verify_calls_with_the_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench --tokens --gate: the calls pass z (checked against float64 first), the rows say so."""
+    from ssmdecode.bench import spec
+
+    seen = []
+    make = spec.make_spec_inputs
+
+    def spy(*a: object, **k: object) -> object:
+        inputs = make(*a, **k)
+        seen.append(inputs.base.z is not None)
+        return inputs
+
+    monkeypatch.setattr(bench_tool, "make_spec_inputs", spy)
+    argv = ["bench", *TINY, "--tokens", "2", "--mode", "dst", "--gate", "--batch", "1", "--config", "4,1"]
+    assert cli.main([*argv, "--out", str(tmp_path)]) == 0
+    assert seen and all(seen)
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert rows and all(r["gate"] for r in rows)
 
 
 def test_bench_of_verify_calls_takes_both_params_layouts_in_interleaved_rounds(tmp_path: Path) -> None:

@@ -172,10 +172,11 @@ def make_spec_inputs(
     rotation: int | None = None,
     window: int = DEFAULT_WINDOW,
     params: str = "tied",
+    has_z: bool = False,
 ) -> SpecInputs:
     """K sets (by cold_rotation of the bytes a call touches, unless given) of disjoint slots,
     buffer rows and rings for verify calls of T draft tokens a request; params: "tied" or
-    "dense" A, D and dt_bias (make_inputs)."""
+    "dense" A, D and dt_bias (make_inputs); has_z: the gate z given."""
     if mode not in SPEC_MODES:
         raise ValueError(f"mode must be one of {SPEC_MODES}, got {mode!r}")
     if tokens < 1:
@@ -185,7 +186,7 @@ def make_spec_inputs(
     rotation = rotation or cold_rotation(touched, device)
     pool = rotation * batch * per_request
     base = make_shape_inputs(
-        shape, batch, device, seed, tokens=tokens, pool=pool, rotation=rotation, params=params
+        shape, batch, device, seed, tokens=tokens, pool=pool, rotation=rotation, params=params, has_z=has_z
     )
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     perm = torch.randperm(pool, generator=gen, device=device).to(torch.int32)

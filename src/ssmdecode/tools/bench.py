@@ -176,6 +176,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(Mamba1-style layouts, engines that materialize A); several in one run (default tied)",
     )
     s.add_argument(
+        "--gate",
+        action="store_true",
+        help="verify calls (--tokens) with the gate z given (out * z sigmoid(z)), which the "
+        "kernel compiles as its own variant; default z None, as the engines' Mamba2 layers pass it",
+    )
+    s.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -462,6 +468,7 @@ def _spec_correct(
             rotation=1,
             window=args.window,
             params=params,
+            has_z=args.gate,
         )
         for cs in args.config:
             config = cs.resolve(shape, batch, device, mode, tokens, dense=params == "dense")
@@ -485,7 +492,9 @@ def _time_spec_point(
     """One (mode, T, params, batch) point: its streams and ceiling, then every config timed on
     the same inputs in args.rounds interleaved rounds; a row a config."""
     rows: list[dict[str, object]] = []
-    spec = make_spec_inputs(shape, batch, tokens, mode, device, args.seed, window=args.window, params=params)
+    spec = make_spec_inputs(
+        shape, batch, tokens, mode, device, args.seed, window=args.window, params=params, has_z=args.gate
+    )
     streams = measure_spec_ceiling(spec, device)
     flush = flush_fraction(spec) if mode == "replay" else None
     advance = time_spec_advance(spec, device) if mode == "replay" else None
@@ -512,6 +521,7 @@ def _time_spec_point(
                 "mode": mode,
                 "tokens": tokens,
                 "params": params,
+                "gate": args.gate,
                 "batch": batch,
                 "config": cs.text,
                 "launch": config.label,

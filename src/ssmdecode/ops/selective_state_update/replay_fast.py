@@ -209,21 +209,20 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
 
 
 @triton.jit
-def _ring_weights(b_dtr, p_dtc, stride_dtc_r, start, o_r, n_old, ring, b_A, m_live, HAS_SRC_IDX: tl.constexpr,
-                  FAST_EXP: tl.constexpr):
-    """The ring's decay weights: S = the cached tokens' dt' summed, and w_j = dt'_j exp(A r_j)
-    [RP] with r_j = dt'_{j+1} + .. + dt'_{n_old-1} (zero past n_old), the decay from cached token
+def _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+    """The decay weights of the ring rg (_Ring): S = the cached tokens' dt' summed, and
+    w_j = dt'_j exp(A r_j) [RP] with r_j = dt'_{j+1} + .. + dt'_{n_old-1} (zero past n_old), the decay from cached token
     j (age order, dt'_j = b_dtr[j]) to the newest. Each r_j is summed from the newest token back
     over the ring's dt' loaded one row further on (the same cache lines), a sum of positive terms
     with float32's error of its own size; the difference S - c_j of inclusive prefix sums
     carries the error of S, |A| eps S relative in the newest tokens' weights, the largest. On
     the GPU the two gave the same worst out error (the float32 floor of near-cancelling
     outputs dominates: docs/numerics.md) and a mean error as low or lower."""
-    m_r1 = (o_r + 1) < n_old
+    m_r1 = (o_r + 1) < rg.n_old
     if HAS_SRC_IDX:
-        m_r1 = m_r1 & m_live
-    pos_r1 = tl.where(m_r1, wrap(start + o_r + 1, ring), 0)
-    b_dtr1 = tl.load(p_dtc + pos_r1 * stride_dtc_r, mask=m_r1, other=0.0)
+        m_r1 = m_r1 & rg.m_live
+    pos_r1 = tl.where(m_r1, wrap(rg.start + o_r + 1, rg.ring), 0)
+    b_dtr1 = tl.load(rg.p_dt + pos_r1 * rg.stride_dt, mask=m_r1, other=0.0)
     b_r = tl.cumsum(b_dtr1, axis=0, reverse=True)
     b_w = b_dtr * exp_dA(b_A * b_r, FAST_EXP)  # b_dtr is 0 past n_old: so is w
     return tl.sum(b_dtr, axis=0), b_w
@@ -394,8 +393,7 @@ def _selective_state_replay_fast_kernel(
                 m_r = m_r & m_live
             pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
             b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-            b_S, b_w = _ring_weights(b_dtr, p_dtc, stride_dtc_r, start, o_r, n_old, ring, b_A, m_live, HAS_SRC_IDX,
-                                     FAST_EXP)
+            b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
             m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
             b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
             if GRAM:  # the group's Grams, computed once for its heads by _ring_gram_kernel
@@ -485,8 +483,7 @@ def _selective_state_replay_fast_kernel(
                 m_r = m_r & m_live
             pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
             b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-            b_S, b_w = _ring_weights(b_dtr, p_dtc, stride_dtc_r, start, o_r, n_old, ring, b_A, m_live, HAS_SRC_IDX,
-                                     FAST_EXP)
+            b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
             m_xr = m_r[None, :] if m_vm is None else m_vm[:, None] & m_r[None, :]
             m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
             b_xrT = tl.load(p_xc[:, None] + pos_r[None, :] * stride_xc_r, mask=m_xr, other=0.0)
