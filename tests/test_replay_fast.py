@@ -157,37 +157,38 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
 
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-def test_decode_with_and_without_the_precomputed_grams(
-    cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
+def test_with_and_without_the_precomputed_grams(
+    tokens: int, cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """T = 1 with the Grams of each (request, group) precomputed (_ring_gram_kernel, on from
-    GRAM_MIN_REQUESTS requests) and without: both within the bars of the float64 recurrence, the
-    same rings and flushed states bit for bit; G < H, a pad request, rings that wrap, and packed
-    requests of one token or none."""
-    case = Replay(tokens=1, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    """The Grams of each (request, group) precomputed (_ring_gram_kernel at T = 1, from
+    GRAM_MIN_REQUESTS requests on; _verify_gram_kernel at T >= 2 with GRAM_VERIFY) and not:
+    both within the bars of the float64 recurrence, the same rings and flushed states bit for
+    bit; G < H, a pad request, rings that wrap, packed requests of up to T tokens or none."""
+    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    lengths = [tokens, 0, 1, max(1, tokens - 1)]  # packed: request 1 has no token
     results = []
-    for gram_from in (1, 10**9):
-        monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", gram_from)
+    for grams in (True, False):
+        monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if grams else 10**9)
+        monkeypatch.setattr(replay_fast, "GRAM_VERIFY", grams)
         pool, drafts = make_pool(case), make_drafts(case, 1)
         _set_cursors(pool, case, cached, 1, wrap=True)
         extra: dict = {}
-        if packed:  # request 1 has no token: 3 tokens packed by cu_seqlens [0, 1, 1, 2, 3]
-            lengths = [1, 0, 1, 1]
+        request = torch.arange(case.batch).repeat_interleave(tokens)  # each token's request
+        if packed:
             drafts = {
                 k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
                 for k, v in drafts.items()
             }
             drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)
-            extra = {
-                "cu_seqlens": torch.tensor([0, 1, 1, 2, 3], dtype=torch.int32, device=DEVICE),
-                "max_seqlen": 1,
-            }
+            ends = torch.tensor(lengths).cumsum(0).tolist()
+            cu = torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE)
+            extra = {"cu_seqlens": cu, "max_seqlen": tokens}
+            request = torch.arange(case.batch).repeat_interleave(torch.tensor(lengths))
         kw = {**_kwargs(pool, drafts), **extra}
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)
-        live = torch.ones(out.shape[0] * out.shape[1] if not packed else out.shape[0], dtype=torch.bool)
-        live[1 if packed else 2] = False  # the pad request's token
-        live = live.view(out.shape[:1] if packed else out.shape[:2]).to(DEVICE)
+        live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
         assert_out_accurate(out[live], want[0][live])
         assert_state_accurate(pool["state"], want[1])
         results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])
