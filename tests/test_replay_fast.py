@@ -161,8 +161,8 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
 def test_with_and_without_the_precomputed_grams(
     tokens: int, cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Grams of each (request, group) precomputed (_ring_gram_kernel at T = 1, from
-    GRAM_MIN_REQUESTS requests on; _verify_gram_kernel at T >= 2 with GRAM_VERIFY) and not:
+    """The Grams of each (request, group) precomputed (_gram_kernel: at T = 1 from
+    GRAM_MIN_REQUESTS requests on, at T >= 2 with GRAM_VERIFY too) and not:
     both within the bars of the float64 recurrence, the same rings and flushed states bit for
     bit; G < H, a pad request, rings that wrap, packed requests of up to T tokens or none."""
     case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))

@@ -396,7 +396,7 @@ def _selective_state_replay_fast_kernel(
             b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
             m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
             b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
-            if GRAM:  # the group's Grams, computed once for its heads by _ring_gram_kernel
+            if GRAM:  # the group's Grams, computed once for its heads by _gram_kernel
                 p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
                 b_gram = tl.load(p_g + o_r)  # [RP]: C . B_j, 0 past n_old
                 b_bc = tl.load(p_g + RP)  # C . B of the token
@@ -493,7 +493,7 @@ def _selective_state_replay_fast_kernel(
             b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt' (live drafts come first)
             b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
             # The Grams, C_t . B_j of ring token j and C_t . B_u of draft u, as MMAs: 16-bit B and C
-            # multiply exactly and accumulate in float32 (_verify_gram_kernel's, with GRAM).
+            # multiply exactly and accumulate in float32 (_gram_kernel's, with GRAM).
             if GRAM:
                 p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
                 b_GrT = tl.load(p_g + o_r[:, None] * TD + o_t[None, :])  # [RP, TD]
@@ -534,60 +534,7 @@ def _selective_state_replay_fast_kernel(
 # fmt: off
 @triton.heuristics(_GRAM_HEURISTICS)
 @triton.jit
-def _ring_gram_kernel(
-    p_B_cache, p_ring_start, p_cached, p_B, p_C, p_src_idx, p_cu_seqlens, p_gram,
-    dstate, pad_slot_id, total_tokens, ring,
-    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-    stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-    stride_C_b, stride_C_t, stride_C_g, stride_C_n,
-    stride_src_idx, stride_gram_b, stride_gram_g,
-    WINDOW: tl.constexpr, RP: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
-    HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """The decode step's Grams (T = 1), one program a (request, group): the token's C against
-    its ring's cached B rows in age order, gram[b, g, j] = C . B_j for j < num_cached (0 past
-    it), and gram[b, g, RP] = C . B of the token itself. They are the same for every head of
-    the group, which the main kernel's programs then read (RP + 1 floats) instead of each
-    loading the [RP, N] B rows and reducing them over N (vLLM's bc_pre precompute does the
-    same). The cursors and flush rule are the main kernel's; a flushing request's Grams go
-    unused."""
-    i_b = tl.program_id(0)
-    i_g = tl.program_id(1)
-    t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, 1, VARLEN, True)
-    if VARLEN:
-        if n_tok == 0:
-            return
-    i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, False)
-    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
-    i_ring = i_slot
-    if HAS_SRC_IDX:
-        i_ring = tl.where(m_live, i_slot, 0)
-    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    n_old = tl.minimum(tl.maximum(tl.load(p_cached + i_cur).to(tl.int32), 0), WINDOW)
-    if HAS_RING_START:
-        start = tl.minimum(tl.maximum(tl.load(p_ring_start + i_cur).to(tl.int32), 0), ring - 1)
-    else:
-        start = 0
-    o_r = tl.arange(0, RP)
-    m_r = o_r < n_old
-    if HAS_SRC_IDX:
-        m_r = m_r & m_live
-    pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
-    o_n = tl.arange(0, BLOCK_N)
-    m_vn = unless(EVEN_N, o_n < dstate)
-    b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n, m_vn).to(tl.float32)
-    b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn).to(tl.float32)
-    m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-    b_Br = tl.load(p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + pos_r[:, None] * stride_Bc_r
-                   + o_n[None, :] * stride_Bc_n, mask=m_Br, other=0.0).to(tl.float32)
-    p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-    tl.store(p_g + o_r, tl.sum(b_Br * b_C[None, :], axis=1))
-    tl.store(p_g + RP, tl.sum(b_B * b_C, axis=0))
-
-
-@triton.heuristics(_GRAM_HEURISTICS)
-@triton.jit
-def _verify_gram_kernel(
+def _gram_kernel(
     p_B_cache, p_ring_start, p_cached, p_B, p_C, p_src_idx, p_cu_seqlens, p_gram,
     dstate, pad_slot_id, total_tokens, ring,
     stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
@@ -598,12 +545,15 @@ def _verify_gram_kernel(
     WINDOW: tl.constexpr, RP: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
     HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """The verify step's Grams (T >= 2), one program a (request, group), with the main kernel's
-    operations (_dot_exact of the same tiles): gram[b, g, :RP TD] = B_ring C^T [RP, TD] (ring
-    rows in age order, 0 past num_cached) and gram[b, g, RP TD:] = B_drafts C^T [TD, TD] (0
-    past the request's drafts), the same for every head of the group; the main kernel reads
-    them instead of loading the ring's B rows and multiplying them a program. Cursors and flush
-    rule as the main kernel's; a flushing request's Grams go unused."""
+    """The Grams of the drafts' C against the B rows, one program a (request, group): the same
+    for every head of the group, which the main kernel's programs then read instead of each
+    loading the ring's [RP, N] B rows and reducing or multiplying them (vLLM's bc_pre
+    precompute does the same at T = 1). The ring's rows in age order, 0 past num_cached; the
+    cursors and flush rule are the main kernel's, and a flushing request's Grams go unused.
+
+    T = 1, [RP + 1]: gram[j] = C . B_j of cached token j, gram[RP] = C . B of the token.
+    T >= 2, [RP TD + TD TD], with the main kernel's _dot_exact of the same tiles: B_ring C^T
+    [RP, TD], then B_drafts C^T [TD, TD] (0 past the request's drafts)."""
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
     t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, True)
@@ -628,20 +578,27 @@ def _verify_gram_kernel(
     pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
     o_n = tl.arange(0, BLOCK_N)
     m_vn = unless(EVEN_N, o_n < dstate)
-    o_t = tl.arange(0, TD)
-    m_t = o_t < n_tok
-    o_tok = t0 + o_t
-    m_nd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
-    b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
-                    + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
-    b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
-                   + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
     m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
     b_Br = tl.load(p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + pos_r[:, None] * stride_Bc_r
                    + o_n[None, :] * stride_Bc_n, mask=m_Br, other=0.0)
     p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-    tl.store(p_g + o_r[:, None] * TD + o_t[None, :], _dot_exact(b_Br, b_CdT, MMA16))
-    tl.store(p_g + RP * TD + o_t[:, None] * TD + o_t[None, :], _dot_exact(b_Bd, b_CdT, MMA16))
+    if T == 1:
+        b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                   m_vn).to(tl.float32)
+        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n,
+                   m_vn).to(tl.float32)
+        tl.store(p_g + o_r, tl.sum(b_Br.to(tl.float32) * b_C[None, :], axis=1))
+        tl.store(p_g + RP, tl.sum(b_B * b_C, axis=0))
+    else:
+        o_t = tl.arange(0, TD)
+        o_tok = t0 + o_t
+        m_nd = (o_t < n_tok)[None, :] if m_vn is None else m_vn[:, None] & (o_t < n_tok)[None, :]
+        b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                        + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
+        b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
+                       + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
+        tl.store(p_g + o_r[:, None] * TD + o_t[None, :], _dot_exact(b_Br, b_CdT, MMA16))
+        tl.store(p_g + RP * TD + o_t[:, None] * TD + o_t[None, :], _dot_exact(b_Bd, b_CdT, MMA16))
 # fmt: on
 
 
@@ -704,7 +661,7 @@ def _requests(call: ReplayCall) -> int:
     return call.x.shape[0] if call.cu_seqlens is None else call.cu_seqlens.shape[0] - 1
 
 
-# The verify step (T >= 2) precomputes its Grams too (_verify_gram_kernel) when this is True:
+# The verify step (T >= 2) precomputes its Grams too (_gram_kernel) when this is True:
 # written and tested against float64 on the CPU, not yet timed on a GPU, so off until it is.
 GRAM_VERIFY = False
 
@@ -718,24 +675,22 @@ def _gram_first(call: ReplayCall) -> bool:
 def _gram_launch(
     call: ReplayCall, flags: dict[str, Any], cursor_by_request: bool
 ) -> tuple[Launch, torch.Tensor]:
-    """The Grams' launch (_ring_gram_kernel at T = 1, _verify_gram_kernel at T >= 2) and the
-    float32 [B, G, RP + 1] (T = 1) or [B, G, RP TD + TD TD] they go into."""
+    """The Grams' launch (_gram_kernel) and the float32 [B, G, RP + 1] (T = 1) or
+    [B, G, RP TD + TD TD] they go into."""
     requests, groups = _requests(call), call.B.shape[-2]
     rp, td = flags["RP"], flags["TD"]
-    if call.tokens == 1:
-        kernel, width, extra = _ring_gram_kernel, rp + 1, {}
-    else:
-        kernel, width = _verify_gram_kernel, rp * td + td * td
-        extra = {"T": call.tokens, "TD": td, "MMA16": flags["MMA16"]}
+    width = rp + 1 if call.tokens == 1 else rp * td + td * td
     gram = torch.empty(requests, groups, width, dtype=torch.float32, device=call.state.device)
     args = call.arguments()
-    names = set(inspect.signature(kernel.fn.fn).parameters)
+    names = set(inspect.signature(_gram_kernel.fn.fn).parameters)
     kwargs = {k: v for k, v in args.items() if k in names}
     kwargs.update(
-        extra,
         p_gram=gram,
         stride_gram_b=gram.stride(0),
         stride_gram_g=gram.stride(1),
+        T=call.tokens,
+        TD=td,
+        MMA16=flags["MMA16"],
         WINDOW=call.ring - call.tokens,
         RP=rp,
         CURSOR_BY_REQUEST=cursor_by_request,
@@ -743,4 +698,4 @@ def _gram_launch(
         BLOCK_N=triton.next_power_of_2(call.state.shape[-1]),
         num_warps=4,
     )
-    return Launch(kernel, (requests, groups), (), kwargs), gram
+    return Launch(_gram_kernel, (requests, groups), (), kwargs), gram
