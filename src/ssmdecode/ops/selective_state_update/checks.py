@@ -267,7 +267,7 @@ def check_call(
     if not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
     check_state_dtype("state", state)
-    _check_flags(dt_softplus, disable_state_update, fast_exp, pdl, pad_slot_id, config)
+    check_flags(dt_softplus, disable_state_update, fast_exp, pdl, pad_slot_id, config)
     check_rounding(
         rand_seed, philox_rounds, state.device, (state, intermediate_states) if round_buffer else (state,)
     )
@@ -365,7 +365,7 @@ def check_call(
     )
 
 
-def _check_flags(
+def check_flags(
     dt_softplus: object,
     disable_state_update: object,
     fast_exp: object,
@@ -373,7 +373,8 @@ def _check_flags(
     pad_slot_id: object,
     config: object,
 ) -> None:
-    """The scalar arguments: bools, the pad slot id an int, config a LaunchConfig or None."""
+    """The scalar arguments of every door (selective_state_update's, replay's): bools, the pad
+    slot id an int, config a LaunchConfig or None."""
     for name, value, what in (
         ("dt_softplus", dt_softplus, "a bool"),
         ("disable_state_update", disable_state_update, "a bool"),

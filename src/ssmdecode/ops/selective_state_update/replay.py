@@ -56,6 +56,7 @@ from ssmdecode.ops.selective_state_update.checks import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
     MAX_BATCH,
+    check_flags,
     check_rounding,
     check_state_dtype,
     expect,
@@ -376,61 +377,11 @@ def _check_rings(
     return ring
 
 
-def _check_replay(
-    state,
-    x_cache,
-    B_cache,
-    dt_cache,
-    ring_start,
-    num_cached,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    D,
-    z,
-    dt_bias,
-    state_batch_indices,
-    pad_slot_id,
-    out,
-    config,
-    cu_seqlens,
-    max_seqlen,
-    dt_softplus,
-    fast_exp,
-    pdl,
-    cursors_by_request=False,
-):
-    """Every argument of selective_state_replay checked; returns (tokens, batch, out).
-    cursors_by_request (the fast route's vLLM convention): ring_start None (rings start at row
-    0) and num_cached one int32 a request [B]."""
-    for name, value in (("dt_softplus", dt_softplus), ("fast_exp", fast_exp), ("pdl", pdl)):
-        if type(value) is not bool:
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    if type(pad_slot_id) is not int:
-        raise TypeError(
-            f"pad_slot_id must be an int (the slot index that marks a padded row), "
-            f"got {type(pad_slot_id).__name__} {pad_slot_id!r}"
-        )
-    if config is not None and not isinstance(config, LaunchConfig):
-        raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
-    if not isinstance(state, torch.Tensor):
-        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
-    check_state_dtype("state", state)
-    if state.dim() != 4:
-        raise ValueError(f"state has shape {tuple(state.shape)}; expected [S, H, P, N]")
-    slots, nheads, headdim, dstate = state.shape
-    device = state.device
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if not isinstance(B, torch.Tensor):
-        raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
-    ngroups = B.shape[-2] if B.dim() >= 2 else 0
-    if ngroups < 1 or nheads % ngroups:
-        raise ValueError(
-            f"B has shape {tuple(B.shape)}: its {ngroups} groups do not divide the {nheads} heads of state"
-        )
+def _replay_tokens(
+    x: torch.Tensor, cu_seqlens: object, max_seqlen: object, device: torch.device
+) -> tuple[int, int, tuple[int, ...]]:
+    """How x holds the drafts: (requests, the most drafts a request, x's leading dims): dense
+    [B, T, H, P], or packed [total_tokens, H, P] by cu_seqlens [B + 1] with max_seqlen."""
     if cu_seqlens is not None:
         if x.dim() != 3:
             raise ValueError(
@@ -462,6 +413,56 @@ def _check_replay(
             raise ValueError("max_seqlen goes with cu_seqlens only; the dense T is x.shape[1]")
         batch, tokens = x.shape[0], x.shape[1]
         lead = (batch, tokens)
+    return batch, tokens, lead
+
+
+def _check_replay(
+    state,
+    x_cache,
+    B_cache,
+    dt_cache,
+    ring_start,
+    num_cached,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D,
+    z,
+    dt_bias,
+    state_batch_indices,
+    pad_slot_id,
+    out,
+    config,
+    cu_seqlens,
+    max_seqlen,
+    dt_softplus,
+    fast_exp,
+    pdl,
+    cursors_by_request=False,
+):
+    """Every argument of selective_state_replay checked; returns (tokens, batch, out).
+    cursors_by_request (the fast route's vLLM convention): ring_start None (rings start at row
+    0) and num_cached one int32 a request [B]."""
+    check_flags(dt_softplus, False, fast_exp, pdl, pad_slot_id, config)  # the doors' one flag check
+    if not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+    check_state_dtype("state", state)
+    if state.dim() != 4:
+        raise ValueError(f"state has shape {tuple(state.shape)}; expected [S, H, P, N]")
+    slots, nheads, headdim, dstate = state.shape
+    device = state.device
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(B, torch.Tensor):
+        raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
+    ngroups = B.shape[-2] if B.dim() >= 2 else 0
+    if ngroups < 1 or nheads % ngroups:
+        raise ValueError(
+            f"B has shape {tuple(B.shape)}: its {ngroups} groups do not divide the {nheads} heads of state"
+        )
+    batch, tokens, lead = _replay_tokens(x, cu_seqlens, max_seqlen, device)
     if batch > MAX_BATCH:
         raise ValueError(f"x has {batch} requests; one call takes at most {MAX_BATCH}")
     xs, bs = (*lead, nheads, headdim), (*lead, ngroups, dstate)
