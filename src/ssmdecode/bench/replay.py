@@ -813,11 +813,12 @@ def accuracy_of(case: ReplayCase, route: Route, i: int = 0) -> dict[str, object]
     want = reference(case, route, i)
     got_out = route.out(fresh).double()
     ulp = bf16_ulp(want["out"])
-    err = (got_out - want["out"]).abs() / ulp
+    diff = (got_out - want["out"]).abs()
+    err = diff / ulp
     own = (want["out"].to(torch.bfloat16).double() - want["out"]).abs() / ulp
     result: dict[str, object] = {
         "out_max_ulps": float(err.max()),
-        "out_max_floored": float(((got_out - want["out"]).abs() / out_resolution(want["out"])).max()),
+        "out_max_floored": float((diff / out_resolution(want["out"])).max()),
         "out_mean_ulps": float(err.mean()),
         "bf16_of_float64_mean_ulps": float(own.mean()),
         "out_nan": bool(got_out.isnan().any()),

@@ -154,6 +154,11 @@ class ReplayCall:
     pdl: bool
     flush: bool
 
+    @property
+    def requests(self) -> int:
+        """The call's requests: x's rows, or cu_seqlens' spans when packed."""
+        return self.x.shape[0] if self.cu_seqlens is None else self.cu_seqlens.shape[0] - 1
+
     def arguments(self) -> dict[str, Any]:
         """The keyword arguments both kernels take: pointers p_<tensor>, sizes, strides
         stride_<tensor>_<dim>."""
@@ -230,6 +235,5 @@ class ReplayCall:
             PDL=self.pdl,
             num_warps=config.num_warps,
         )
-        requests = self.x.shape[0] if self.cu_seqlens is None else self.cu_seqlens.shape[0] - 1
-        tile = tile_launch(kernel, config, headdim, nheads, requests, (), {**shared, **flags}, self.pdl)
+        tile = tile_launch(kernel, config, headdim, nheads, self.requests, (), {**shared, **flags}, self.pdl)
         return Launch(tile.kernel, tile.grid, (), {**self.arguments(), **arguments, **tile.kwargs})

@@ -657,17 +657,13 @@ def fast_launch(
 GRAM_MIN_REQUESTS = 16
 
 
-def _requests(call: ReplayCall) -> int:
-    return call.x.shape[0] if call.cu_seqlens is None else call.cu_seqlens.shape[0] - 1
-
-
 # The verify step (T >= 2) precomputes its Grams too (_gram_kernel) when this is True:
 # written and tested against float64 on the CPU, not yet timed on a GPU, so off until it is.
 GRAM_VERIFY = False
 
 
 def _gram_first(call: ReplayCall) -> bool:
-    if call.flush or _requests(call) < GRAM_MIN_REQUESTS:
+    if call.flush or call.requests < GRAM_MIN_REQUESTS:
         return False
     return call.tokens == 1 or GRAM_VERIFY
 
@@ -677,7 +673,7 @@ def _gram_launch(
 ) -> tuple[Launch, torch.Tensor]:
     """The Grams' launch (_gram_kernel) and the float32 [B, G, RP + 1] (T = 1) or
     [B, G, RP TD + TD TD] they go into."""
-    requests, groups = _requests(call), call.B.shape[-2]
+    requests, groups = call.requests, call.B.shape[-2]
     rp, td = flags["RP"], flags["TD"]
     width = rp + 1 if call.tokens == 1 else rp * td + td * td
     gram = torch.empty(requests, groups, width, dtype=torch.float32, device=call.state.device)
