@@ -189,6 +189,36 @@ class _Checkpoint(NamedTuple):
 
 
 @triton.jit
+def _cursors(p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW: tl.constexpr,
+             CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr,
+             EVICT_FIRST: tl.constexpr):
+    """Request i_b's slot and ring cursors, the one reading of them the main and the Gram
+    kernels share: (i_slot, m_live, i_ring, n_old, start), the ring's slot 0 for a pad request
+    (which reads no bookkeeping: its cursors 0), num_cached clamped to the window and
+    ring_start into the ring (0 without ring_start), keyed by request with CURSOR_BY_REQUEST."""
+    i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
+    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
+    i_ring = i_slot
+    if HAS_SRC_IDX:
+        i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
+    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
+    if HAS_SRC_IDX:
+        n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
+    else:
+        n_old = tl.load(p_cached + i_cur).to(tl.int32)
+    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    if HAS_RING_START:
+        if HAS_SRC_IDX:
+            start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
+        else:
+            start = tl.load(p_ring_start + i_cur).to(tl.int32)
+        start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+    else:
+        start = 0
+    return i_slot, m_live, i_ring, n_old, start
+
+
+@triton.jit
 def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
     """The checkpoint b_state [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
     (_Ring) replayed in order, with the exact kernel's operations (replay.py):
@@ -307,25 +337,9 @@ def _selective_state_replay_fast_kernel(
     if VARLEN:
         if n_tok == 0:  # a request of no drafts is left alone: as in the exact route
             return
-    i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
-    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
-    i_ring = i_slot
-    if HAS_SRC_IDX:
-        i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
-    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    if HAS_SRC_IDX:
-        n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
-    else:
-        n_old = tl.load(p_cached + i_cur).to(tl.int32)
-    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
-    if HAS_RING_START:
-        if HAS_SRC_IDX:
-            start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
-        else:
-            start = tl.load(p_ring_start + i_cur).to(tl.int32)
-        start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
-    else:
-        start = 0
+    i_slot, m_live, i_ring, n_old, start = _cursors(
+        p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
+        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
     if FLUSH:
         m_flush = n_old >= 0
     elif HOST_FLUSH:
@@ -560,17 +574,9 @@ def _gram_kernel(
     if VARLEN:
         if n_tok == 0:
             return
-    i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, False)
-    m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
-    i_ring = i_slot
-    if HAS_SRC_IDX:
-        i_ring = tl.where(m_live, i_slot, 0)
-    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    n_old = tl.minimum(tl.maximum(tl.load(p_cached + i_cur).to(tl.int32), 0), WINDOW)
-    if HAS_RING_START:
-        start = tl.minimum(tl.maximum(tl.load(p_ring_start + i_cur).to(tl.int32), 0), ring - 1)
-    else:
-        start = 0
+    _, m_live, i_ring, n_old, start = _cursors(
+        p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
+        HAS_SRC_IDX, HAS_RING_START, False)
     o_r = tl.arange(0, RP)
     m_r = o_r < n_old
     if HAS_SRC_IDX:
