@@ -61,6 +61,9 @@
 #   bench_params  ssmdecode bench --tokens T --params tied dense, one run a T in 2 4 8, modes
 #           buffer and dst, bs 8 64 512, the table beside (4,4), (8,1), (4,1), (16,4), 3 rounds
 #   bench_gate  bench_params' run at T = 4, A tied, with the gate z given (bench --gate)
+#   tune_bf16state  ssmdecode tune --state-dtype bfloat16 --tokens T of modes buffer and dst, T in
+#           BF16_TOKENS (default "2 4 8"), into the shipped table (as tune_shapes)
+#   bench_bf16state  bench_params' runs with a bfloat16 state, T in BF16_TOKENS
 #   tune_spec_model  ssmdecode tune --tokens 4 --mode buffer --in-model: the T = 4 buffer
 #           entries timed as verify steps of the Mamba2 stack, into the shipped table
 #   ncu_spec  Nsight Compute of the T = 4 buffer call at bs 512 in the model and back to back,
@@ -322,6 +325,30 @@ stage_tune_dense() {
         --out-dir "$R/configs" --out "$R/tune-dense-$mode" || return
   done
   tables_into_package
+}
+# 16-bit state pools: the verify entries of calls whose state is bfloat16 (key "...
+# state=bfloat16 mode=M tokens=T"), T in BF16_TOKENS, and their bench (A tied and dense).
+BF16_TUNE_CONFIGS=(16,4 8,1 4,1,slot,evict 16,4,slot,evict 8,1,slot,evict 8,1,slot,evict,ordered)
+IFS=' ' read -ra BF16_TOKENS <<< "${BF16_TOKENS:-2 4 8}"
+stage_tune_bf16state() {
+  local t mode
+  tables_from_package
+  for t in "${BF16_TOKENS[@]}"; do
+    for mode in buffer dst; do
+      "${SSM[@]}" tune "${HEADLINE[@]}" --state-dtype bfloat16 --tokens "$t" --mode "$mode" \
+          --batch 8 64 512 --config "${BF16_TUNE_CONFIGS[@]}" --leaders 2 --rounds 1 \
+          --out-dir "$R/configs" --out "$R/tune-bf16state-t$t-$mode" || return
+    done
+  done
+  tables_into_package
+}
+stage_bench_bf16state() {
+  local t
+  for t in "${BF16_TOKENS[@]}"; do
+    "${SSM[@]}" bench "${HEADLINE[@]}" --state-dtype bfloat16 --tokens "$t" --mode buffer dst \
+        --params tied dense --batch 8 64 512 --config upstream 8,1 4,1 16,4 table --rounds 3 \
+        --out "$R/bench-params-t$t-bf16state" || return
+  done
 }
 stage_bench_params() {
   # one run a T, each with its own streams: the table against the upstream-grid configs,
