@@ -62,7 +62,8 @@
 #           buffer and dst, bs 8 64 512, the table beside (4,4), (8,1), (4,1), (16,4), 3 rounds
 #   bench_gate  bench_params' run at T = 4, A tied, with the gate z given (bench --gate)
 #   tune_bf16state  ssmdecode tune --state-dtype bfloat16 --tokens T of modes buffer and dst, T in
-#           BF16_TOKENS (default "2 4 8"), into the shipped table (as tune_shapes)
+#           BF16_TOKENS (default "2 4 8"), into the shipped table (as tune_shapes); BF16_PARAMS=dense
+#           the entries of a dense A (tune_dense's candidates)
 #   bench_bf16state  bench_params' runs with a bfloat16 state, T in BF16_TOKENS
 #   tune_spec_model  ssmdecode tune --tokens 4 --mode buffer --in-model: the T = 4 buffer
 #           entries timed as verify steps of the Mamba2 stack, into the shipped table
@@ -330,14 +331,17 @@ stage_tune_dense() {
 # state=bfloat16 mode=M tokens=T"), T in BF16_TOKENS, and their bench (A tied and dense).
 BF16_TUNE_CONFIGS=(16,4 8,1 4,1,slot,evict 16,4,slot,evict 8,1,slot,evict 8,1,slot,evict,ordered)
 IFS=' ' read -ra BF16_TOKENS <<< "${BF16_TOKENS:-2 4 8}"
+BF16_PARAMS=${BF16_PARAMS:-tied}  # dense: the "params=dense" entries (tune_dense's candidates)
+BF16_SUFFIX=$([ "$BF16_PARAMS" = dense ] && echo -dense)
+[ "$BF16_PARAMS" = dense ] && BF16_TUNE_CONFIGS=("${DENSE_TUNE_CONFIGS[@]}")
 stage_tune_bf16state() {
   local t mode
   tables_from_package
   for t in "${BF16_TOKENS[@]}"; do
     for mode in buffer dst; do
       "${SSM[@]}" tune "${HEADLINE[@]}" --state-dtype bfloat16 --tokens "$t" --mode "$mode" \
-          --batch 8 64 512 --config "${BF16_TUNE_CONFIGS[@]}" --leaders 2 --rounds 1 \
-          --out-dir "$R/configs" --out "$R/tune-bf16state-t$t-$mode" || return
+          --params "$BF16_PARAMS" --batch 8 64 512 --config "${BF16_TUNE_CONFIGS[@]}" --leaders 2 \
+          --rounds 1 --out-dir "$R/configs" --out "$R/tune-bf16state-t$t-$mode$BF16_SUFFIX" || return
     done
   done
   tables_into_package
