@@ -571,78 +571,99 @@ def _check_writes(
     """A multi-token call's writes: dst [B] (the final state) or [>=B, >=T] (each token's
     state), the intermediate-state buffer and its rows, the EAGLE parents; returns how many
     tokens each per-token write allows a request."""
-    batch, nheads, headdim, dstate = lay.batch, lay.nheads, lay.headdim, lay.dstate
     per_token = []
-    if dst is not None:
-        _expect_rank(
-            "dst_state_batch_indices",
-            dst,
-            (1, 2),
-            "[B] (the slot of the final state) or [>=B, >=T] (a slot for each token's state)",
-        )
-        if dst.dim() == 1:
-            expect("dst_state_batch_indices", dst, (batch,), INDEX_DTYPES, device, "(one slot per request)")
-        else:
-            _expect_rows(
-                "dst_state_batch_indices",
-                dst,
-                batch,
-                dense_tokens or 1,
-                device,
-                "(a slot for each token of each request)",
-            )
-            per_token.append(dst.shape[1])
+    if dst is not None and _check_dst(lay, dense_tokens, dst, device):
+        per_token.append(dst.shape[1])
     if buffer is not None:
-        _expect_rank(
-            "intermediate_states",
-            buffer,
-            (5,),
-            f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c "
-            "token states a request)",
-        )
-        r, steps_c = buffer.shape[:2]
-        expect(
-            "intermediate_states",
-            buffer,
-            (r, steps_c, nheads, headdim, dstate),
-            FLOAT_DTYPES,
-            device,
-            "(rows, steps, heads, head dim, state dim)",
-        )
-        if dense_tokens is not None and steps_c < dense_tokens:
-            raise ValueError(
-                f"intermediate_states holds {steps_c} token states a row; the call "
-                f"has {dense_tokens} tokens a request"
-            )
-        per_token.append(steps_c)
-        if buffer_idx is not None:
-            expect(
-                "intermediate_state_indices",
-                buffer_idx,
-                (batch,),
-                INDEX_DTYPES,
-                device,
-                "(a row of intermediate_states per request)",
-            )
+        per_token.append(_check_buffer(lay, dense_tokens, buffer, buffer_idx, device))
     elif buffer_idx is not None:
         raise ValueError("intermediate_state_indices needs intermediate_states")
     if parents is not None:
-        if buffer is None:
-            raise ValueError(
-                "parent_token_indices needs intermediate_states: a token continues "
-                "from its parent's state as the buffer holds it"
-            )
-        _expect_rank("parent_token_indices", parents, (2,), "[B, T]")
-        _expect_rows(
-            "parent_token_indices",
-            parents,
-            batch,
-            dense_tokens or 1,
-            device,
-            "(a parent token for each token of each request)",
-            exact_rows=True,
-        )
+        _check_parents(lay, dense_tokens, parents, buffer, device)
     return per_token
+
+
+def _check_dst(lay: _Layout, dense_tokens: int | None, dst: object, device: torch.device) -> bool:
+    """dst_state_batch_indices of a multi-token call: [B], the slot of each request's final
+    state, or [>=B, >=T], a slot for each token's state; returns whether it is per token."""
+    _expect_rank(
+        "dst_state_batch_indices",
+        dst,
+        (1, 2),
+        "[B] (the slot of the final state) or [>=B, >=T] (a slot for each token's state)",
+    )
+    if dst.dim() == 1:
+        expect("dst_state_batch_indices", dst, (lay.batch,), INDEX_DTYPES, device, "(one slot per request)")
+        return False
+    _expect_rows(
+        "dst_state_batch_indices",
+        dst,
+        lay.batch,
+        dense_tokens or 1,
+        device,
+        "(a slot for each token of each request)",
+    )
+    return True
+
+
+def _check_buffer(
+    lay: _Layout, dense_tokens: int | None, buffer: object, buffer_idx: object, device: torch.device
+) -> int:
+    """The intermediate-state buffer [R, T_c, H, P, N] (a row of T_c token states a request)
+    and its rows intermediate_state_indices [B]; returns T_c, the tokens it allows a request."""
+    nheads, headdim, dstate = lay.nheads, lay.headdim, lay.dstate
+    _expect_rank(
+        "intermediate_states",
+        buffer,
+        (5,),
+        f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c token states a request)",
+    )
+    r, steps_c = buffer.shape[:2]
+    expect(
+        "intermediate_states",
+        buffer,
+        (r, steps_c, nheads, headdim, dstate),
+        FLOAT_DTYPES,
+        device,
+        "(rows, steps, heads, head dim, state dim)",
+    )
+    if dense_tokens is not None and steps_c < dense_tokens:
+        raise ValueError(
+            f"intermediate_states holds {steps_c} token states a row; the call "
+            f"has {dense_tokens} tokens a request"
+        )
+    if buffer_idx is not None:
+        expect(
+            "intermediate_state_indices",
+            buffer_idx,
+            (lay.batch,),
+            INDEX_DTYPES,
+            device,
+            "(a row of intermediate_states per request)",
+        )
+    return steps_c
+
+
+def _check_parents(
+    lay: _Layout, dense_tokens: int | None, parents: object, buffer: object, device: torch.device
+) -> None:
+    """EAGLE's parent_token_indices [B, >=T], a parent token for each token: only with the
+    intermediate-state buffer, which holds the parents' states."""
+    if buffer is None:
+        raise ValueError(
+            "parent_token_indices needs intermediate_states: a token continues "
+            "from its parent's state as the buffer holds it"
+        )
+    _expect_rank("parent_token_indices", parents, (2,), "[B, T]")
+    _expect_rows(
+        "parent_token_indices",
+        parents,
+        lay.batch,
+        dense_tokens or 1,
+        device,
+        "(a parent token for each token of each request)",
+        exact_rows=True,
+    )
 
 
 def _token_count(dense_tokens: int | None, per_token: list[int], steps: int) -> tuple[int, bool]:
