@@ -262,8 +262,8 @@ def check_call(
 ) -> Call:
     """The arguments of selective_state_update, checked; see its docstring for their meaning.
     Allocates out when it is None (nothing else is written). One function a concern: the
-    flags, the layout of the state and x, the tensors' shapes, the slots, and for multi-token
-    calls the reads, the writes and the token count; value checks under validation."""
+    flags, the rounding, the layout of the state and x, the tensors' shapes, the slots, and for
+    multi-token calls the reads, the writes and the token count; value checks under validation."""
     if not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
     check_state_dtype("state", state)
@@ -272,97 +272,104 @@ def check_call(
         rand_seed, philox_rounds, state.device, (state, intermediate_states) if round_buffer else (state,)
     )
     lay = _check_layout(state, x, cu_seqlens)
-    multi = lay.token_dim or lay.varlen
-    multi = multi or any(
-        t is not None
-        for t in (num_accepted_tokens, intermediate_states, intermediate_state_indices, parent_token_indices)
-    )
-    multi = multi or any(
-        isinstance(t, torch.Tensor) and t.dim() == 2 for t in (state_batch_indices, dst_state_batch_indices)
-    )
-    xs = _check_tensors(lay, multi, x, dt, A, B, C, D, z, dt_bias, out, state.device)
     src, dst = state_batch_indices, dst_state_batch_indices
+    multi_only = (num_accepted_tokens, intermediate_states, intermediate_state_indices, parent_token_indices)
+    multi = _multi_token(lay, src, dst, multi_only)
+    xs = _check_tensors(lay, multi, x, dt, A, B, C, D, z, dt_bias, out, state.device)
     _check_slots(lay, multi, src, dst, batch_order, state.device)
     if out is None:
         out = torch.empty(xs, dtype=x.dtype, device=state.device)
     result = out
     if lay.mamba1:  # run as Mamba2 with one head and one group
-        head = -2 if lay.token_dim or lay.varlen else 1
-        state, x, dt, A = state.unsqueeze(1), x.unsqueeze(head), dt.unsqueeze(head), A.unsqueeze(0)
-        B, C, out = B.unsqueeze(head), C.unsqueeze(head), out.unsqueeze(head)
-        D, z, dt_bias = _unsq(D, 0), _unsq(z, head), _unsq(dt_bias, 0)
-    tensors = (state, x, dt, A, B, C, D, z, dt_bias, out, result)
+        state, x, dt, A, B, C, D, z, dt_bias, out = _as_mamba2(lay, state, x, dt, A, B, C, D, z, dt_bias, out)
     if not multi:
         if validation_on(validate_indices):
-            for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
-                if idx is not None:
-                    validate_slots(name, idx, lay.slots, pad_slot_id)
-            if batch_order is not None:
-                validate_permutation(batch_order)
+            _validate_single_token(lay.slots, pad_slot_id, src, dst, batch_order)
+        tensors = (state, x, dt, A, B, C, D, z, dt_bias, out, result)
         return Call(*tensors, src, dst, lay.batch, tokens=0, rand_seed=rand_seed, philox_rounds=philox_rounds)
 
-    if lay.varlen:  # the packed tokens as one row of the dense layout: [1, total, H, P]
-        x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
-        z = _unsq(z, 0)
-    elif not lay.token_dim:  # single-token arguments with multi-token indices: T = 1
-        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
-        z = _unsq(z, 1)
+    x, dt, B, C, out, z = _with_token_dim(lay, x, dt, B, C, out, z)
     dense_tokens = None if lay.varlen else lay.steps
     src = _check_reads(lay, src, num_accepted_tokens, state.device)
-    per_token = _check_writes(
-        lay,
-        dense_tokens,
-        dst,
-        intermediate_states,
-        intermediate_state_indices,
-        parent_token_indices,
-        state.device,
-    )
+    buffer, buffer_idx, parents = intermediate_states, intermediate_state_indices, parent_token_indices
+    per_token = _check_writes(lay, dense_tokens, dst, buffer, buffer_idx, parents, state.device)
     tokens, unrolled = _token_count(dense_tokens, per_token, lay.steps)
-    if validation_on(validate_indices):
-        _validate_multi_token(
-            lay.slots,
-            pad_slot_id,
-            state_batch_indices,
-            src,
-            dst,
-            num_accepted_tokens,
-            cu_seqlens,
-            lay.steps if lay.varlen else None,
-            per_token,
-            intermediate_states,
-            intermediate_state_indices,
-            parent_token_indices,
-            lay.batch,
-            dense_tokens,
-            tokens,
-        )
-    return Call(
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D,
-        z,
-        dt_bias,
-        out,
-        result,
+    tensors = (state, x, dt, A, B, C, D, z, dt_bias, out, result)
+    call = Call(
+        *tensors,
         src,
         dst,
         lay.batch,
         tokens,
         cu_seqlens=cu_seqlens,
         num_accepted=num_accepted_tokens,
-        buffer=intermediate_states,
-        buffer_idx=intermediate_state_indices,
-        parents=parent_token_indices,
+        buffer=buffer,
+        buffer_idx=buffer_idx,
+        parents=parents,
         unrolled=unrolled,
         rand_seed=rand_seed,
         philox_rounds=philox_rounds,
         round_buffer=round_buffer,
     )
+    if validation_on(validate_indices):  # of the Call's tensors (building it checks nothing)
+        _validate_multi_token(call, lay, pad_slot_id, state_batch_indices, per_token)
+    return call
+
+
+def _multi_token(lay: _Layout, src: object, dst: object, multi_only: tuple[object, ...]) -> bool:
+    """Whether a call is multi-token: x has a token dim or packs the tokens (cu_seqlens), an
+    argument only multi-token calls take is given (multi_only: num_accepted_tokens and the
+    intermediate-state buffer's), or the slots read or written are 2-D ([>=B, K], [>=B, >=T])."""
+    return (
+        lay.token_dim
+        or lay.varlen
+        or any(t is not None for t in multi_only)
+        or any(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (src, dst))
+    )
+
+
+def _as_mamba2(
+    lay: _Layout,
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    out: torch.Tensor,
+) -> tuple[torch.Tensor | None, ...]:
+    """A checked Mamba1 call's tensors as views in the Mamba2 layout, one head and one group:
+    state [S, 1, P, N], x, dt, z, out [..., 1, P], A [1, P, N], B, C [..., 1, N], D, dt_bias
+    [1, P]; returned in the order taken."""
+    head = -2 if lay.token_dim or lay.varlen else 1
+    state, x, dt, A = state.unsqueeze(1), x.unsqueeze(head), dt.unsqueeze(head), A.unsqueeze(0)
+    B, C, out = B.unsqueeze(head), C.unsqueeze(head), out.unsqueeze(head)
+    D, z, dt_bias = _unsq(D, 0), _unsq(z, head), _unsq(dt_bias, 0)
+    return state, x, dt, A, B, C, D, z, dt_bias, out
+
+
+def _with_token_dim(
+    lay: _Layout,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    out: torch.Tensor,
+    z: torch.Tensor | None,
+) -> tuple[torch.Tensor | None, ...]:
+    """A multi-token call's per-token tensors (Mamba2 layout) in the dense layout [B', T', ...]
+    the kernel takes: packed tokens as one row [1, total, ...], single-token arguments (with
+    multi-token indices) as T = 1 [B, 1, ...], a token dim as given; in the order taken."""
+    if lay.varlen:  # the packed tokens as one row of the dense layout: [1, total, H, P]
+        x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
+        z = _unsq(z, 0)
+    elif not lay.token_dim:  # single-token arguments with multi-token indices: T = 1
+        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
+        z = _unsq(z, 1)
+    return x, dt, B, C, out, z
 
 
 def check_flags(
@@ -564,78 +571,99 @@ def _check_writes(
     """A multi-token call's writes: dst [B] (the final state) or [>=B, >=T] (each token's
     state), the intermediate-state buffer and its rows, the EAGLE parents; returns how many
     tokens each per-token write allows a request."""
-    batch, nheads, headdim, dstate = lay.batch, lay.nheads, lay.headdim, lay.dstate
     per_token = []
-    if dst is not None:
-        _expect_rank(
-            "dst_state_batch_indices",
-            dst,
-            (1, 2),
-            "[B] (the slot of the final state) or [>=B, >=T] (a slot for each token's state)",
-        )
-        if dst.dim() == 1:
-            expect("dst_state_batch_indices", dst, (batch,), INDEX_DTYPES, device, "(one slot per request)")
-        else:
-            _expect_rows(
-                "dst_state_batch_indices",
-                dst,
-                batch,
-                dense_tokens or 1,
-                device,
-                "(a slot for each token of each request)",
-            )
-            per_token.append(dst.shape[1])
+    if dst is not None and _check_dst(lay, dense_tokens, dst, device):
+        per_token.append(dst.shape[1])
     if buffer is not None:
-        _expect_rank(
-            "intermediate_states",
-            buffer,
-            (5,),
-            f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c "
-            "token states a request)",
-        )
-        r, steps_c = buffer.shape[:2]
-        expect(
-            "intermediate_states",
-            buffer,
-            (r, steps_c, nheads, headdim, dstate),
-            FLOAT_DTYPES,
-            device,
-            "(rows, steps, heads, head dim, state dim)",
-        )
-        if dense_tokens is not None and steps_c < dense_tokens:
-            raise ValueError(
-                f"intermediate_states holds {steps_c} token states a row; the call "
-                f"has {dense_tokens} tokens a request"
-            )
-        per_token.append(steps_c)
-        if buffer_idx is not None:
-            expect(
-                "intermediate_state_indices",
-                buffer_idx,
-                (batch,),
-                INDEX_DTYPES,
-                device,
-                "(a row of intermediate_states per request)",
-            )
+        per_token.append(_check_buffer(lay, dense_tokens, buffer, buffer_idx, device))
     elif buffer_idx is not None:
         raise ValueError("intermediate_state_indices needs intermediate_states")
     if parents is not None:
-        if buffer is None:
-            raise ValueError(
-                "parent_token_indices needs intermediate_states: a token continues "
-                "from its parent's state as the buffer holds it"
-            )
-        _expect_rank("parent_token_indices", parents, (2,), "[B, T]")
-        _expect_rows(
-            "parent_token_indices",
-            parents,
-            batch,
-            dense_tokens or 1,
-            device,
-            "(a parent token for each token of each request)",
-            exact_rows=True,
-        )
+        _check_parents(lay, dense_tokens, parents, buffer, device)
     return per_token
+
+
+def _check_dst(lay: _Layout, dense_tokens: int | None, dst: object, device: torch.device) -> bool:
+    """dst_state_batch_indices of a multi-token call: [B], the slot of each request's final
+    state, or [>=B, >=T], a slot for each token's state; returns whether it is per token."""
+    _expect_rank(
+        "dst_state_batch_indices",
+        dst,
+        (1, 2),
+        "[B] (the slot of the final state) or [>=B, >=T] (a slot for each token's state)",
+    )
+    if dst.dim() == 1:
+        expect("dst_state_batch_indices", dst, (lay.batch,), INDEX_DTYPES, device, "(one slot per request)")
+        return False
+    _expect_rows(
+        "dst_state_batch_indices",
+        dst,
+        lay.batch,
+        dense_tokens or 1,
+        device,
+        "(a slot for each token of each request)",
+    )
+    return True
+
+
+def _check_buffer(
+    lay: _Layout, dense_tokens: int | None, buffer: object, buffer_idx: object, device: torch.device
+) -> int:
+    """The intermediate-state buffer [R, T_c, H, P, N] (a row of T_c token states a request)
+    and its rows intermediate_state_indices [B]; returns T_c, the tokens it allows a request."""
+    nheads, headdim, dstate = lay.nheads, lay.headdim, lay.dstate
+    _expect_rank(
+        "intermediate_states",
+        buffer,
+        (5,),
+        f"[R, T_c, H, P, N] = [R, T_c, {nheads}, {headdim}, {dstate}] (a row of T_c token states a request)",
+    )
+    r, steps_c = buffer.shape[:2]
+    expect(
+        "intermediate_states",
+        buffer,
+        (r, steps_c, nheads, headdim, dstate),
+        FLOAT_DTYPES,
+        device,
+        "(rows, steps, heads, head dim, state dim)",
+    )
+    if dense_tokens is not None and steps_c < dense_tokens:
+        raise ValueError(
+            f"intermediate_states holds {steps_c} token states a row; the call "
+            f"has {dense_tokens} tokens a request"
+        )
+    if buffer_idx is not None:
+        expect(
+            "intermediate_state_indices",
+            buffer_idx,
+            (lay.batch,),
+            INDEX_DTYPES,
+            device,
+            "(a row of intermediate_states per request)",
+        )
+    return steps_c
+
+
+def _check_parents(
+    lay: _Layout, dense_tokens: int | None, parents: object, buffer: object, device: torch.device
+) -> None:
+    """EAGLE's parent_token_indices [B, >=T], a parent token for each token: only with the
+    intermediate-state buffer, which holds the parents' states."""
+    if buffer is None:
+        raise ValueError(
+            "parent_token_indices needs intermediate_states: a token continues "
+            "from its parent's state as the buffer holds it"
+        )
+    _expect_rank("parent_token_indices", parents, (2,), "[B, T]")
+    _expect_rows(
+        "parent_token_indices",
+        parents,
+        lay.batch,
+        dense_tokens or 1,
+        device,
+        "(a parent token for each token of each request)",
+        exact_rows=True,
+    )
 
 
 def _token_count(dense_tokens: int | None, per_token: list[int], steps: int) -> tuple[int, bool]:
@@ -784,40 +812,44 @@ def validate_parents(parents: torch.Tensor, lengths: torch.Tensor, tokens: int) 
         )
 
 
-def _validate_multi_token(
+def _validate_single_token(
     slots: int,
     pad_slot_id: int,
-    src_given: torch.Tensor | None,
     src: torch.Tensor | None,
     dst: torch.Tensor | None,
-    num_accepted: torch.Tensor | None,
-    cu_seqlens: torch.Tensor | None,
-    total: int | None,
-    per_token: list[int],
-    buffer: torch.Tensor | None,
-    buffer_idx: torch.Tensor | None,
-    parents: torch.Tensor | None,
-    batch: int,
-    dense_tokens: int | None,
-    tokens: int,
+    batch_order: torch.Tensor | None,
 ) -> None:
-    """The value checks of a multi-token call (synchronizes; only on request)."""
+    """The value checks of a single-token call (synchronizes; only on request)."""
+    for name, idx in (("state_batch_indices", src), ("dst_state_batch_indices", dst)):
+        if idx is not None:
+            validate_slots(name, idx, slots, pad_slot_id)
+    if batch_order is not None:
+        validate_permutation(batch_order)
+
+
+def _validate_multi_token(
+    call: Call, lay: _Layout, pad_slot_id: int, src_given: torch.Tensor | None, per_token: list[int]
+) -> None:
+    """The value checks of a checked multi-token call (synchronizes; only on request). src_given:
+    state_batch_indices as the caller gave it ([B] or [>=B, K]; call.src_idx is the column
+    read); per_token: what each per-token write allows a request (_check_writes)."""
+    batch, slots = call.batch, lay.slots
     if src_given is not None:
         validate_slots("state_batch_indices", src_given[:batch], slots, pad_slot_id)
-    if dst is not None:
-        validate_slots("dst_state_batch_indices", dst[:batch], slots, pad_slot_id)
+    if call.dst_idx is not None:
+        validate_slots("dst_state_batch_indices", call.dst_idx[:batch], slots, pad_slot_id)
     lengths = None
-    if cu_seqlens is not None:
+    if call.cu_seqlens is not None:
         lengths = validate_cu_seqlens(
-            cu_seqlens,
-            total,
+            call.cu_seqlens,
+            lay.steps,  # the packed total of x
             min(per_token) if per_token else None,
             "the per-token state writes (dst_state_batch_indices columns, intermediate_states "
             f"steps) hold {min(per_token) if per_token else 0}",
         )
-    if num_accepted is not None:
+    if call.num_accepted is not None:
         columns = src_given.shape[1]
-        na = num_accepted.cpu()
+        na = call.num_accepted.cpu()
         bad = (na < 0) | (na > columns)
         if bool(bad.any()):
             b = int(bad.nonzero()[0, 0])
@@ -825,12 +857,12 @@ def _validate_multi_token(
                 f"num_accepted_tokens[{b}] = {int(na[b])} is outside [0, {columns}], the "
                 "columns of state_batch_indices"
             )
-    if buffer is not None:
-        _validate_buffer_rows(buffer, buffer_idx, src, pad_slot_id, batch)
-    if parents is not None:
-        if lengths is None:
-            lengths = torch.full((batch,), dense_tokens)
-        validate_parents(parents, lengths, tokens)
+    if call.buffer is not None:
+        _validate_buffer_rows(call.buffer, call.buffer_idx, call.src_idx, pad_slot_id, batch)
+    if call.parents is not None:
+        if lengths is None:  # dense: every request has T tokens
+            lengths = torch.full((batch,), lay.steps)
+        validate_parents(call.parents, lengths, call.tokens)
 
 
 def _validate_buffer_rows(

@@ -326,55 +326,40 @@ def _selective_state_replay_kernel(
 # fmt: on
 
 
-def _check_rings(
-    x_cache: object,
-    B_cache: object,
-    dt_cache: object,
-    ring_start: object,
-    num_cached: object,
-    state: torch.Tensor,
-    x: torch.Tensor,
-    B: torch.Tensor,
-    batch: int,
-    cursors_by_request: bool,
-) -> int:
-    """The rings (x's, B's dtypes; dt' float32) and the cursors (a slot's, or with
-    cursors_by_request a request's num_cached and no ring_start); returns R."""
-    slots, nheads, headdim, dstate = state.shape
-    ngroups, device = B.shape[-2], state.device
-    if not isinstance(x_cache, torch.Tensor) or x_cache.dim() != 4:
+def _check_route(exact: object, host_flush: object, flush_drafts: bool, cursors_by_request: bool) -> None:
+    """exact a bool, and the fast route's engine conventions (the host's flush flags, flushing
+    drafts, cursors a request) only with exact=False."""
+    if type(exact) is not bool:
+        raise TypeError(f"exact must be a bool, got {type(exact).__name__} {exact!r}")
+    if exact and (host_flush is not None or flush_drafts or cursors_by_request):
+        raise ValueError("the host's flush flags, flushing drafts and cursors a request are the fast route's")
+
+
+def _check_layout(
+    state: object, x: object, B: object, cu_seqlens: object, max_seqlen: object
+) -> tuple[int, int, tuple[int, ...]]:
+    """The state [S, H, P, N] (a dtype the kernels store), B's groups dividing its heads, and
+    how x holds the drafts (_replay_tokens); returns (requests, the most drafts a request, x's
+    leading dims)."""
+    if not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+    check_state_dtype("state", state)
+    if state.dim() != 4:
+        raise ValueError(f"state has shape {tuple(state.shape)}; expected [S, H, P, N]")
+    nheads = state.shape[1]
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(B, torch.Tensor):
+        raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
+    ngroups = B.shape[-2] if B.dim() >= 2 else 0
+    if ngroups < 1 or nheads % ngroups:
         raise ValueError(
-            f"x_cache must be a tensor [S, H, R, P]; got "
-            f"{tuple(x_cache.shape) if isinstance(x_cache, torch.Tensor) else type(x_cache).__name__}"
+            f"B has shape {tuple(B.shape)}: its {ngroups} groups do not divide the {nheads} heads of state"
         )
-    ring = x_cache.shape[2]
-    expect(
-        "x_cache",
-        x_cache,
-        (slots, nheads, ring, headdim),
-        (x.dtype,),
-        device,
-        "(slots, heads, ring, head dim), in x's dtype",
-    )
-    expect(
-        "B_cache",
-        B_cache,
-        (slots, ngroups, ring, dstate),
-        (B.dtype,),
-        device,
-        "(slots, groups, ring, state dim), in B's dtype",
-    )
-    expect(
-        "dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device, "(slots, heads, ring), float32"
-    )
-    if cursors_by_request:
-        if ring_start is not None:
-            raise ValueError("with cursors kept a request, ring_start must be None (rings start at row 0)")
-        expect("num_cached", num_cached, (batch,), (torch.int32,), device, "(one int32 a request)")
-    else:
-        for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
-            expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
-    return ring
+    batch, tokens, lead = _replay_tokens(x, cu_seqlens, max_seqlen, state.device)
+    if batch > MAX_BATCH:
+        raise ValueError(f"x has {batch} requests; one call takes at most {MAX_BATCH}")
+    return batch, tokens, lead
 
 
 def _replay_tokens(
@@ -416,55 +401,23 @@ def _replay_tokens(
     return batch, tokens, lead
 
 
-def _check_replay(
-    state,
-    x_cache,
-    B_cache,
-    dt_cache,
-    ring_start,
-    num_cached,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    D,
-    z,
-    dt_bias,
-    state_batch_indices,
-    pad_slot_id,
-    out,
-    config,
-    cu_seqlens,
-    max_seqlen,
-    dt_softplus,
-    fast_exp,
-    pdl,
-    cursors_by_request=False,
-):
-    """Every argument of selective_state_replay checked; returns (tokens, batch, out).
-    cursors_by_request (the fast route's vLLM convention): ring_start None (rings start at row
-    0) and num_cached one int32 a request [B]."""
-    check_flags(dt_softplus, False, fast_exp, pdl, pad_slot_id, config)  # the doors' one flag check
-    if not isinstance(state, torch.Tensor):
-        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
-    check_state_dtype("state", state)
-    if state.dim() != 4:
-        raise ValueError(f"state has shape {tuple(state.shape)}; expected [S, H, P, N]")
-    slots, nheads, headdim, dstate = state.shape
-    device = state.device
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if not isinstance(B, torch.Tensor):
-        raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
-    ngroups = B.shape[-2] if B.dim() >= 2 else 0
-    if ngroups < 1 or nheads % ngroups:
-        raise ValueError(
-            f"B has shape {tuple(B.shape)}: its {ngroups} groups do not divide the {nheads} heads of state"
-        )
-    batch, tokens, lead = _replay_tokens(x, cu_seqlens, max_seqlen, device)
-    if batch > MAX_BATCH:
-        raise ValueError(f"x has {batch} requests; one call takes at most {MAX_BATCH}")
+def _check_tensors(
+    state: torch.Tensor,
+    lead: tuple[int, ...],
+    x: torch.Tensor,
+    dt: object,
+    A: object,
+    B: torch.Tensor,
+    C: object,
+    D: object,
+    z: object,
+    dt_bias: object,
+    out: object,
+) -> tuple[int, ...]:
+    """The drafts' tensors against the state (lead: x's leading dims, [B, T] or [total_tokens]),
+    and dt, A, dt_bias tied over the head dim; returns x's shape."""
+    nheads, headdim, dstate = state.shape[1:]
+    ngroups, device = B.shape[-2], state.device
     xs, bs = (*lead, nheads, headdim), (*lead, ngroups, dstate)
     expect("x", x, xs, FLOAT_DTYPES, device, "(requests, drafts, heads, head dim of state)")
     for name, t in (("dt", dt), ("z", z), ("out", out)):
@@ -482,21 +435,80 @@ def _check_replay(
             "and N for A: one dt' a head, as Mamba2 models pass them): the ring holds "
             "one dt' a head"
         )
-    ring = _check_rings(
-        x_cache, B_cache, dt_cache, ring_start, num_cached, state, x, B, batch, cursors_by_request
+    return xs
+
+
+def _check_rings(
+    x_cache: object,
+    B_cache: object,
+    dt_cache: object,
+    ring_start: object,
+    num_cached: object,
+    state: torch.Tensor,
+    x: torch.Tensor,
+    B: torch.Tensor,
+    batch: int,
+    tokens: int,
+    cursors_by_request: bool,
+) -> int:
+    """The rings (x's, B's dtypes; dt' float32), long enough for T = tokens drafts (R >= 2 T),
+    and the cursors (a slot's, or with cursors_by_request a request's num_cached and no
+    ring_start); returns R."""
+    slots, nheads, headdim, dstate = state.shape
+    ngroups, device = B.shape[-2], state.device
+    if not isinstance(x_cache, torch.Tensor) or x_cache.dim() != 4:
+        raise ValueError(
+            f"x_cache must be a tensor [S, H, R, P]; got "
+            f"{tuple(x_cache.shape) if isinstance(x_cache, torch.Tensor) else type(x_cache).__name__}"
+        )
+    ring = x_cache.shape[2]
+    expect(
+        "x_cache",
+        x_cache,
+        (slots, nheads, ring, headdim),
+        (x.dtype,),
+        device,
+        "(slots, heads, ring, head dim), in x's dtype",
     )
+    expect(
+        "B_cache",
+        B_cache,
+        (slots, ngroups, ring, dstate),
+        (B.dtype,),
+        device,
+        "(slots, groups, ring, state dim), in B's dtype",
+    )
+    expect(
+        "dt_cache", dt_cache, (slots, nheads, ring), (torch.float32,), device, "(slots, heads, ring), float32"
+    )
+    if cursors_by_request:
+        if ring_start is not None:
+            raise ValueError("with cursors kept a request, ring_start must be None (rings start at row 0)")
+        expect("num_cached", num_cached, (batch,), (torch.int32,), device, "(one int32 a request)")
+    else:
+        for name, t in (("ring_start", ring_start), ("num_cached", num_cached)):
+            expect(name, t, (slots,), (torch.int32,), device, "(one int32 a slot)")
     _check_ring_length(ring, tokens, f"x_cache holds a ring of {ring} tokens")
+    return ring
+
+
+def _check_slots(state_batch_indices: object, state: torch.Tensor, batch: int) -> None:
+    """Each request's slot, int32/int64 [B]; without them request b uses slot b, so the pool
+    needs batch slots."""
+    slots = state.shape[0]
     if state_batch_indices is not None:
         expect(
-            "state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, device, "(one slot a request)"
+            "state_batch_indices",
+            state_batch_indices,
+            (batch,),
+            INDEX_DTYPES,
+            state.device,
+            "(one slot a request)",
         )
     elif slots < batch:
         raise ValueError(
             f"state has {slots} slots but {batch} requests; without state_batch_indices request b uses slot b"
         )
-    if out is None:
-        out = torch.empty(xs, dtype=x.dtype, device=device)
-    return tokens, batch, ring, out
 
 
 def prepare(
@@ -539,42 +551,24 @@ def prepare(
     request's checkpoint written, whatever the flush rule says. The fast route's engine
     conventions (compat.vllm): _host_flush, the flush flag a request (int8 or bool [B]);
     _flush_drafts, a flush absorbs the drafts and appends nothing; _cursors_by_request,
-    num_cached [B] and ring_start None (replay_fast.py's docstring)."""
-    if type(exact) is not bool:
-        raise TypeError(f"exact must be a bool, got {type(exact).__name__} {exact!r}")
-    if exact and (_host_flush is not None or _flush_drafts or _cursors_by_request):
-        raise ValueError("the host's flush flags, flushing drafts and cursors a request are the fast route's")
-    tokens, batch, ring, out = _check_replay(
-        state,
-        x_cache,
-        B_cache,
-        dt_cache,
-        ring_start,
-        num_cached,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D,
-        z,
-        dt_bias,
-        state_batch_indices,
-        pad_slot_id,
-        out,
-        config,
-        cu_seqlens,
-        max_seqlen,
-        dt_softplus,
-        fast_exp,
-        pdl,
-        _cursors_by_request,
+    num_cached [B] and ring_start None (replay_fast.py's docstring). The checks, one concern a
+    function, run in this order: the route, the flags, the layout, the tensors, the rings, the
+    slots, the host's flush flags, the rounding, then under validation the index values; none
+    writes (out, when None, is allocated here; the launch writes)."""
+    _check_route(exact, _host_flush, _flush_drafts, _cursors_by_request)
+    check_flags(dt_softplus, False, fast_exp, pdl, pad_slot_id, config)  # the doors' one flag check
+    batch, tokens, lead = _check_layout(state, x, B, cu_seqlens, max_seqlen)
+    device = state.device
+    xs = _check_tensors(state, lead, x, dt, A, B, C, D, z, dt_bias, out)
+    ring = _check_rings(
+        x_cache, B_cache, dt_cache, ring_start, num_cached, state, x, B, batch, tokens, _cursors_by_request
     )
+    _check_slots(state_batch_indices, state, batch)
+    if out is None:
+        out = torch.empty(xs, dtype=x.dtype, device=device)
     if _host_flush is not None:
-        expect(
-            "is_flush", _host_flush, (batch,), (torch.int8, torch.bool), state.device, "(one flag a request)"
-        )
-    check_rounding(rand_seed, philox_rounds, state.device, (state,))
+        expect("is_flush", _host_flush, (batch,), (torch.int8, torch.bool), device, "(one flag a request)")
+    check_rounding(rand_seed, philox_rounds, device, (state,))
     if validation_on(validate_indices) and not _cursors_by_request:
         _validate(
             state, ring_start, num_cached, state_batch_indices, pad_slot_id, ring, tokens, batch,
@@ -582,25 +576,11 @@ def prepare(
         )  # fmt: skip
     result = out
     if cu_seqlens is not None:  # the packed drafts as one row of the dense layout
-        x, dt, B, C, out = (t.unsqueeze(0) for t in (x, dt, B, C, out))
-        z = None if z is None else z.unsqueeze(0)
+        x, dt, B, C, out, z = (t if t is None else t.unsqueeze(0) for t in (x, dt, B, C, out, z))
     if batch == 0:
         return result, None
-    headdim, dstate = state.shape[-2:]
-    if config is None:
-        config = lookup_config(
-            headdim,
-            dstate,
-            state.dtype,
-            batch,
-            state.device,
-            mode="replay" if exact else "replay-fast",
-            tokens=tokens,
-            stochastic=rand_seed is not None,
-        )
-    pdl = pdl and state.device.type == "cuda"
-    if pdl and gdc_wait is None:
-        raise ValueError(f"pdl=True needs Triton >= 3.3; got Triton {triton.__version__}")
+    config = _replay_config(config, state, batch, tokens, exact, rand_seed is not None)
+    pdl = _check_pdl(pdl, device)
     call = ReplayCall(
         state,
         x_cache,
@@ -635,6 +615,35 @@ def prepare(
     return result, fast_launch(
         call, host_flush=_host_flush, flush_drafts=_flush_drafts, cursor_by_request=_cursors_by_request
     )
+
+
+def _replay_config(
+    config: LaunchConfig | None, state: torch.Tensor, batch: int, tokens: int, exact: bool, stochastic: bool
+) -> LaunchConfig:
+    """The launch config: the caller's, else this device's table (mode "replay", or
+    "replay-fast" for the fast route), else the built-in default."""
+    if config is not None:
+        return config
+    headdim, dstate = state.shape[-2:]
+    return lookup_config(
+        headdim,
+        dstate,
+        state.dtype,
+        batch,
+        state.device,
+        mode="replay" if exact else "replay-fast",
+        tokens=tokens,
+        stochastic=stochastic,
+    )
+
+
+def _check_pdl(pdl: bool, device: torch.device) -> bool:
+    """Whether the launch is programmatic-dependent: pdl on a CUDA device (on the CPU, the
+    interpreter's, it is dropped), which needs Triton >= 3.3."""
+    pdl = pdl and device.type == "cuda"
+    if pdl and gdc_wait is None:
+        raise ValueError(f"pdl=True needs Triton >= 3.3; got Triton {triton.__version__}")
+    return pdl
 
 
 def exact_launch(call: ReplayCall) -> Launch:
