@@ -19,7 +19,7 @@ headline shape; upstream, default, layout-sum and ordered configs (the table's
 (8,1,slot,evict,ordered) among them); and verify calls of 4 drafts in each mode (buffer, dst,
 replay) at three configs, with a bf16 state also stochastically rounded (225 files); and the
 fast replay route's kernel (replay_fast.py) for decode and verify, with its flush and engine
-conventions (26 more: 251). PTX depends on the Triton version: a digest file only holds for
+conventions (34 more: 259). PTX depends on the Triton version: a digest file only holds for
 the version it names.
 """
 
@@ -44,6 +44,7 @@ from ssmdecode.bench.compile import compile_config
 from ssmdecode.bench.inputs import make_inputs
 from ssmdecode.bench.spec import SPEC_MODES, make_spec_inputs
 from ssmdecode.config import LaunchConfig
+from ssmdecode.ops.selective_state_update import replay_fast
 from ssmdecode.shapes import Shape
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -111,18 +112,19 @@ def _spec_inputs() -> Iterator[tuple[str, dict, bool]]:
                 yield f"{name}-sr", {**kw, "rand_seed": seed}, mode == "replay"
 
 
-# The fast replay route (selective_state_replay(..., exact=False)): tiles of at least 16 rows,
-# no ordered sum; its default config shapes (16 rows for a small batch, 64 with 8 warps and a
-# register cap for decode, 64 with 4 warps for verify).
-FAST_CONFIGS = ("16,4,slot,evict", "64,8,slot,evict,regs128", "64,4,slot,evict")
+# The fast replay route (selective_state_replay(..., exact=False)): no ordered sum; its
+# default config shapes (config.replay_fast_config: 16 rows and 4 warps for a small batch, 16
+# and one warp for decode and the row-sum verify, 32 and 64 rows with 4 warps for the tiles).
+FAST_CONFIGS = ("16,4,slot,evict", "16,1,slot,evict", "32,4,slot,evict", "64,4,slot,evict")
 
 
 def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
     """(name, selective_state_replay's keyword arguments with exact=False, the configs) of the
     fast route at one small shape: decode (T = 1) and verify (T = 4), fp32 and bf16 states (a
     bf16 one also stochastically rounded), each also as replay_flush runs it (every request
-    flushes) and under compat.vllm's conventions (the host's flush flags, a flush absorbing
-    the drafts, cursors a request)."""
+    flushes), verify also with its out draft by draft (compiled while the module's rule is set
+    so), decode also under compat.vllm's conventions (the host's flush flags, a flush absorbing
+    the token, cursors a request)."""
     for sdt in (torch.float32, torch.bfloat16):
         shape = Shape(8, 64, 128, 1, sdt, torch.bfloat16)
         for tokens in (1, 4):
@@ -133,6 +135,14 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
             if sdt != torch.float32:
                 yield f"{name}-sr", {**kw, "rand_seed": torch.tensor([1234], dtype=torch.int64)}, FAST_CONFIGS
             yield f"{name}-flush", {**kw, "_flush": True}, FAST_CONFIGS[:1]
+            if tokens > 1:  # the verify step's out draft by draft (a small batch takes the tiles)
+                saved = replay_fast.TILES_MAX_REQUESTS
+                replay_fast.TILES_MAX_REQUESTS = 0
+                try:
+                    yield f"{name}-rows", kw, FAST_CONFIGS[:2]
+                finally:
+                    replay_fast.TILES_MAX_REQUESTS = saved
+                continue  # compat.vllm's conventions are decode's (T = 1)
             batch = kw["x"].shape[0]
             vllm = {
                 **kw,

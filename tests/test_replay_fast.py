@@ -15,6 +15,7 @@ import torch
 
 from conftest import DEVICE, bits
 from ssmdecode import LaunchConfig
+from ssmdecode.config import lookup_config, replay_fast_config, table_key
 from ssmdecode.numerics import FAST_MEAN_RATIO, FAST_OUT_ULPS, FAST_STATE_REL, out_resolution
 from ssmdecode.ops.selective_state_update import (
     replay_advance,
@@ -53,6 +54,26 @@ def assert_state_accurate(got: torch.Tensor, want: torch.Tensor, what: str = "st
     assert worst <= STATE_REL * scale, (
         f"{what}: {worst:.3g} off, {worst / scale:.3g} of max|state| {scale:.3g}"
     )
+
+
+def assert_same_writes(pool: dict, twin: dict, config: LaunchConfig, what: str = "") -> None:
+    """The fast route's writes (pool) against the exact route's from the same pool (twin): the
+    rings bit for bit; the state bit for bit where the fast route's flush replays the cached
+    tokens with the exact kernel's operations (replay_fast.dual_flush off), else (the dual
+    form's matmul: other roundings) within twice STATE_REL of max|state| of each other (float32;
+    each is held to STATE_REL of float64 apart) or one ulp of a 16-bit state."""
+    for name in ("x_cache", "B_cache", "dt_cache"):
+        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{what}{name}: fast and exact routes differ"
+    fast, exact = pool["state"], twin["state"]
+    if not replay_fast.dual_flush(config, fast.shape[-1]):
+        assert torch.equal(bits(fast), bits(exact)), f"{what}state: fast and exact routes differ"
+        return
+    a, b = fast.double(), exact.double()
+    if fast.dtype == torch.float32:
+        bound = 2 * STATE_REL * b.abs().max().item()
+    else:
+        bound = torch.finfo(fast.dtype).eps * torch.maximum(a.abs(), b.abs())
+    assert ((a - b).abs() <= bound).all(), f"{what}state: the routes' flushed states differ past the bars"
 
 
 def _config(case: Replay) -> LaunchConfig:
@@ -151,8 +172,58 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
     for s in range(pool["state"].shape[0]):
         assert bool(written[s]) == (s in used and bool(flushed[s])), f"slot {s}: written iff flushed"
     _run(_kwargs(twin, drafts), _config(case), exact=True)
-    for name in ("state", "x_cache", "B_cache", "dt_cache"):
-        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+    assert_same_writes(pool, twin, _config(case))
+
+
+@pytest.mark.parametrize("cached", ["steady", "flush"])
+@pytest.mark.parametrize("tiles", [True, False], ids=["tiles", "draft-by-draft"])
+def test_both_verify_paths_against_float64(tiles: bool, cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """T >= 2 with out as tiles on the tensor cores and draft by draft (replay_fast._tiles'
+    rule forced either way), packed requests of 3, 0, 1 and 2 drafts, G < H, a pad request,
+    rings that wrap: out and the flushed state within the bars, the rings the exact route's,
+    the flushed states as the exact route's (assert_same_writes)."""
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
+    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    pool, drafts = make_pool(case), make_drafts(case, 7)
+    _set_cursors(pool, case, cached, 7, wrap=True)
+    lengths = [3, 0, 1, 2]
+    packed = {
+        k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+        for k, v in drafts.items()
+    }
+    packed["dt"] = packed["dt"][..., :1].expand(*packed["dt"].shape)
+    cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
+    twin = _twin(pool)
+    kw = {**_kwargs(pool, packed), "cu_seqlens": cu, "max_seqlen": 3}
+    want = selective_state_replay_reference(**kw)
+    config = _config(case)
+    out = _run(kw, config, exact=False)
+    live = (torch.arange(4).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    _run({**_kwargs(twin, packed), "cu_seqlens": cu, "max_seqlen": 3}, config, exact=True)
+    assert_same_writes(pool, twin, config)
+
+
+@pytest.mark.parametrize("tokens", [1, 4], ids=["T1", "T4"])
+def test_small_tiles_flush_token_by_token(tokens: int) -> None:
+    """Tiles of fewer than 16 rows (no matmul: replay_fast.dual_flush off) flush with the exact
+    kernel's operations, so the flushed states are the exact route's bits; out to the bars."""
+    case = Replay(tokens=tokens, window=12 if tokens == 4 else 15, nheads=2, ngroups=1, pad_rows=(1,))
+    config = LaunchConfig(4, 1, True, True)
+    assert not replay_fast.dual_flush(config, case.dstate)
+    pool, drafts = make_pool(case), make_drafts(case, 6)
+    _set_cursors(pool, case, "flush", 6)
+    twin = _twin(pool)
+    kw = _kwargs(pool, drafts)
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, config, exact=False)
+    live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    _run(_kwargs(twin, drafts), config, exact=True)
+    assert_same_writes(pool, twin, config)
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
@@ -199,8 +270,8 @@ def test_with_and_without_the_precomputed_grams(
 @pytest.mark.parametrize("state", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("seeded", [False, True], ids=["nearest", "stochastic"])
 def test_16bit_state_flushes_as_the_exact_route(state: torch.dtype, seeded: bool) -> None:
-    """A 16-bit checkpoint: the flush stores the exact route's bits (with a seed, the same
-    stochastic rounding); out within 1 bf16 ulp of the float64 value."""
+    """A 16-bit checkpoint: the flush stores what the exact route stores (with a seed, the same
+    stochastic rounding; assert_same_writes); out within 1 bf16 ulp of the float64 value."""
     case = Replay(tokens=2, window=4, state=state)
     pool, drafts = make_pool(case), make_drafts(case, 3)
     _set_cursors(pool, case, "steady", 3)
@@ -210,8 +281,7 @@ def test_16bit_state_flushes_as_the_exact_route(state: torch.dtype, seeded: bool
     out = _run(_kwargs(pool, drafts), _config(case), exact=False, **extra)
     assert_out_accurate(out, want[0])
     _run(_kwargs(twin, drafts), _config(case), exact=True, **extra)
-    for name in ("state", "x_cache", "B_cache", "dt_cache"):
-        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+    assert_same_writes(pool, twin, _config(case))
 
 
 @pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
@@ -233,8 +303,7 @@ def test_other_input_dtypes_and_no_slot_indices(tokens: int, inputs: torch.dtype
     assert_out_accurate(out, want[0])
     assert_state_accurate(pool["state"], want[1])
     _run(_kwargs(twin, drafts), _config(case), exact=True)
-    for name in ("state", "x_cache", "B_cache", "dt_cache"):
-        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+    assert_same_writes(pool, twin, _config(case))
 
 
 def test_packed_drafts_against_float64() -> None:
@@ -260,8 +329,7 @@ def test_packed_drafts_against_float64() -> None:
     selective_state_replay(
         **_kwargs(twin, packed), cu_seqlens=cu, max_seqlen=3, config=_config(case), exact=True
     )
-    for name in ("state", "x_cache", "B_cache", "dt_cache"):
-        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+    assert_same_writes(pool, twin, _config(case))
 
 
 def _materialize(state: torch.Tensor, pool: dict, slots: list[int], case: Replay) -> torch.Tensor:
@@ -309,8 +377,9 @@ def test_steps_track_float64_and_the_exact_route(tokens: int) -> None:
         accepted = torch.randint(1, tokens + 1, (case.batch,), generator=g).to(torch.int32)
         for p in (pool, twin):
             replay_advance(p["ring_start"], p["num_cached"], accepted, tokens, case.ring, slots, PAD)
-        for name in ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached"):
-            assert torch.equal(bits(pool[name]), bits(twin[name])), f"step {step}: {name} differs by route"
+        for name in ("ring_start", "num_cached"):
+            assert torch.equal(pool[name], twin[name]), f"step {step}: {name} differs by route"
+        assert_same_writes(pool, twin, config, f"step {step}: ")
     truth = _materialize(mirror, pool, used, case)
     replay_flush(*(pool[k] for k in ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached")),
                  pool["A"], slots, PAD, config)  # fmt: skip
@@ -350,14 +419,15 @@ def test_bad_calls_raise_and_write_nothing() -> None:
 
 def test_default_config_of_the_fast_route() -> None:
     """With no table entry: 16 rows and one warp at T = 1 above batch 8 (with the precomputed
-    Grams), one program a (request, head) up to 64 rows and 4 warps at T >= 2; 16 rows and 4
-    warps at small batch; its own key in the tables."""
-    from ssmdecode.config import lookup_config, replay_fast_config, table_key
-
+    Grams), 16 rows and 4 warps at small batch; T >= 2: 32 rows and 4 warps at small batch
+    (tiles), 64 rows and 4 warps from T = 8 (tiles), else 16 rows and one warp (draft by
+    draft); its own key in the tables."""
     assert replay_fast_config(64, 128, 512, tokens=1) == LaunchConfig(16, 1, True, True)
-    assert replay_fast_config(64, 128, 512, tokens=4) == LaunchConfig(64, 4, True, True)
-    assert replay_fast_config(12, 24, 64, tokens=2) == LaunchConfig(16, 4, True, True)
     assert replay_fast_config(64, 128, batch=8, tokens=1) == LaunchConfig(16, 4, True, True)
+    assert replay_fast_config(64, 128, 512, tokens=4) == LaunchConfig(16, 1, True, True)
+    assert replay_fast_config(64, 128, 512, tokens=8) == LaunchConfig(64, 4, True, True)
+    assert replay_fast_config(64, 128, 8, tokens=4) == LaunchConfig(32, 4, True, True)
+    assert replay_fast_config(12, 24, 4, tokens=2) == LaunchConfig(16, 4, True, True)
     assert table_key(64, 128, torch.float32, "replay-fast", 4).endswith("mode=replay-fast tokens=4")
     got = lookup_config(64, 128, torch.float32, 64, "cpu", mode="replay-fast", tokens=1)
     assert got == replay_fast_config(64, 128, 64, 1)
@@ -392,8 +462,8 @@ def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
     assert_out_accurate(out[live], want[0][live])
     assert_state_accurate(pool["state"], want[1])
     selective_state_replay(**_kwargs(twin, drafts), exact=True)
-    for name in ("state", "x_cache", "B_cache", "dt_cache"):
-        assert torch.equal(bits(pool[name]), bits(twin[name])), f"{name}: fast and exact routes differ"
+    config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=tokens)
+    assert_same_writes(pool, twin, config)
 
 
 @pytest.mark.gpu

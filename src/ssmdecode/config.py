@@ -187,22 +187,23 @@ def replay_fast_config(
     headdim: int, dstate: int, batch: int | None = None, tokens: int | None = None
 ) -> LaunchConfig:
     """The fast replay route's config for a device with no table entry (mode "replay-fast"),
-    until the tuner's entries replace it. The slot-major grid with cache hints. T = 1 above
-    batch 8: 16 rows, one warp (the kernel then reads its group's precomputed Grams,
-    replay_fast.GRAM_MIN_REQUESTS): of (64,8,regs128), (64,4), (32,4), (32,2), (16,1), (16,2) and
-    (16,4), the fastest at batch 64, 512 and 1024 on the H200 (benchmarks/results/NVIDIA_H200/
-    fast-decode-sweep/). T >= 2: 64 rows (a program a (request, head)) and 4 warps, a guess from
-    the compiler's counts (sm_90, Triton 3.6, H16 P64 N128, batch 512: benchmarks/compile_info.py
-    --fast): 8 warps repeat the tiles' fixed work in twice the warps. At batch 8 and below, 16
-    rows and 4 warps: four programs a head, so that a small batch still spreads over the
-    multiprocessors. Tiles of at least 16 rows."""
-    del dstate  # the same guess for every state dim until measured
-    if batch is not None and batch <= 8:
-        return LaunchConfig(16, 4, True, True)
-    if tokens == 1:
-        return LaunchConfig(16, 1, True, True)
-    block_m = max(16, min(64, 1 << max(headdim - 1, 0).bit_length()))
-    return LaunchConfig(block_m, 4, True, True)
+    until the tuner's entries replace it: the slot-major grid with cache hints, the fastest of
+    the H200's sweeps (headline shape, window 16, steady cursors; benchmarks/results/
+    NVIDIA_H200/fast-decode-sweep/ and fast-verify-sweep/). T = 1: 16 rows and one warp above
+    batch 8 (with the precomputed Grams), 16 rows and 4 warps at batch 8 and below. T >= 2 (the
+    verify step's out as tiles or draft by draft: replay_fast._tiles): at batch 8 and below 32
+    rows and 4 warps (tiles); from T = 8 on 64 rows and 4 warps (tiles); else 16 rows and one
+    warp (draft by draft). Rows capped at the head dim's next power of 2, 16 at least."""
+    del dstate  # the same choice for every state dim until measured
+    top = max(16, 1 << max(headdim - 1, 0).bit_length())
+    small = batch is not None and batch <= 8
+    if tokens == 1 or tokens is None:
+        return LaunchConfig(16, 4 if small else 1, True, True)
+    if small:
+        return LaunchConfig(min(32, top), 4, True, True)
+    if tokens >= 8:
+        return LaunchConfig(min(64, top), 4, True, True)
+    return LaunchConfig(16, 1, True, True)
 
 
 def candidate_configs(

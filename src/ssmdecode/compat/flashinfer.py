@@ -47,7 +47,8 @@ tensor-core MMAs on bfloat16 operands), which is neither the per-token recurrenc
 fp32-accurate. exact=False runs ssmdecode's fast replay route (replay_fast.py): flashinfer's
 semantics, ring and flush rule, out within 1 bf16 ulp of the float64 recurrence (floored at
 float32's summation floor: numerics.out_resolution) and a flushed
-state the exact route's bits, but not flashinfer's bits (no adapter can promise those).
+state within 1e-5 max|state| of float64, but not flashinfer's bits (no adapter can promise
+those).
 exact=True, for now the default, runs the exact route: out and states the multi-token kernel's
 and T single-token calls' bits (float32 state). The fast route passes its GPU tests; it becomes
 the default once it is faster than the exact route at T >= 2, which on the H200 it is not yet

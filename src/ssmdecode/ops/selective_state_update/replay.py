@@ -774,7 +774,8 @@ def selective_state_replay(
         exact: True (default), the recurrence's bits (this module's kernel); False, the fast
             route (replay_fast.py): the same semantics, ring, flush rule and cursors, out
             fp32-accurate from the checkpoint and the ring without building the state, a
-            flushed checkpoint the exact route's bits. T = 1 is the decode step.
+            flushed checkpoint within 1e-5 max|state| of float64 (replay_fast.dual_flush says
+            when it is the exact route's bits). T = 1 is the decode step.
 
     Returns:
         out.

@@ -6,34 +6,34 @@ cursors and replay_advance as the exact route (replay.py's docstring), so either
 the rings and checkpoints the other wrote. A request's program decides, as the exact kernel
 does, whether this call flushes (num_cached + n + T > R, n its drafts; always in replay_flush):
 
-- a flush (every R - T tokens or so: rare) does what the exact kernel does, with the same
-  operations: the num_cached ring tokens replayed onto the checkpoint token by token
-  (s = fma(s, exp(A dt'_k), (B_k dt'_k) x_k)), the new checkpoint stored (a float32 state:
-  the exact route's bits; a 16-bit state: the same stochastic rounding), then the drafts run
-  by the recurrence from that tile (out only). So the checkpoints, and the state error over a
-  long decode, are the exact route's;
-- every other call (the common case, and the whole speed win) never builds the state. With
-  the k cached tokens j = 0 .. k - 1 in age order (ring row (ring_start + j) mod R), their
-  dt'_j, S = sum_j dt'_j, w_j = dt'_j exp(A r_j) (r_j = dt'_{j+1} + .. + dt'_{k-1}, summed
-  from the newest token back: the decay from token j to the last cached one), and for draft
-  t its drafts' cumulative
-  d_t = dt'_0 + .. + dt'_t:
+- out is computed in the dual form, never from a materialised state. With the k cached
+  tokens j = 0 .. k - 1 in age order (ring row (ring_start + j) mod R), their dt'_j,
+  S = sum_j dt'_j, w_j = dt'_j exp(A r_j) (r_j = dt'_{j+1} + .. + dt'_{k-1}, summed from the
+  newest token back: the decay from token j to the last cached one), and for draft t its
+  drafts' cumulative d_t = dt'_0 + .. + dt'_t:
 
       y_t = exp(A d_t) [exp(A S) (h0 . C_t) + sum_j w_j (C_t . B_j) x_j]
             + sum_{u <= t} exp(A (d_t - d_u)) dt'_u (C_t . B_u) x_u + D x_t,
 
-  then the z gate. The checkpoint h0 is read once and touched by one product a draft with C_t
-  (T passes over the tile in registers, none in memory); the ring is gathered at once in age
-  order (x, B and dt' of RP rows, RP = max(16, the window's next power of 2), masked past
-  num_cached). Decode (T = 1) works on vectors: the Gram C . B_j is one [RP] reduction over N,
-  the weighted sum over the ring one over RP. Verify (T >= 2) takes the drafts as tiles of
-  TD = max(16, next power of 2 of T) rows and does the rest as small matmuls: the Grams
-  B_ring C^T [RP, TD] and B_drafts C^T [TD, TD] on the tensor cores, whose 16-bit operands
-  multiply exactly into float32 (bf16 or fp16 B and C; float32 FMAs otherwise), and the
-  weighted sums x_ring^T W [BLOCK_M, TD] and x_drafts^T L with the float32 weights W, L split
-  into three bf16 parts each (24 bits: float32's mantissa), so that every product is exact
-  and the sums accumulate in float32. (Per-draft reductions took 255 registers at T = 4 and
-  spilled at T = 8 on sm_90; the matmuls keep the kernel at 125-170.)
+  then the z gate. The checkpoint h0 is read once; the ring is gathered at once in age order
+  (x, B and dt' of RP rows, RP = max(16, the window's next power of 2), masked past
+  num_cached). The Grams C_t . B_j are computed once a (request, group) by _gram_kernel from
+  GRAM_MIN_REQUESTS requests on (launched first; the main kernel, programmatic-dependent on
+  it, issues its state loads before it waits), else by each program. Decode (T = 1) works on
+  vectors: h0 . C one row sum over N, the weighted sum over the ring one over RP. Verify
+  (T >= 2) either takes the drafts one by one (a row sum h0 . C_t and two short sums a draft,
+  out stored a draft at a time) or as tiles of TD = max(16, next power of 2 of T) drafts on
+  the tensor cores (_tiles decides by T and the batch): h0 C^T with h0 split in three bf16
+  parts, x_ring W and x_drafts L with the float32 weights split likewise (_dot_split: 24 bits,
+  float32's mantissa, every product exact, float32 sums);
+- a flush (the cached tokens and the drafts overflow the window, every R - T tokens or so;
+  always in replay_flush) also stores the new checkpoint, h0 with the k cached tokens absorbed.
+  Where dual_flush allows (tiles of 16 rows or more) in the dual form,
+  exp(A S) h0 + x_ring (w B_ring), one matmul of K = RP (_dot_split); else token by token with
+  the exact kernel's operations (s = fma(s, exp(A dt'_k), (B_k dt'_k) x_k)), which then
+  stores the exact route's bits (a 16-bit state: the same stochastic rounding either way).
+  A decode flush's out comes from that state with the token added by the recurrence (under
+  FLUSH_DRAFTS the token is absorbed into the stored state too).
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
@@ -42,7 +42,8 @@ same inputs give the same bits.
 Accuracy (docs/numerics.md): every term is float32 from the stored inputs, as the recurrence's;
 the dual form re-associates the sums and replaces products of exps by an exp of a sum, a few
 float32 ulps, far below the bf16 rounding of out (tests/test_replay_fast.py holds out to 1 bf16
-ulp of the float64 recurrence and the flushed state to 1e-5 max|state|).
+ulp of the float64 recurrence, floored at float32's summation floor (numerics.out_resolution),
+and the flushed state to 1e-5 max|state|).
 
 Decode (T = 1): the engine calls the fast route every step with one token a request and
 replay_advance(..., num_accepted=1, tokens=1, ring=R) after it; prefill writes its final state
@@ -61,6 +62,7 @@ slots, R ring).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, NamedTuple
 
@@ -68,6 +70,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmdecode.config import LaunchConfig
+from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
 from ssmdecode.ops.selective_state_update.common import (
     _INTERPRETED,
     STREAM_STATE,
@@ -108,12 +112,6 @@ _GRAM_HEURISTICS = given(HAS_SRC_IDX="p_src_idx", VARLEN="p_cu_seqlens", HAS_RIN
 
 # fmt: off
 @triton.jit
-def _column(b, o_t, t: tl.constexpr):
-    """Column t of the tile b [R, TD] (o_t = arange(TD)), exactly: one value and zeros summed."""
-    return tl.sum(tl.where(o_t[None, :] == t, b, 0.0), axis=1)
-
-
-@triton.jit
 def _mma(a, b, acc):
     """acc + a @ b for 16-bit tiles of one dtype, float32 accumulation, on the tensor cores.
     (Triton 3.6's interpreter multiplies 16-bit tiles wrongly: there, as float32; the values
@@ -149,6 +147,23 @@ def _dot_split(a, b, X16: tl.constexpr):
         return _mma(a, b1, acc)
     else:
         return tl.dot(a.to(tl.float32), b, input_precision="ieee", out_dtype=tl.float32)
+
+
+@triton.jit
+def _dot_split_a(a, b, B16: tl.constexpr):
+    """a @ b for a float32 tile a and a bf16 tile b, float32-accurate: a split into three bf16
+    parts, each product exact on the tensor cores, the small parts first; without B16 (b not
+    bf16), float32 FMAs."""
+    if B16:
+        a1 = a.to(tl.bfloat16)
+        r1 = a - a1.to(tl.float32)
+        a2 = r1.to(tl.bfloat16)
+        a3 = (r1 - a2.to(tl.float32)).to(tl.bfloat16)
+        acc = _mma(a3, b, None)
+        acc = _mma(a2, b, acc)
+        return _mma(a1, b, acc)
+    else:
+        return tl.dot(a, b.to(tl.float32), input_precision="ieee", out_dtype=tl.float32)
 
 
 class _Ring(NamedTuple):
@@ -239,6 +254,32 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
 
 
 @triton.jit
+def _ring_x(rg, pos_r, m_r):
+    """The ring's x rows of this program's head rows, gathered at pos_r as [BLOCK_M, RP] (a
+    column a cached token, 0 where m_r is off), in the ring's dtype."""
+    m_xr = m_r[None, :] if rg.m_vm is None else rg.m_vm[:, None] & m_r[None, :]
+    return tl.load(rg.p_x[:, None] + pos_r[None, :] * rg.stride_x, mask=m_xr, other=0.0)
+
+
+@triton.jit
+def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr, X16: tl.constexpr,
+                   WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
+    """The checkpoint b_h0 [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
+    (_Ring) absorbed. DUAL: in the dual form, exp(A S) h0 + x_ring (w B_ring), with b_xr the
+    ring's x rows as gathered [BLOCK_M, RP] (0 past n_old, in their dtype) and b_w, b_S
+    _ring_weights'; one matmul of K = RP on the tensor cores (_dot_split: every product exact,
+    float32 sums) instead of n_old passes over the tile. Else the exact kernel's operations
+    (_replay_cached), token by token."""
+    if DUAL:
+        m_Br = m_r[:, None] if rg.m_vn is None else m_r[:, None] & rg.m_vn[None, :]
+        b_Br = tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0).to(tl.float32)
+        b_state = exp_dA(b_A * b_S, FAST_EXP) * b_h0 + _dot_split(b_xr, b_w[:, None] * b_Br, X16)
+    else:
+        b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
+    return b_state
+
+
+@triton.jit
 def _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
     """The decay weights of the ring rg (_Ring): S = the cached tokens' dt' summed, and
     w_j = dt'_j exp(A r_j) [RP] with r_j = dt'_{j+1} + .. + dt'_{n_old-1} (zero past n_old), the decay from cached token
@@ -300,9 +341,13 @@ def _selective_state_replay_fast_kernel(
     T: tl.constexpr,  # drafts a request (the most, with cu_seqlens)
     WINDOW: tl.constexpr,  # the most cached tokens a request holds: R - T
     RP: tl.constexpr,  # max(16, next_power_of_2(WINDOW)): the rows of the gathered ring
-    TD: tl.constexpr,  # max(16, next_power_of_2(T)): the rows of the drafts' tiles
-    MMA16: tl.constexpr,  # B and C of one 16-bit dtype: their Gram on the tensor cores
-    X16: tl.constexpr,  # x bf16: the weighted sums over the ring and the drafts on the tensor cores
+    TP: tl.constexpr,  # next_power_of_2(T): the rows of the drafts' tiles
+    TD: tl.constexpr,  # max(16, TP): the drafts' tiles with TILES
+    TILES: tl.constexpr,  # T >= 2: out as tiles on the tensor cores, else draft by draft
+    MMA16: tl.constexpr,  # B and C of one 16-bit dtype: their Grams on the tensor cores (TILES)
+    C16: tl.constexpr,  # C bf16: h0 C^T on the tensor cores (TILES)
+    X16: tl.constexpr,  # x bf16: a flush's matmul over the ring on the tensor cores (_dot_split)
+    DUAL_FLUSH: tl.constexpr,  # a flush absorbs the ring in the dual form (_flushed_state)
     FLUSH: tl.constexpr,  # 0: by the rule (or the host's flag); 1: always (replay_flush)
     FLUSH_DRAFTS: tl.constexpr,  # a flush absorbs the drafts too and appends nothing (vLLM)
     CURSOR_BY_REQUEST: tl.constexpr,  # num_cached indexed by request, not slot (vLLM's write_pos)
@@ -314,7 +359,7 @@ def _selective_state_replay_fast_kernel(
     HAS_SRC_IDX: tl.constexpr,
     HAS_RING_START: tl.constexpr,  # else every ring starts at row 0
     HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
-    GRAM: tl.constexpr,  # T = 1: the Grams C . B_j of each (request, group) precomputed (p_gram)
+    GRAM: tl.constexpr,  # the Grams C_t . B_j of each (request, group) precomputed (p_gram)
     VARLEN: tl.constexpr,
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -390,8 +435,18 @@ def _selective_state_replay_fast_kernel(
         b_z = b_x
         if HAS_Z:
             b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
+        # The ring gathered in age order, masked past n_old: its dt' and weights.
+        o_r = tl.arange(0, RP)
+        m_r = o_r < n_old
+        if HAS_SRC_IDX:
+            m_r = m_r & m_live
+        pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
+        b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+        b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
         if m_flush:
-            b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
+            b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
+            b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
+                                     HAS_SRC_IDX)
             if not FLUSH_DRAFTS:
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
@@ -400,14 +455,7 @@ def _selective_state_replay_fast_kernel(
             if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         else:
-            # The dual form with one token: the ring gathered in age order, masked past n_old.
-            o_r = tl.arange(0, RP)
-            m_r = o_r < n_old
-            if HAS_SRC_IDX:
-                m_r = m_r & m_live
-            pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
-            b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-            b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+            # The dual form with one token.
             m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
             b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
             if GRAM:  # the group's Grams, computed once for its heads by _gram_kernel
@@ -439,101 +487,125 @@ def _selective_state_replay_fast_kernel(
             if i_h % HEADS_PER_GROUP == 0:
                 tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=both(m_vn, m_app))
     else:
-        # The drafts' inputs as tiles of TD rows (the first n_tok live), all loaded before any
-        # store: x, z [BLOCK_M, TD] (a column a draft), C [BLOCK_N, TD], B [TD, BLOCK_N], dt' [TD].
-        o_t = tl.arange(0, TD)
+        # Verify: the drafts' inputs as tiles of DW rows (the first n_tok live), all loaded
+        # before any store: x [BLOCK_M, DW] (a column a draft), B [DW, BLOCK_N], dt' [DW]; DW
+        # = TP draft by draft, TD (a matmul's least side) with TILES.
+        tl.static_assert(not FLUSH_DRAFTS, "a flush that absorbs the drafts is for T = 1")
+        DW: tl.constexpr = TD if TILES else TP
+        o_t = tl.arange(0, DW)
         m_t = o_t < n_tok
         o_tok = t0 + o_t
-        p_xd = p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m[:, None] * stride_x_p + o_tok[None, :] * stride_x_t
         m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
-        m_nd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
-        b_xd = tl.load(p_xd, mask=m_md, other=0.0)
-        b_zd = b_xd
-        if HAS_Z:
-            b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
-                           + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
+        b_xd = tl.load(p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m[:, None] * stride_x_p
+                       + o_tok[None, :] * stride_x_t, mask=m_md, other=0.0)
         b_dtd = tl.load(p_dt + i_xb * stride_dt_b + i_h * stride_dt_h + o_tok * stride_dt_t, mask=m_t,
                         other=0.0).to(tl.float32)
         if HAS_DT_BIAS:
             b_dtd += b_dt_bias
         if DT_SOFTPLUS:
             b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
+        b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
+        m_nd = m_t[:, None] if m_vn is None else m_t[:, None] & m_vn[None, :]
         b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
-                       + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
-        b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
-                        + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
-        b_Dd = 0.0
-        if HAS_D:
-            b_Dd = b_D[:, None]
-        p_out_d = (p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
-                   + o_tok[None, :] * stride_out_t)
+                       + o_n[None, :] * stride_B_n, mask=m_nd, other=0.0)
 
-        # (The two branches name their loop variables apart: Triton merges the names both branches
-        # assign, and a constexpr cannot be merged.)
-        if m_flush:
-            # The exact kernel's flush, operation for operation: the cached tokens in order, the
-            # new checkpoint, then the drafts by the recurrence (out only).
-            b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
-            if not FLUSH_DRAFTS:
-                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-            b_yf = tl.zeros((BLOCK_M, TD), dtype=tl.float32)
-            for tf in tl.static_range(T):  # draft tf's inputs: column (or row) tf of the tiles
-                b_xf = _column(b_xd.to(tl.float32), o_t, tf)
-                b_Bf = _column(tl.trans(b_Bd.to(tl.float32)), o_t, tf)
-                b_dtf = tl.sum(tl.where(o_t == tf, b_dtd, 0.0), axis=0)
-                b_state = tl.fma(b_state, exp_dA(b_A * b_dtf, FAST_EXP), (b_Bf * b_dtf)[None, :] * b_xf[:, None])
-                b_yt = tl.sum(b_state * _column(b_CdT.to(tl.float32), o_t, tf)[None, :], axis=1)
-                b_yf += tl.where(o_t[None, :] == tf, b_yt[:, None], 0.0)
-            if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the drafts
-                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-            b_yf = gated_out(b_yf, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-            tl.store(p_out_d, b_yf, mask=m_md)
-        else:
-            # The dual form (module docstring): the ring gathered in age order, masked past n_old,
-            # x as [BLOCK_M, RP] (a column a token), B as [RP, BLOCK_N].
-            o_r = tl.arange(0, RP)
-            m_r = o_r < n_old
-            if HAS_SRC_IDX:
-                m_r = m_r & m_live
-            pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
-            b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-            b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
-            m_xr = m_r[None, :] if m_vm is None else m_vm[:, None] & m_r[None, :]
-            b_xrT = tl.load(p_xc[:, None] + pos_r[None, :] * stride_xc_r, mask=m_xr, other=0.0)
-            if not GRAM:
-                m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-                b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
-            b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
-            b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt' (live drafts come first)
-            b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
-            # The Grams, C_t . B_j of ring token j and C_t . B_u of draft u, as MMAs: 16-bit B and C
-            # multiply exactly and accumulate in float32 (_gram_kernel's, with GRAM).
+        # The ring gathered in age order, masked past n_old: dt', weights, x [BLOCK_M, RP].
+        o_r = tl.arange(0, RP)
+        m_r = o_r < n_old
+        if HAS_SRC_IDX:
+            m_r = m_r & m_live
+        pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
+        b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+        b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+        b_xr = _ring_x(rg, pos_r, m_r)
+
+        if TILES:
+            # out in the dual form as tiles [BLOCK_M, TD] (a column a draft) on the tensor cores:
+            # h0 C^T (h0 split in three bf16 parts), then the ring's and the drafts' x by their
+            # weights W [RP, TD], L [TD, TD] (each split in three: _dot_split).
+            m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+            b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                            + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
             if GRAM:
                 p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-                b_GrT = tl.load(p_g + o_r[:, None] * TD + o_t[None, :])  # [RP, TD]
-                b_GdT = tl.load(p_g + RP * TD + tl.arange(0, TD)[:, None] * TD + o_t[None, :])  # [TD, TD]
+                m_gt = o_t[None, :] < T
+                b_GrT = tl.load(p_g + o_t[None, :] * RP + o_r[:, None], mask=m_gt, other=0.0)  # [RP, TD]
+                b_GdT = tl.load(p_g + T * RP + o_t[None, :] * TP + o_t[:, None],
+                                mask=m_gt & (o_t[:, None] < TP), other=0.0)  # [TD (u), TD (t)]
             else:
-                b_GrT = _dot_exact(b_Br, b_CdT, MMA16)  # [RP, TD]
-                b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)  # [TD (u), TD (t)]
+                m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+                b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
+                b_GrT = _dot_exact(b_Br, b_CdT, MMA16)
+                b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
+            b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
+            b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
             b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
-            o_u = tl.arange(0, TD)
-            b_LT = tl.where(o_u[:, None] <= o_t[None, :],
+            b_LT = tl.where(o_t[:, None] <= o_t[None, :],
                             exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
-            b_y = _dot_split(b_xrT, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)  # [BLOCK_M, TD]
-            b_dec = b_decay0 * b_e
-            for td in tl.static_range(T):  # the checkpoint's part: h0 . C_t, one pass a draft
-                b_Ct = _column(b_CdT.to(tl.float32), o_t, td)
-                b_hc = tl.sum(b_h0 * b_Ct[None, :], axis=1)
-                b_y += tl.where(o_t[None, :] == td, b_hc[:, None], 0.0) * b_dec[None, :]
+            b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
+            b_y = (_dot_split_a(b_h0, b_CdT, C16) * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16)
+                   + _dot_split(b_xd, b_LT, X16))
+            b_zd = b_xd
+            if HAS_Z:
+                b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
+                               + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
+            b_Dd = 0.0
+            if HAS_D:
+                b_Dd = b_D[:, None]
             b_y = gated_out(b_y, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-            tl.store(p_out_d, b_y, mask=m_md)
+            tl.store(p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
+                     + o_tok[None, :] * stride_out_t, b_y, mask=m_md)
+        else:
+            # out in the dual form (module docstring), draft by draft: y_t [BLOCK_M] from the
+            # checkpoint's h0 . C_t, the ring's and the earlier drafts' x weighted by their Grams.
+            b_xrf = b_xr.to(tl.float32)
+            b_xdf = b_xd.to(tl.float32)
+            if not GRAM:
+                m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+                b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+            b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
+            b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+            if GRAM:
+                p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+            for t in tl.static_range(T):
+                m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
+                o_xt = i_xb * stride_x_b + (t0 + t) * stride_x_t + i_h * stride_x_h
+                b_Ct = load(p_C + i_xb * stride_C_b + (t0 + t) * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                            both(m_vn, m_tt)).to(tl.float32)
+                if GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
+                    b_gr = tl.load(p_g + t * RP + o_r)
+                    b_gd = tl.load(p_g + T * RP + t * TP + o_t)
+                else:
+                    b_gr = tl.sum(b_Br * b_Ct[None, :], axis=1)  # [RP]
+                    b_gd = tl.sum(b_Bd.to(tl.float32) * b_Ct[None, :], axis=1)  # [TP]
+                b_dt_t = tl.sum(tl.where(o_t == t, b_d, 0.0), axis=0)  # d_t
+                b_e = exp_dA(b_A * b_dt_t, FAST_EXP)
+                b_cr = b_w * b_gr * b_e  # the ring tokens' weights for draft t
+                b_cd = tl.where(o_t <= t, exp_dA(b_A * (b_dt_t - b_d), FAST_EXP) * b_dtd * b_gd, 0.0)
+                b_y = ((b_decay0 * b_e) * tl.sum(b_h0 * b_Ct[None, :], axis=1)
+                       + tl.sum(b_xrf * b_cr[None, :], axis=1) + tl.sum(b_xdf * b_cd[None, :], axis=1))
+                b_xt = load(p_x + o_xt + o_m * stride_x_p, both(m_vm, m_tt))
+                b_zt = b_xt
+                if HAS_Z:
+                    b_zt = load(p_z + i_xb * stride_z_b + (t0 + t) * stride_z_t + i_h * stride_z_h + o_m * stride_z_p,
+                                both(m_vm, m_tt))
+                b_y = gated_out(b_y, b_xt, b_zt, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+                p_yt = p_out + i_xb * stride_out_b + (t0 + t) * stride_out_t + i_h * stride_out_h + o_m * stride_out_p
+                m_yt = both(m_vm, m_tt)
+                if m_yt is None:
+                    tl.store(p_yt, b_y)
+                else:
+                    tl.store(p_yt, b_y, mask=m_yt)
 
-        # append: the same positions and values as the exact kernel (a flush of FLUSH_DRAFTS none)
+        if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
+            b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
+                                     HAS_SRC_IDX)
+            _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+
+        # append: the same positions and values as the exact kernel
         m_app = m_t
         if HAS_SRC_IDX:
             m_app = m_app & m_live
-        if FLUSH_DRAFTS:
-            m_app = m_app & (m_flush == 0)
         pos_t = wrap(start + n_old + o_t, ring)
         m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
         tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
@@ -555,9 +627,10 @@ def _gram_kernel(
     stride_B_b, stride_B_t, stride_B_g, stride_B_n,
     stride_C_b, stride_C_t, stride_C_g, stride_C_n,
     stride_src_idx, stride_gram_b, stride_gram_g,
-    T: tl.constexpr, TD: tl.constexpr, MMA16: tl.constexpr,
+    T: tl.constexpr, TD: tl.constexpr, TP: tl.constexpr, MMA16: tl.constexpr,
     WINDOW: tl.constexpr, RP: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
     HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """The Grams of the drafts' C against the B rows, one program a (request, group): the same
     for every head of the group, which the main kernel's programs then read instead of each
@@ -566,8 +639,14 @@ def _gram_kernel(
     cursors and flush rule are the main kernel's, and a flushing request's Grams go unused.
 
     T = 1, [RP + 1]: gram[j] = C . B_j of cached token j, gram[RP] = C . B of the token.
-    T >= 2, [RP TD + TD TD], with the main kernel's _dot_exact of the same tiles: B_ring C^T
-    [RP, TD], then B_drafts C^T [TD, TD] (0 past the request's drafts)."""
+    T >= 2, [T RP + T TP], a row a draft t: gram[t RP + j] = C_t . B_j of cached token j,
+    then gram[T RP + t TP + u] = C_t . B_u of draft u (0 past the request's drafts), from the
+    tiles B_ring C^T [RP, TD] and B_drafts C^T [TD, TD] (TD = max(16, TP): a matmul's least
+    side) on the tensor cores, whose 16-bit products are exact (_dot_exact). PDL: the main
+    kernel, launched programmatic-dependent, may start at once; it reads the Grams after its
+    wait, once it has issued its state tile's loads."""
+    if PDL:
+        gdc_launch_dependents()
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
     t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, True)
@@ -603,8 +682,10 @@ def _gram_kernel(
                         + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
         b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
                        + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
-        tl.store(p_g + o_r[:, None] * TD + o_t[None, :], _dot_exact(b_Br, b_CdT, MMA16))
-        tl.store(p_g + RP * TD + o_t[:, None] * TD + o_t[None, :], _dot_exact(b_Bd, b_CdT, MMA16))
+        m_tg = o_t[None, :] < T
+        tl.store(p_g + o_t[None, :] * RP + o_r[:, None], _dot_exact(b_Br, b_CdT, MMA16), mask=m_tg)
+        tl.store(p_g + T * RP + o_t[None, :] * TP + o_t[:, None], _dot_exact(b_Bd, b_CdT, MMA16),
+                 mask=m_tg & (o_t[:, None] < TP))
 # fmt: on
 
 
@@ -624,20 +705,26 @@ def fast_launch(
             f"config {config.label}: the fast replay route sums rows in its own layout; the "
             "ordered row sum matches upstream bits the fast route does not promise"
         )
-    if config.block_m < 16 or state.shape[-1] < 9:
+    if state.shape[-1] < 9:
         raise ValueError(
-            f"config {config.label}, dstate {state.shape[-1]}: the fast replay route multiplies "
-            "tiles of at least 16 rows (block_m >= 16) and 16 state columns (dstate >= 9)"
+            f"dstate {state.shape[-1]}: the fast replay route multiplies tiles of at least 16 "
+            "state columns (dstate >= 9)"
         )
-    if flush_drafts and cu_seqlens is not None:
-        raise ValueError("flush_drafts (a flush that absorbs the drafts) takes dense drafts, not cu_seqlens")
+    if flush_drafts and (cu_seqlens is not None or call.tokens != 1):
+        raise ValueError(
+            "flush_drafts (a flush that absorbs the drafts) takes one dense token a request (T = 1), "
+            f"got T = {call.tokens}{' with cu_seqlens' if cu_seqlens is not None else ''}"
+        )
     window = call.ring - call.tokens
-    B, C = call.B, call.C
     flags = dict(
         RP=max(16, triton.next_power_of_2(window)),
+        TP=triton.next_power_of_2(call.tokens),
         TD=max(16, triton.next_power_of_2(call.tokens)),
-        MMA16=B.dtype == C.dtype and B.dtype in (torch.bfloat16, torch.float16),
+        TILES=_tiles(call),
+        MMA16=call.B.dtype == call.C.dtype and call.B.dtype in (torch.bfloat16, torch.float16),
+        C16=call.C.dtype == torch.bfloat16,
         X16=call.x.dtype == torch.bfloat16,
+        DUAL_FLUSH=dual_flush(config, state.shape[-1]),
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
@@ -647,14 +734,53 @@ def fast_launch(
         "stride_gram_b": 0,
         "stride_gram_g": 0,
     }
-    gram = None
-    if _gram_first(call):
-        gram, arguments["p_gram"] = _gram_launch(call, flags, cursor_by_request)
-        arguments.update(
-            stride_gram_b=arguments["p_gram"].stride(0), stride_gram_g=arguments["p_gram"].stride(1)
-        )
-    main = call.launch(_selective_state_replay_fast_kernel, arguments, flags)
-    return main if gram is None else main._replace(before=gram)
+    if not _gram_first(call):
+        return call.launch(_selective_state_replay_fast_kernel, arguments, flags)
+    # The Grams first; the main kernel launched programmatic-dependent on them (on a GPU) issues
+    # its state tile's loads while they run and waits for them before reading the ring.
+    pair_pdl = GRAM_PDL and call.state.device.type == "cuda" and gdc_wait is not None
+    gram_launch, gram = _gram_launch(call, flags, cursor_by_request, pair_pdl)
+    arguments.update(p_gram=gram, stride_gram_b=gram.stride(0), stride_gram_g=gram.stride(1))
+    main_call = dataclasses.replace(call, pdl=True) if pair_pdl else call
+    main = main_call.launch(_selective_state_replay_fast_kernel, arguments, flags)
+    return main._replace(before=gram_launch)
+
+
+def dual_flush(config: LaunchConfig, dstate: int) -> bool:
+    """Whether a flush of the fast route absorbs the ring in the dual form (one matmul a
+    program, the checkpoint's bits then the fast route's own, within the bars of
+    docs/numerics.md), not token by token with the exact kernel's operations (the exact route's
+    bits): where DUAL_FLUSH is on, the matmul's tile has 16 rows or more (block_m >= 16) and its
+    accumulator takes at most DUAL_MAX_ELEMENTS registers a thread."""
+    block_n = triton.next_power_of_2(dstate)
+    per_thread = config.block_m * block_n // (32 * config.num_warps)
+    return DUAL_FLUSH and config.block_m >= 16 and per_thread <= DUAL_MAX_ELEMENTS
+
+
+# The verify step (T >= 2) computes out as tiles on the tensor cores (h0 C^T and the weighted
+# sums as matmuls) from this many drafts on, and at any T for this many requests or fewer;
+# else draft by draft (a row sum over the state tile a draft). On the H200 (headline, window
+# 16, steady cursors: benchmarks/results/NVIDIA_H200/fast-verify-sweep/) the row sums led at
+# T = 2 and 4 from batch 64 on, the tiles at T = 8 and at batch 8.
+TILES_FROM_TOKENS = 8
+TILES_MAX_REQUESTS = 8
+
+
+def _tiles(call: ReplayCall) -> bool:
+    """Whether the verify step's out is computed as tiles (a matmul's 16 rows at least)."""
+    if call.tokens == 1 or call.config.block_m < 16:
+        return False
+    return call.tokens >= TILES_FROM_TOKENS or call.requests <= TILES_MAX_REQUESTS
+
+
+# A flush absorbs the ring in the dual form (dual_flush) when this is True.
+DUAL_FLUSH = True
+DUAL_MAX_ELEMENTS = 32
+
+
+# The Grams' kernel lets the main kernel launch at once (programmatic dependent launch, on a
+# GPU whose Triton has it) when this is True.
+GRAM_PDL = True
 
 
 # The decode step (T = 1) precomputes the Grams C . B_j once a (request, group) from this many
@@ -663,9 +789,8 @@ def fast_launch(
 GRAM_MIN_REQUESTS = 16
 
 
-# The verify step (T >= 2) precomputes its Grams too (_gram_kernel) when this is True:
-# written and tested against float64 on the CPU, not yet timed on a GPU, so off until it is.
-GRAM_VERIFY = False
+# The verify step (T >= 2) precomputes its Grams too (_gram_kernel) when this is True.
+GRAM_VERIFY = True
 
 
 def _gram_first(call: ReplayCall) -> bool:
@@ -675,29 +800,32 @@ def _gram_first(call: ReplayCall) -> bool:
 
 
 def _gram_launch(
-    call: ReplayCall, flags: dict[str, Any], cursor_by_request: bool
+    call: ReplayCall, flags: dict[str, Any], cursor_by_request: bool, pdl: bool
 ) -> tuple[Launch, torch.Tensor]:
     """The Grams' launch (_gram_kernel) and the float32 [B, G, RP + 1] (T = 1) or
-    [B, G, RP TD + TD TD] they go into."""
+    [B, G, T RP + T TP] they go into."""
     requests, groups = call.requests, call.B.shape[-2]
-    rp, td = flags["RP"], flags["TD"]
-    width = rp + 1 if call.tokens == 1 else rp * td + td * td
+    rp, tp, tokens = flags["RP"], flags["TP"], call.tokens
+    width = rp + 1 if tokens == 1 else tokens * (rp + tp)
     gram = torch.empty(requests, groups, width, dtype=torch.float32, device=call.state.device)
     args = call.arguments()
     names = set(inspect.signature(_gram_kernel.fn.fn).parameters)
     kwargs = {k: v for k, v in args.items() if k in names}
+    B, C = call.B, call.C
     kwargs.update(
         p_gram=gram,
         stride_gram_b=gram.stride(0),
         stride_gram_g=gram.stride(1),
-        T=call.tokens,
-        TD=td,
-        MMA16=flags["MMA16"],
-        WINDOW=call.ring - call.tokens,
+        T=tokens,
+        TD=max(16, tp),
+        TP=tp,
+        MMA16=B.dtype == C.dtype and B.dtype in (torch.bfloat16, torch.float16),
+        WINDOW=call.ring - tokens,
         RP=rp,
         CURSOR_BY_REQUEST=cursor_by_request,
         EVEN_N=call.state.shape[-1] == triton.next_power_of_2(call.state.shape[-1]),
         BLOCK_N=triton.next_power_of_2(call.state.shape[-1]),
+        PDL=pdl,
         num_warps=4,
     )
     return Launch(_gram_kernel, (requests, groups), (), kwargs), gram
