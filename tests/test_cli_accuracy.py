@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from ssmdecode.bench.accuracy import (
+    DEFAULT_VARIANTS,
     VARIANTS,
     Float64LM,
     decay_summary,
@@ -31,7 +32,9 @@ from ssmdecode.shapes import Shape
 
 # H4-P6-N10-G2: groups < heads, P and N not powers of two.
 TINY = Shape(nheads=4, headdim=6, dstate=10, ngroups=2)
-RUN_VARIANTS = list(VARIANTS)
+RUN_VARIANTS = list(DEFAULT_VARIANTS)
+REPLAY_VARIANTS = ["fp32", "fp32-replay", "fp32-replay-fast"]
+REPLAY_RATIO = 1.5  # the fast route's bar: its state and logits errors at most 1.5x the exact route's
 
 
 def _run(tmp_path: Path, name: str, *argv: str) -> dict:
@@ -192,6 +195,29 @@ def test_bad_choices(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Non
     assert e.value.code == 2 and "invalid" in capsys.readouterr().err
 
 
+def _assert_replay_within_the_bar(data: dict) -> None:
+    """The replay variants against fp32's single-token path and each other: the exact route's
+    state and logits errors at most REPLAY_RATIO times fp32's (the same recurrence), the fast
+    route's at most REPLAY_RATIO times the exact route's, at every logged step's mean and max."""
+    v = {name: data["variants"][name]["summary"] for name in REPLAY_VARIANTS}
+    for what in ("state_rel_error", "logits_rel_error"):
+        for stat in ("mean", "max"):
+            fp32, exact, fast = (v[n][what][stat] for n in REPLAY_VARIANTS)
+            assert exact <= REPLAY_RATIO * fp32 + 1e-12, (what, stat, exact, fp32)
+            assert fast <= REPLAY_RATIO * exact + 1e-12, (what, stat, fast, exact)
+
+
+def test_replay_decode_variants(tmp_path: Path) -> None:
+    """Replay decode by the exact and the fast route (window 16, so the 20 steps cross a
+    flush): their state (the checkpoint with the cached tokens replayed, Mamba2DecodeStack.
+    state_of) and logits track float64 as fp32's single-token path does."""
+    data = _run(tmp_path, "p", "--steps", "20", "--dtype", "float32", "--variants", *REPLAY_VARIANTS)
+    assert list(data["variants"]) == REPLAY_VARIANTS
+    _assert_replay_within_the_bar(data)
+    for name in REPLAY_VARIANTS[1:]:
+        assert data["variants"][name]["summary"]["argmax_differs_from_fp32"] == 0
+
+
 @pytest.mark.gpu
 def test_gpu_headline_shape(tmp_path: Path) -> None:
     """On a GPU, the headline shape (16 heads, P 64, N 128) for a few steps, float32
@@ -203,3 +229,11 @@ def test_gpu_headline_shape(tmp_path: Path) -> None:
     assert all(s["max"] is not None for s in summaries.values())
     for name in RUN_VARIANTS[1:]:
         assert summaries["fp32"]["max"] < summaries[name]["mean"] / 10
+
+
+@pytest.mark.gpu
+def test_gpu_replay_decode_variants(tmp_path: Path) -> None:
+    """On a GPU, replay decode at the headline shape for 64 steps (four windows): the replay
+    variants within their bar (_assert_replay_within_the_bar)."""
+    argv = ("--steps", "64", "--layers", "2", "--dtype", "float32", "--variants", *REPLAY_VARIANTS)
+    _assert_replay_within_the_bar(_run(tmp_path, "gr", *argv))

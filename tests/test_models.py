@@ -125,6 +125,34 @@ def test_padded_greedy_equals_unpadded() -> None:
         torch.testing.assert_close(alone_logprobs[0], logprobs[r], **TOL_FP32)
 
 
+def test_with_pools_and_state_of() -> None:
+    """A stack's copy by with_pools shares the weights and owns zero pools of its own dtype and
+    path; after 20 steps (a window of 16: a flush crossed) the exact replay copy's state_of
+    (the checkpoint with its cached tokens replayed, nothing of the stack written) holds the
+    single-token path's state bits, the fast route's within 1e-5 of its largest magnitude."""
+    dims = Mamba2Dims(Shape(nheads=4, headdim=6, dstate=10, ngroups=2, dtype=torch.float32), d_model=16)
+    base = Mamba2DecodeStack(dims, n_layers=1, slots=3, device="cpu", seed=2)
+    copies = {p: base.with_pools(3, torch.float32, p) for p in ("table", "replay", "replay-fast")}
+    assert all(c.layers is base.layers and c.ssm_state[0] is not base.ssm_state[0] for c in copies.values())
+    assert copies["replay"].rings and not copies["table"].rings
+    slots = torch.tensor([2, 1])
+    g = torch.Generator().manual_seed(3)
+    for _ in range(20):
+        hidden = torch.randn(2, 16, generator=g)
+        for c in copies.values():
+            c.step(hidden, slots)
+    replay = copies["replay"]
+    pool = replay.ssm_state[0].clone()
+    want = copies["table"].state_of(0, slots)
+    assert torch.equal(want, copies["table"].ssm_state[0][slots])
+    assert torch.equal(replay.state_of(0, slots), want)
+    assert torch.equal(replay.ssm_state[0], pool), "state_of writes nothing of the stack's"
+    fast = copies["replay-fast"].state_of(0, slots)
+    assert (fast - want).abs().max() <= 1e-5 * want.abs().max()
+    with pytest.raises(ValueError, match="path must be one of"):
+        base.with_pools(3, torch.float32, "other")
+
+
 @pytest.mark.gpu
 def test_step_replays_in_a_cuda_graph() -> None:
     """The step captured in a CUDA graph computes what it computes eagerly, from the same state,

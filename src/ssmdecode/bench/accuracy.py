@@ -39,6 +39,7 @@ from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 
 __all__ = [
     "DECAYS",
+    "DEFAULT_VARIANTS",
     "VARIANTS",
     "Float64LM",
     "StateVariant",
@@ -53,11 +54,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StateVariant:
-    """How a variant stores the SSM state: its dtype, and whether stores round stochastically."""
+    """How a variant stores the SSM state: its dtype, whether stores round stochastically, and
+    its decode path (Mamba2DecodeStack's: "table", the single-token kernel; "replay" or
+    "replay-fast", replay decode by the exact or the fast route, its state the checkpoint
+    with the ring's cached tokens replayed)."""
 
     name: str
     state_dtype: torch.dtype
     stochastic: bool = False
+    path: str = "table"
 
 
 VARIANTS: dict[str, StateVariant] = {
@@ -68,8 +73,13 @@ VARIANTS: dict[str, StateVariant] = {
         StateVariant("bf16-SR", torch.bfloat16, stochastic=True),
         StateVariant("fp16-RTN", torch.float16),
         StateVariant("fp16-SR", torch.float16, stochastic=True),
+        StateVariant("fp32-replay", torch.float32, path="replay"),
+        StateVariant("fp32-replay-fast", torch.float32, path="replay-fast"),
     )
 }
+DEFAULT_VARIANTS = ("fp32", "bf16-RTN", "bf16-SR", "fp16-RTN", "fp16-SR")
+"""What `ssmdecode accuracy` runs unless told: the state dtypes and roundings of the
+single-token path (the replay variants are asked for by name)."""
 BASELINE = "fp32"
 """The variant the token comparisons are made against besides float64: what engines default to."""
 
@@ -234,17 +244,8 @@ class _Arm:
         philox_rounds: int = DEFAULT_PHILOX_ROUNDS,
     ) -> _Arm:
         stack, device = lm.stack, lm.stack.device
-        s = stack.dims.shape
         arm_lm = copy.copy(lm)
-        arm_lm.stack = copy.copy(stack)
-        arm_lm.stack.ssm_state = [
-            torch.zeros(slots, s.nheads, s.headdim, s.dstate, dtype=variant.state_dtype, device=device)
-            for _ in stack.layers
-        ]
-        arm_lm.stack.conv_state = [
-            torch.zeros(slots, stack.dims.conv_dim, stack.dims.d_conv, dtype=s.dtype, device=device)
-            for _ in stack.layers
-        ]
+        arm_lm.stack = stack.with_pools(slots, variant.state_dtype, variant.path)
         seed = gen = None
         if variant.stochastic:
             seed = torch.zeros(len(stack.layers), dtype=torch.int64, device=device)
@@ -348,8 +349,8 @@ def run_accuracy(
             logits = arm.step(tokens, slots)
             taught_logits, free_logits = logits[:rows], logits[rows:]
             num = sum(
-                (p[1 : rows + 1].double() - r[1:]).square().sum()
-                for p, r in zip(arm.lm.stack.ssm_state, reference.ssm_state, strict=True)
+                (arm.lm.stack.state_of(i, taught).double() - r[1:]).square().sum()
+                for i, r in enumerate(reference.ssm_state)
             )
             arm.state_error[t] = _relative(num, den)
             arm.logits_error[t] = _relative((taught_logits.double() - ref_logits).square().sum(), logits_den)
@@ -369,8 +370,9 @@ def run_accuracy(
     for arm in arms:
         seen = rows * torch.arange(1, steps + 1, dtype=torch.float64)
         by_layer = []
-        for p, r in zip(arm.lm.stack.ssm_state, reference.ssm_state, strict=True):
-            err = _relative((p[1 : rows + 1].double() - r[1:]).square().sum(), r[1:].square().sum())
+        for i, r in enumerate(reference.ssm_state):
+            p = arm.lm.stack.state_of(i, taught).double()
+            err = _relative((p - r[1:]).square().sum(), r[1:].square().sum())
             by_layer.append(_finite(float(err)))
         curves = {
             "state_rel_error": arm.state_error.cpu()[index],

@@ -44,6 +44,7 @@ never read or written, and the conv state of slot 0 is scratch that padded rows 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ import torch.nn.functional as F
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update import (
     replay_advance,
+    replay_flush,
     selective_state_replay,
     selective_state_update,
     slot_order,
@@ -236,30 +238,61 @@ class Mamba2DecodeStack:
         self.device = torch.device(device)
         gen = torch.Generator(device=self.device).manual_seed(seed)
         self.layers = [_random_layer(dims, gen, self.device) for _ in range(n_layers)]
-        s = dims.shape
+        self.ring = window + 1
+        self._allocate(slots, dims.shape.state_dtype)
+
+    def _allocate(self, slots: int, state_dtype: torch.dtype) -> None:
+        """Zero pools of `slots` slots (the SSM state in state_dtype) and, replaying, zero rings
+        of self.ring rows and cursors."""
+        s, n_layers, device = self.dims.shape, len(self.layers), self.device
         self.ssm_state = [
-            torch.zeros(slots, s.nheads, s.headdim, s.dstate, dtype=s.state_dtype, device=self.device)
+            torch.zeros(slots, s.nheads, s.headdim, s.dstate, dtype=state_dtype, device=device)
             for _ in range(n_layers)
         ]
         self.conv_state = [
-            torch.zeros(slots, dims.conv_dim, dims.d_conv, dtype=s.dtype, device=self.device)
+            torch.zeros(slots, self.dims.conv_dim, self.dims.d_conv, dtype=s.dtype, device=device)
             for _ in range(n_layers)
         ]
         self.rings: list[dict[str, torch.Tensor]] = []
-        self.ring = window + 1
-        if path != "table":
+        if self.path != "table":
             H, P, N, G, R = s.nheads, s.headdim, s.dstate, s.ngroups, self.ring
             self.rings = [
                 {
-                    "x_cache": torch.zeros(slots, H, R, P, dtype=s.dtype, device=self.device),
-                    "B_cache": torch.zeros(slots, G, R, N, dtype=s.dtype, device=self.device),
-                    "dt_cache": torch.zeros(slots, H, R, dtype=torch.float32, device=self.device),
+                    "x_cache": torch.zeros(slots, H, R, P, dtype=s.dtype, device=device),
+                    "B_cache": torch.zeros(slots, G, R, N, dtype=s.dtype, device=device),
+                    "dt_cache": torch.zeros(slots, H, R, dtype=torch.float32, device=device),
                 }
                 for _ in range(n_layers)
             ]
-        self.ring_start = torch.zeros(slots, dtype=torch.int32, device=self.device)
-        self.num_cached = torch.zeros(slots, dtype=torch.int32, device=self.device)
+        self.ring_start = torch.zeros(slots, dtype=torch.int32, device=device)
+        self.num_cached = torch.zeros(slots, dtype=torch.int32, device=device)
         self._accepted: dict[int, torch.Tensor] = {}  # every token accepted, by batch size
+
+    def with_pools(self, slots: int, state_dtype: torch.dtype, path: str) -> Mamba2DecodeStack:
+        """A copy sharing this stack's weights, with its own zero pools of `slots` slots (the
+        SSM state in state_dtype), decoding by `path` (and, replaying, its own rings and
+        cursors of this stack's window)."""
+        if path not in DECODE_PATHS:
+            raise ValueError(f"path must be one of {DECODE_PATHS}, got {path!r}")
+        other = copy.copy(self)
+        other.path = path
+        other._allocate(slots, state_dtype)
+        return other
+
+    def state_of(self, i: int, slots: torch.Tensor) -> torch.Tensor:
+        """Layer i's SSM state of `slots` (int64 [B]) as a decode would continue from it
+        [B, H, P, N]: the pool's rows, and replaying, each checkpoint with its ring's cached
+        tokens replayed (replay_flush on copies of the pool and the ring: nothing of the
+        stack's is written)."""
+        if self.path == "table":
+            return self.ssm_state[i].index_select(0, slots)
+        s = self.dims.shape
+        state = self.ssm_state[i].clone()
+        ring = {k: v.clone() for k, v in self.rings[i].items()}
+        A = self.layers[i].A[:, None, None].expand(s.nheads, s.headdim, s.dstate)
+        replay_flush(state, ring["x_cache"], ring["B_cache"], ring["dt_cache"], self.ring_start,
+                     self.num_cached, A, slots, NULL_SLOT)  # fmt: skip
+        return state.index_select(0, slots)
 
     @property
     def slots(self) -> int:
