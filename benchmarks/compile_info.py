@@ -52,6 +52,7 @@ from ssmdecode.cli_args import (
     batches_from_args,
     shapes_from_args,
 )
+from ssmdecode.ops.selective_state_update import replay_fast
 from ssmdecode.ops.selective_state_update.checks import DEFAULT_PHILOX_ROUNDS
 from ssmdecode.ops.selective_state_update.decode import Variant
 
@@ -134,6 +135,12 @@ def main() -> int:
         "SASS, the flush branch's too (an upper bound for the steps that do not flush)",
     )
     p.add_argument(
+        "--split-flush",
+        action="store_true",
+        help="with --fast: the flushes in a kernel of their own (replay_fast.SPLIT_FLUSH); the "
+        "main kernel compiled, which then has no flush branch",
+    )
+    p.add_argument(
         "--stochastic",
         action="store_true",
         help="stochastic rounding of the state store (rand_seed; a 16-bit --state-dtype)",
@@ -153,11 +160,14 @@ def main() -> int:
     (batch,) = batches_from_args(args, gpu)
     replay = args.tokens > 0 and args.mode == "replay"
 
-    # A call's arguments, compiled as a real call specializes them (at batch 8: the kernels do
-    # not specialize on the batch, which only the issue floor uses).
+    # A call's arguments, compiled as a real call specializes them: at batch 8 (the kernels do
+    # not specialize on the batch, which only the issue floor uses), but the fast route's at
+    # the batch itself (from replay_fast.GRAM_MIN_REQUESTS requests on it reads precomputed
+    # Grams, and replay_fast._tiles picks its verify path by the batch too).
     cpu = torch.device("cpu")
     if args.tokens:
-        spec = make_spec_inputs(shape, 8, args.tokens, args.mode, cpu, 0, rotation=1, window=args.window)
+        rows = batch if args.fast else 8
+        spec = make_spec_inputs(shape, rows, args.tokens, args.mode, cpu, 0, rotation=1, window=args.window)
         kwargs = spec.kwargs(0)
     else:
         kwargs = make_shape_inputs(shape, 8, cpu, seed=0).kwargs(0)
@@ -167,6 +177,9 @@ def main() -> int:
         if not replay:
             raise SystemExit("--fast is replay's fast route: pass --tokens T --mode replay")
         kwargs["exact"] = False
+        replay_fast.SPLIT_FLUSH = args.split_flush
+    elif args.split_flush:
+        raise SystemExit("--split-flush is the fast route's: pass --fast")
     target = GPUTarget("cuda", args.arch, 32)
     what = (
         f", T = {args.tokens} ({args.mode}{' fast' if args.fast else ''}"

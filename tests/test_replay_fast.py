@@ -206,6 +206,33 @@ def test_both_verify_paths_against_float64(tiles: bool, cached: str, monkeypatch
     assert_same_writes(pool, twin, config)
 
 
+@pytest.mark.parametrize("cached", ["steady", "flush"])
+@pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
+def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.SPLIT_FLUSH: out and the appends by the main kernel for every request (the
+    dual form, no state store), the flushes' checkpoints by a second kernel after it: out and
+    the flushed state within the bars of float64, the rings and the flushed states the
+    one-kernel route's bits where both flush token by token or both in the dual form; G < H,
+    a pad request, rings that wrap."""
+    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    results = []
+    for split in (True, False):
+        monkeypatch.setattr(replay_fast, "SPLIT_FLUSH", split)
+        monkeypatch.setattr(replay_fast, "SPLIT_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", _config(case))
+        pool, drafts = make_pool(case), make_drafts(case, 8)
+        _set_cursors(pool, case, cached, 8, wrap=True)
+        kw = _kwargs(pool, drafts)
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("tokens", [1, 4], ids=["T1", "T4"])
 def test_small_tiles_flush_token_by_token(tokens: int) -> None:
     """Tiles of fewer than 16 rows (no matmul: replay_fast.dual_flush off) flush with the exact

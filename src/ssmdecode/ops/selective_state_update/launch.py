@@ -40,18 +40,23 @@ class Variant:
 
 class Launch(NamedTuple):
     """One kernel launch, prepared: kernel[grid](*args, **kwargs), after the launch before (a
-    kernel whose output it reads, e.g. the fast replay route's Grams) where there is one."""
+    kernel whose output it reads, e.g. the fast replay route's Grams) and before the launch
+    after (a kernel that writes what it read, e.g. the fast route's flush kernel), where there
+    are such."""
 
     kernel: Any
     grid: tuple[int, ...]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     before: Launch | None = None
+    after: Launch | None = None
 
     def run(self) -> None:
         if self.before is not None:
             self.before.run()
         self.kernel[self.grid](*self.args, **self.kwargs)
+        if self.after is not None:
+            self.after.run()
 
 
 def tile_launch(

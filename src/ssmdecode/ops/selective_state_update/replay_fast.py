@@ -360,6 +360,7 @@ def _selective_state_replay_fast_kernel(
     HAS_RING_START: tl.constexpr,  # else every ring starts at row 0
     HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
     GRAM: tl.constexpr,  # the Grams C_t . B_j of each (request, group) precomputed (p_gram)
+    ROLE: tl.constexpr,  # 0: everything; 1: out and appends, no state store; 2: the flushes' stores only
     VARLEN: tl.constexpr,
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -391,6 +392,9 @@ def _selective_state_replay_fast_kernel(
         m_flush = tl.load(p_flush + i_b) != 0
     else:  # the exact route's rule: the cached tokens and the drafts overflow the window
         m_flush = n_old + n_tok + T > ring
+    if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
+        if m_flush == 0:
+            return
 
     o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
     m_vm = unless(EVEN_M, m_m)
@@ -443,7 +447,22 @@ def _selective_state_replay_fast_kernel(
         pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
         b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
         b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
-        if m_flush:
+        # A flush's out comes from its new state, but for ROLE 1 (the flush kernel stores it):
+        # there every request's out is the dual form's.
+        if ROLE == 0:
+            m_flush_out = m_flush
+        else:
+            m_flush_out = False
+        if ROLE == 2:
+            b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
+            b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
+                                     HAS_SRC_IDX)
+            if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
+                b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
+                                 (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
+            _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+            return
+        if m_flush_out:
             b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
             b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
                                      HAS_SRC_IDX)
@@ -519,88 +538,93 @@ def _selective_state_replay_fast_kernel(
         b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
         b_xr = _ring_x(rg, pos_r, m_r)
 
-        if TILES:
-            # out in the dual form as tiles [BLOCK_M, TD] (a column a draft) on the tensor cores:
-            # h0 C^T (h0 split in three bf16 parts), then the ring's and the drafts' x by their
-            # weights W [RP, TD], L [TD, TD] (each split in three: _dot_split).
-            m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
-            b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
-                            + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
-            if GRAM:
-                p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-                m_gt = o_t[None, :] < T
-                b_GrT = tl.load(p_g + o_t[None, :] * RP + o_r[:, None], mask=m_gt, other=0.0)  # [RP, TD]
-                b_GdT = tl.load(p_g + T * RP + o_t[None, :] * TP + o_t[:, None],
-                                mask=m_gt & (o_t[:, None] < TP), other=0.0)  # [TD (u), TD (t)]
-            else:
-                m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-                b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
-                b_GrT = _dot_exact(b_Br, b_CdT, MMA16)
-                b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
-            b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
-            b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
-            b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
-            b_LT = tl.where(o_t[:, None] <= o_t[None, :],
-                            exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
-            b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
-            b_y = (_dot_split_a(b_h0, b_CdT, C16) * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16)
-                   + _dot_split(b_xd, b_LT, X16))
-            b_zd = b_xd
-            if HAS_Z:
-                b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
-                               + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
-            b_Dd = 0.0
-            if HAS_D:
-                b_Dd = b_D[:, None]
-            b_y = gated_out(b_y, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-            tl.store(p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
-                     + o_tok[None, :] * stride_out_t, b_y, mask=m_md)
-        else:
-            # out in the dual form (module docstring), draft by draft: y_t [BLOCK_M] from the
-            # checkpoint's h0 . C_t, the ring's and the earlier drafts' x weighted by their Grams.
-            b_xrf = b_xr.to(tl.float32)
-            b_xdf = b_xd.to(tl.float32)
-            if not GRAM:
-                m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-                b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
-            b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
-            b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
-            if GRAM:
-                p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-            for t in tl.static_range(T):
-                m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
-                o_xt = i_xb * stride_x_b + (t0 + t) * stride_x_t + i_h * stride_x_h
-                b_Ct = load(p_C + i_xb * stride_C_b + (t0 + t) * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
-                            both(m_vn, m_tt)).to(tl.float32)
-                if GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
-                    b_gr = tl.load(p_g + t * RP + o_r)
-                    b_gd = tl.load(p_g + T * RP + t * TP + o_t)
+        if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
+            if TILES:
+                # out in the dual form as tiles [BLOCK_M, TD] (a column a draft) on the tensor cores:
+                # h0 C^T (h0 split in three bf16 parts), then the ring's and the drafts' x by their
+                # weights W [RP, TD], L [TD, TD] (each split in three: _dot_split).
+                m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+                b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                                + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
+                if GRAM:
+                    p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+                    m_gt = o_t[None, :] < T
+                    b_GrT = tl.load(p_g + o_t[None, :] * RP + o_r[:, None], mask=m_gt, other=0.0)  # [RP, TD]
+                    b_GdT = tl.load(p_g + T * RP + o_t[None, :] * TP + o_t[:, None],
+                                    mask=m_gt & (o_t[:, None] < TP), other=0.0)  # [TD (u), TD (t)]
                 else:
-                    b_gr = tl.sum(b_Br * b_Ct[None, :], axis=1)  # [RP]
-                    b_gd = tl.sum(b_Bd.to(tl.float32) * b_Ct[None, :], axis=1)  # [TP]
-                b_dt_t = tl.sum(tl.where(o_t == t, b_d, 0.0), axis=0)  # d_t
-                b_e = exp_dA(b_A * b_dt_t, FAST_EXP)
-                b_cr = b_w * b_gr * b_e  # the ring tokens' weights for draft t
-                b_cd = tl.where(o_t <= t, exp_dA(b_A * (b_dt_t - b_d), FAST_EXP) * b_dtd * b_gd, 0.0)
-                b_y = ((b_decay0 * b_e) * tl.sum(b_h0 * b_Ct[None, :], axis=1)
-                       + tl.sum(b_xrf * b_cr[None, :], axis=1) + tl.sum(b_xdf * b_cd[None, :], axis=1))
-                b_xt = load(p_x + o_xt + o_m * stride_x_p, both(m_vm, m_tt))
-                b_zt = b_xt
+                    m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+                    b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
+                    b_GrT = _dot_exact(b_Br, b_CdT, MMA16)
+                    b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
+                b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
+                b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
+                b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
+                b_LT = tl.where(o_t[:, None] <= o_t[None, :],
+                                exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
+                b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
+                b_y = (_dot_split_a(b_h0, b_CdT, C16) * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16)
+                       + _dot_split(b_xd, b_LT, X16))
+                b_zd = b_xd
                 if HAS_Z:
-                    b_zt = load(p_z + i_xb * stride_z_b + (t0 + t) * stride_z_t + i_h * stride_z_h + o_m * stride_z_p,
-                                both(m_vm, m_tt))
-                b_y = gated_out(b_y, b_xt, b_zt, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-                p_yt = p_out + i_xb * stride_out_b + (t0 + t) * stride_out_t + i_h * stride_out_h + o_m * stride_out_p
-                m_yt = both(m_vm, m_tt)
-                if m_yt is None:
-                    tl.store(p_yt, b_y)
-                else:
-                    tl.store(p_yt, b_y, mask=m_yt)
+                    b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
+                                   + o_tok[None, :] * stride_z_t, mask=m_md, other=0.0)
+                b_Dd = 0.0
+                if HAS_D:
+                    b_Dd = b_D[:, None]
+                b_y = gated_out(b_y, b_xd, b_zd, b_Dd, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+                tl.store(p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
+                         + o_tok[None, :] * stride_out_t, b_y, mask=m_md)
+            else:
+                # out in the dual form (module docstring), draft by draft: y_t [BLOCK_M] from the
+                # checkpoint's h0 . C_t, the ring's and the earlier drafts' x weighted by their Grams.
+                b_xrf = b_xr.to(tl.float32)
+                b_xdf = b_xd.to(tl.float32)
+                if not GRAM:
+                    m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
+                    b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+                b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
+                b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+                if GRAM:
+                    p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+                for t in tl.static_range(T):
+                    m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
+                    o_xt = i_xb * stride_x_b + (t0 + t) * stride_x_t + i_h * stride_x_h
+                    b_Ct = load(p_C + i_xb * stride_C_b + (t0 + t) * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                                both(m_vn, m_tt)).to(tl.float32)
+                    if GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
+                        b_gr = tl.load(p_g + t * RP + o_r)
+                        b_gd = tl.load(p_g + T * RP + t * TP + o_t)
+                    else:
+                        b_gr = tl.sum(b_Br * b_Ct[None, :], axis=1)  # [RP]
+                        b_gd = tl.sum(b_Bd.to(tl.float32) * b_Ct[None, :], axis=1)  # [TP]
+                    b_dt_t = tl.sum(tl.where(o_t == t, b_d, 0.0), axis=0)  # d_t
+                    b_e = exp_dA(b_A * b_dt_t, FAST_EXP)
+                    b_cr = b_w * b_gr * b_e  # the ring tokens' weights for draft t
+                    b_cd = tl.where(o_t <= t, exp_dA(b_A * (b_dt_t - b_d), FAST_EXP) * b_dtd * b_gd, 0.0)
+                    b_y = ((b_decay0 * b_e) * tl.sum(b_h0 * b_Ct[None, :], axis=1)
+                           + tl.sum(b_xrf * b_cr[None, :], axis=1) + tl.sum(b_xdf * b_cd[None, :], axis=1))
+                    b_xt = load(p_x + o_xt + o_m * stride_x_p, both(m_vm, m_tt))
+                    b_zt = b_xt
+                    if HAS_Z:
+                        b_zt = load(p_z + i_xb * stride_z_b + (t0 + t) * stride_z_t + i_h * stride_z_h
+                                    + o_m * stride_z_p, both(m_vm, m_tt))
+                    b_y = gated_out(b_y, b_xt, b_zt, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+                    p_yt = (p_out + i_xb * stride_out_b + (t0 + t) * stride_out_t + i_h * stride_out_h
+                            + o_m * stride_out_p)
+                    m_yt = both(m_vm, m_tt)
+                    if m_yt is None:
+                        tl.store(p_yt, b_y)
+                    else:
+                        tl.store(p_yt, b_y, mask=m_yt)
 
-        if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
-            b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
-                                     HAS_SRC_IDX)
-            _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+        if ROLE != 1:
+            if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
+                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
+                                         FAST_EXP, HAS_SRC_IDX)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+        if ROLE == 2:
+            return
 
         # append: the same positions and values as the exact kernel
         m_app = m_t
@@ -725,6 +749,7 @@ def fast_launch(
         C16=call.C.dtype == torch.bfloat16,
         X16=call.x.dtype == torch.bfloat16,
         DUAL_FLUSH=dual_flush(config, state.shape[-1]),
+        ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
@@ -734,16 +759,57 @@ def fast_launch(
         "stride_gram_b": 0,
         "stride_gram_g": 0,
     }
-    if not _gram_first(call):
-        return call.launch(_selective_state_replay_fast_kernel, arguments, flags)
-    # The Grams first; the main kernel launched programmatic-dependent on them (on a GPU) issues
-    # its state tile's loads while they run and waits for them before reading the ring.
-    pair_pdl = GRAM_PDL and call.state.device.type == "cuda" and gdc_wait is not None
-    gram_launch, gram = _gram_launch(call, flags, cursor_by_request, pair_pdl)
-    arguments.update(p_gram=gram, stride_gram_b=gram.stride(0), stride_gram_g=gram.stride(1))
-    main_call = dataclasses.replace(call, pdl=True) if pair_pdl else call
-    main = main_call.launch(_selective_state_replay_fast_kernel, arguments, flags)
-    return main._replace(before=gram_launch)
+    # On a GPU (with Triton's grid dependency control) the kernels of one call after the first
+    # are launched programmatic-dependent on the one before: each issues its state tile's loads
+    # while the one before runs, and waits for it before it reads (or writes) what that one wrote
+    # (or read).
+    chain_pdl = GRAM_PDL and call.state.device.type == "cuda" and gdc_wait is not None
+    gram_launch = flush_launch = None
+    if _gram_first(call):
+        gram_launch, gram = _gram_launch(call, flags, cursor_by_request, chain_pdl)
+        arguments.update(p_gram=gram, stride_gram_b=gram.stride(0), stride_gram_g=gram.stride(1))
+        if chain_pdl:
+            call = dataclasses.replace(call, pdl=True)
+    if _split_flush(call):
+        flags["ROLE"] = 1
+        fconfig = flush_config(*state.shape[-2:])
+        flush_call = dataclasses.replace(call, config=fconfig, pdl=call.pdl or chain_pdl)
+        flush_flags = {
+            **flags,
+            "ROLE": 2,
+            "DUAL_FLUSH": dual_flush(fconfig, state.shape[-1]),
+            "TILES": False,
+        }
+        flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
+        flush_launch = flush_call.launch(_selective_state_replay_fast_kernel, flush_args, flush_flags)
+    main = call.launch(_selective_state_replay_fast_kernel, arguments, flags)
+    return main._replace(before=gram_launch, after=flush_launch)
+
+
+# The flushes' state stores in a kernel of their own (ROLE 2, after the main kernel, which then
+# computes every request's out in the dual form and stores no state: ROLE 1) when this is True,
+# from SPLIT_MIN_REQUESTS requests on: the main kernel then carries no flush branch (its
+# registers and instructions), and the flushes run at flush_config's, whose tiles take the dual
+# form's matmul. Written and tested against float64 on the CPU, not yet timed on a GPU: off.
+SPLIT_FLUSH = False
+SPLIT_MIN_REQUESTS = 16
+FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
+
+
+def _split_flush(call: ReplayCall) -> bool:
+    return SPLIT_FLUSH and not call.flush and call.requests >= SPLIT_MIN_REQUESTS
+
+
+def flush_config(headdim: int, dstate: int) -> LaunchConfig:
+    """The flush kernel's config (FLUSH_CONFIG, else): a program a (request, head) up to 64
+    rows, 16 at least (the flush kernel's programs of requests that do not flush exit after
+    their cursors: few programs waste little), with the warps that keep the dual form's
+    accumulator at DUAL_MAX_ELEMENTS registers a thread (up to 16 warps)."""
+    if FLUSH_CONFIG is not None:
+        return FLUSH_CONFIG
+    rows = min(64, max(16, triton.next_power_of_2(headdim)))
+    warps = min(16, max(1, rows * triton.next_power_of_2(dstate) // (32 * DUAL_MAX_ELEMENTS)))
+    return LaunchConfig(rows, triton.next_power_of_2(warps), True, True)
 
 
 def dual_flush(config: LaunchConfig, dstate: int) -> bool:
