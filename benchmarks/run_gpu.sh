@@ -12,7 +12,8 @@
 # committed; docs/performance.md ("Exploration stages taken out") lists each with its runs,
 # commits and results. The method: docs/measuring.md.
 # Stages:
-#   test    pytest -m gpu (every GPU-marked test)
+#   test    pytest -m gpu (every GPU-marked test; TEST_WORKERS=N: in N processes with pytest-xdist,
+#           those that time kernels alone after)
 #   golden  the golden cases: pytest tests/test_golden.py, required to run (not skip)
 #   ptx     the PTX of benchmarks/ptx_snapshot.py's matrix against the committed digests of
 #           benchmarks/ptx_reference.json: identical instructions, so the tables still hold
@@ -129,9 +130,21 @@ TUNE_CONFIGS=(2,1,slot,evict 2,2,slot,evict 4,1,slot,evict 4,2,slot,evict 8,1,sl
 BUCKETS=(1 2 4 8 16 32 64 128 256 512 1024)
 UPSTREAM_BEST=(upstream default 4,1 8,2 16,4 16,8)
 
+# The GPU tests whose assertions time kernels or kernel order (run alone even with TEST_WORKERS).
+SERIAL_TESTS=(tests/test_bench_timer.py tests/test_pdl.py tests/test_e2e.py tests/test_cli_bench.py)
 stage_test() {
-  # the GPU tests, and the ordered row sum's and pdl's tests compiled for it
-  python3 -m pytest -m gpu -q -p no:cacheprovider --durations=25 tests &&
+  # the GPU tests, and the ordered row sum's and pdl's tests compiled for it. TEST_WORKERS=N
+  # (with pytest-xdist) runs the tests that time nothing in N processes, a file to a process
+  # (the suite is bound by Triton's compiles, on the CPU), then the timing ones alone.
+  local par=() ignore=() f
+  if [ "${TEST_WORKERS:-1}" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then
+    par=(-n "$TEST_WORKERS" --dist loadfile)
+    for f in "${SERIAL_TESTS[@]}"; do ignore+=(--ignore "$f"); done
+  fi
+  python3 -m pytest -m gpu -q -p no:cacheprovider --durations=25 "${par[@]}" "${ignore[@]}" tests &&
+  if [ ${#par[@]} -gt 0 ]; then
+    python3 -m pytest -m gpu -q -p no:cacheprovider "${SERIAL_TESTS[@]}"
+  fi &&
   python3 -m pytest -q -p no:cacheprovider tests/test_ordered_sum.py tests/test_pdl.py \
       tests/test_batch_order.py tests/test_stochastic_rounding.py
 }
