@@ -50,9 +50,9 @@ float32's summation floor: numerics.out_resolution) and a flushed
 state within 1e-5 max|state| of float64, but not flashinfer's bits (no adapter can promise
 those).
 exact=True, for now the default, runs the exact route: out and states the multi-token kernel's
-and T single-token calls' bits (float32 state). The fast route passes its GPU tests; it becomes
-the default once it is faster than the exact route at T >= 2, which on the H200 it is not yet
-(docs/performance.md, "Replay's fast route").
+and T single-token calls' bits (float32 state). The fast route becomes the default once it is
+faster than the exact route at every batch at T >= 2: on the H200 (T = 4) it is at batch 8
+and from 128 on, not at 64 (docs/performance.md, "Replay's fast route").
 A pool filled by either kernel and read by another is the same layout, but dt' (softplus) and
 states may differ in the last bits.
 
