@@ -137,7 +137,8 @@ def main() -> int:
     p.add_argument(
         "--split-flush",
         action="store_true",
-        help="with --fast: the flushes in a kernel of their own (replay_fast.SPLIT_FLUSH); the "
+        help="with --fast: the flushes in a kernel of their own at any T and batch (without it, "
+        "replay_fast's rule: the draft-by-draft verify step from 4 drafts and 16 requests on); the "
         "main kernel compiled, which then has no flush branch",
     )
     p.add_argument(
@@ -177,7 +178,8 @@ def main() -> int:
         if not replay:
             raise SystemExit("--fast is replay's fast route: pass --tokens T --mode replay")
         kwargs["exact"] = False
-        replay_fast.SPLIT_FLUSH = args.split_flush
+        if args.split_flush:  # else the module's rule (replay_fast._split_flush)
+            replay_fast.SPLIT_FLUSH, replay_fast.SPLIT_FROM_TOKENS = True, 1
     elif args.split_flush:
         raise SystemExit("--split-flush is the fast route's: pass --fast")
     target = GPUTarget("cuda", args.arch, 32)

@@ -116,6 +116,7 @@ def _spec_inputs() -> Iterator[tuple[str, dict, bool]]:
 # default config shapes (config.replay_fast_config: 16 rows and 4 warps for a small batch, 16
 # and one warp for decode and the row-sum verify, 32 and 64 rows with 4 warps for the tiles).
 FAST_CONFIGS = ("16,4,slot,evict", "16,1,slot,evict", "32,4,slot,evict", "64,4,slot,evict")
+FLUSH_PART = "flushes"  # the name of a split call's flush kernel (at replay_fast.flush_config's config)
 
 
 def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
@@ -136,12 +137,16 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                 yield f"{name}-sr", {**kw, "rand_seed": torch.tensor([1234], dtype=torch.int64)}, FAST_CONFIGS
             yield f"{name}-flush", {**kw, "_flush": True}, FAST_CONFIGS[:1]
             if tokens > 1:  # the verify step's out draft by draft (a small batch takes the tiles)
-                saved = replay_fast.TILES_MAX_REQUESTS
+                saved = replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS
                 replay_fast.TILES_MAX_REQUESTS = 0
                 try:
                     yield f"{name}-rows", kw, FAST_CONFIGS[:2]
+                    # and with its flushes in a kernel of their own (from 16 requests on): the
+                    # main kernel, then the flush kernel (FLUSH_PART) launched after it
+                    replay_fast.SPLIT_MIN_REQUESTS = 1
+                    yield f"{name}-split", kw, FAST_CONFIGS[1:2]
                 finally:
-                    replay_fast.TILES_MAX_REQUESTS = saved
+                    replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = saved
                 continue  # compat.vllm's conventions are decode's (T = 1)
             batch = kw["x"].shape[0]
             vllm = {
@@ -188,9 +193,12 @@ def write(folder: Path) -> int:
     for name, kwargs, configs in _fast_inputs():
         for text in configs:
             config = LaunchConfig.parse(text)
-            compiled = compile_config(kwargs, config, TARGET, replay=True)
-            (folder / f"{name}_{config.label}.ptx").write_text("\n".join(instructions(compiled.asm["ptx"])))
-            count += 1
+            for part in ("main", "after") if name.endswith("-split") else ("main",):
+                compiled = compile_config(kwargs, config, TARGET, replay=True, part=part)
+                stem = name if part == "main" else f"{name}-{FLUSH_PART}"
+                body = "\n".join(instructions(compiled.asm["ptx"]))
+                (folder / f"{stem}_{config.label}.ptx").write_text(body)
+                count += 1
     print(f"wrote {count} PTX files to {folder}")
     return 0
 

@@ -38,6 +38,10 @@ COMPILE_RUNS = {
     "replay-w2": [*_REPLAY, "--window", "2", "--batch", "4096"],
     "replay-w6": [*_REPLAY, "--window", "6", "--batch", "4096"],
     "replay-w6-b8192": [*_REPLAY, "--window", "6", "--batch", "8192"],
+    "fast-t4": [
+        *["--heads", "2", "--headdim", "16", "--dstate", "128", "--tokens", "4", "--mode", "replay"],
+        *["--window", "16", "--fast", "--batch", "16", "--config", "16,1,slot,evict"],
+    ],
     "nearest": _ROUNDING,
     "stochastic": [*_ROUNDING, "--stochastic"],
 }
@@ -121,6 +125,18 @@ def test_stochastic_rounding_fences_its_loads(compiled: dict[str, list[list[str]
     bar_sync, sass = 5, 9  # columns: config regs stack smem warps/SM bar.sync shfl ld.v4 cp.async SASS
     assert int(stochastic[bar_sync]) >= 1 and int(stochastic[bar_sync]) > int(nearest[bar_sync])
     assert int(stochastic[sass]) > int(nearest[sass])
+
+
+def test_fast_verify_step_reduces_in_registers(compiled: dict[str, list[list[str]]]) -> None:
+    """The fast route's draft-by-draft verify step (T = 4, N 128, the precomputed Grams) with its
+    chunked state tile (replay_fast.CHUNK) and the ring's x stride at run time
+    (replay_fast._ring_lanes_kernel): a thread holds a row's chunks and its rows' ring tokens, so
+    the T row sums and weighted ring sums add mostly in registers. Bounds, not counts: 94
+    shuffles under Triton 3.6, against 276 without the run-time stride, 366 without the chunks
+    and 580 without either (docs/performance.md, "Step 5")."""
+    (row,) = compiled["fast-t4"]
+    shfl = 6  # columns: config regs stack smem warps/SM bar.sync shfl ...
+    assert int(row[shfl]) <= 150, row
 
 
 def _import_ptx_snapshot() -> ModuleType:

@@ -176,15 +176,23 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize("tiles", [True, False], ids=["tiles", "draft-by-draft"])
-def test_both_verify_paths_against_float64(tiles: bool, cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("tiles", "dstate"),
+    [(True, 16), (False, 16), (False, 72)],
+    ids=["tiles", "draft-by-draft", "chunked-N72"],
+)
+def test_both_verify_paths_against_float64(
+    tiles: bool, dstate: int, cached: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """T >= 2 with out as tiles on the tensor cores and draft by draft (replay_fast._tiles'
-    rule forced either way), packed requests of 3, 0, 1 and 2 drafts, G < H, a pad request,
-    rings that wrap: out and the flushed state within the bars, the rings the exact route's,
-    the flushed states as the exact route's (assert_same_writes)."""
+    rule forced either way; draft by draft with its chunked state tile, replay_fast.CHUNK: one
+    chunk at dstate 16, four of 32 columns at dstate 72, the last masked past 72), packed
+    requests of 3, 0, 1 and 2 drafts, G < H, a pad request, rings that wrap: out and the
+    flushed state within the bars, the rings the exact route's, the flushed states as the exact
+    route's (assert_same_writes)."""
     monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
-    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=dstate)
     pool, drafts = make_pool(case), make_drafts(case, 7)
     _set_cursors(pool, case, cached, 7, wrap=True)
     lengths = [3, 0, 1, 2]
@@ -219,6 +227,8 @@ def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch:
     for split in (True, False):
         monkeypatch.setattr(replay_fast, "SPLIT_FLUSH", split)
         monkeypatch.setattr(replay_fast, "SPLIT_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 1)  # the split at T = 1 and 3 too
+        monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)  # draft by draft: the split's path
         monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", _config(case))
         pool, drafts = make_pool(case), make_drafts(case, 8)
         _set_cursors(pool, case, cached, 8, wrap=True)

@@ -42,15 +42,21 @@ def compile_config(
     target: GPUTarget,
     variant: Variant | None = None,
     replay: bool = False,
+    part: str = "main",
 ) -> Any:
     """The compiled kernel (Triton's CompiledKernel: .asm["ptx"], .asm["cubin"], .metadata) of
     a call with these selective_state_update keyword arguments (selective_state_replay's with
     replay=True) and config, for target. variant: a kernel variant of the same bits
-    (decode.Variant)."""
+    (decode.Variant). part: the call's main kernel, or the one launched "before" or "after" it
+    (the fast replay route's Grams and flushes: Launch.before, Launch.after)."""
     if replay:
         _, launch = replay_prepare(**kwargs, config=config)
     else:
         _, launch = prepare(UpdateArgs(**kwargs, config=config), _variant=variant or Variant())
+    if part != "main":
+        launch = getattr(launch, part)
+        if launch is None:
+            raise ValueError(f"the call launches no kernel {part} its main one")
     return compile_launch(launch, target)
 
 
@@ -86,6 +92,8 @@ def compile_launch(launch: Launch, target: GPUTarget) -> Any:
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, bool):
             signature[name] = "i1"
+        elif isinstance(value, int) and param.do_not_specialize:  # a runtime int, as launched
+            signature[name] = "i64" if abs(value) >= 2**31 else "i32"
         elif isinstance(value, int):
             if value == 1:  # Triton specializes ints equal to 1 as constants
                 signature[name] = "constexpr"

@@ -300,6 +300,29 @@ def _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.c
 
 
 @triton.jit
+def _chunked_tile(i_h, o_m, m_m, dstate, m_live, stride_h, stride_p, stride_n, PACKED_ROWS: tl.constexpr,
+                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CHUNK: tl.constexpr):
+    """(o_tile, m_tile): tile_addressing's offsets of the state tile (after its o_base) and the
+    tile's mask, shaped [BLOCK_M, BLOCK_N / CHUNK, CHUNK] (column c CHUNK + k at [:, c, k]). Triton
+    lays a load's threads over its last, contiguous, dimension first and then over the rows, so a
+    thread holds BLOCK_N / CHUNK chunks of a row: a row sum over N then adds in registers and
+    shuffles over CHUNK / 4 lanes, not BLOCK_N / 4 (the loaded tile is reshaped to [BLOCK_M,
+    BLOCK_N], which moves no data). A warp's 16-byte access still covers whole 32-byte sectors."""
+    o_n = (tl.arange(0, BLOCK_N // CHUNK)[:, None] * CHUNK + tl.arange(0, CHUNK)[None, :])[None, :, :]
+    if PACKED_ROWS:
+        o_tile = tl.arange(0, BLOCK_M)[:, None, None] * BLOCK_N + o_n
+    else:
+        o_tile = i_h * stride_h + o_m[:, None, None] * stride_p + o_n * stride_n
+    m_tile = None
+    if not EVEN_M:
+        m_tile = m_m[:, None, None]
+    if not EVEN_N:
+        m_tile = both(m_tile, o_n < dstate)
+    return o_tile, both(m_tile, m_live)
+
+
+@triton.jit
 def _store_state(b_state, ck, STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr,
                  EVICT_FIRST: tl.constexpr):
     """The new checkpoint b_state stored where ck (_Checkpoint) says, as the exact kernel
@@ -310,6 +333,8 @@ def _store_state(b_state, ck, STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.conste
                          PHILOX_ROUNDS, BLOCK_N, False)
     else:
         b_store = b_state.to(ck.p_tile.dtype.element_ty)
+    if len(ck.p_tile.shape) == 3:  # the chunked tile's addressing (_chunked_tile)
+        b_store = tl.reshape(b_store, ck.p_tile.shape)
     store_state(ck.p_tile, b_store, ck.m_tile, EVICT_FIRST)
 # fmt: on
 
@@ -374,6 +399,7 @@ def _selective_state_replay_fast_kernel(
     SLOT_MAJOR: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     PDL: tl.constexpr,
+    CHUNK: tl.constexpr = 0,  # > 0: the state tile's threads laid over rows of CHUNK columns (_chunked_tile)
 ):
     # One program: BLOCK_M rows of one (request, head), all N columns.
     i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
@@ -402,8 +428,13 @@ def _selective_state_replay_fast_kernel(
     m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
                                      PACKED_ROWS, BLOCK_M, BLOCK_N, False)
+    if CHUNK > 0:  # the tile addressed [BLOCK_M, BLOCK_N / CHUNK, CHUNK] (_chunked_tile)
+        o_tile, m_read = _chunked_tile(i_h, o_m, m_m, dstate, m_live, stride_state_h, stride_state_p,
+                                       stride_state_n, PACKED_ROWS, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, CHUNK)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
     b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    if CHUNK > 0:
+        b_h0 = tl.reshape(b_h0, [BLOCK_M, BLOCK_N])
     wait_prior(PDL)
 
     # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
@@ -641,6 +672,19 @@ def _selective_state_replay_fast_kernel(
 # fmt: on
 
 
+# The draft-by-draft verify step's kernel: the same function with the ring's x stride over the
+# head dim a run-time int. Specialized, as it is for every other path, that stride is the
+# constant 1, Triton vectorizes the ring's x tile [BLOCK_M, RP] along its rows and lays the
+# warp's other lanes over the ring's tokens, so each draft's weighted sum over the ring is
+# four rounds of shuffles; unspecialized, the lanes go over the rows, a lane holds its rows'
+# ring tokens and the sum adds in registers (at T = 4, (16,1), bs 512: 94 shuffles instead of
+# 276; benchmarks/results/NVIDIA_H200/fast-chunk-sweep/). At T = 1 and with the tiles the
+# specialized kernel measured faster, so they keep it.
+_ring_lanes_kernel = triton.heuristics(_HEURISTICS)(
+    triton.jit(_selective_state_replay_fast_kernel.fn.fn, do_not_specialize=["stride_xc_p"])
+)
+
+
 # fmt: off
 @triton.heuristics(_GRAM_HEURISTICS)
 @triton.jit
@@ -753,6 +797,10 @@ def fast_launch(
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
+    # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
+    rows_path = call.tokens > 1 and not flags["TILES"]
+    kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
+    flags["CHUNK"] = min(CHUNK, triton.next_power_of_2(state.shape[-1])) if rows_path else 0
     arguments: dict[str, Any] = {
         "p_flush": host_flush,
         "p_gram": None,
@@ -781,33 +829,53 @@ def fast_launch(
             "TILES": False,
         }
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
-        flush_launch = flush_call.launch(_selective_state_replay_fast_kernel, flush_args, flush_flags)
-    main = call.launch(_selective_state_replay_fast_kernel, arguments, flags)
+        flush_launch = flush_call.launch(kernel, flush_args, flush_flags)
+    main = call.launch(kernel, arguments, flags)
     return main._replace(before=gram_launch, after=flush_launch)
 
 
+# The draft-by-draft verify step addresses its state tile in chunks of this many columns
+# (_chunked_tile): Triton's layout of the plain [BLOCK_M, BLOCK_N] tile lays a warp over 128
+# columns of one row, so each of the T row sums h0 . C_t was five rounds of shuffles a row;
+# chunked, three over 8 lanes. With _ring_lanes_kernel it took T = 4 bs 512 from 179.2 to 151.2
+# us and T = 2 from 108.1 to 93.9 (run 111, benchmarks/results/NVIDIA_H200/fast-chunk-sweep/);
+# at T = 1 and with the tiles it measured slower or the same, so they keep the plain tile.
+CHUNK = 32
+
+
 # The flushes' state stores in a kernel of their own (ROLE 2, after the main kernel, which then
-# computes every request's out in the dual form and stores no state: ROLE 1) when this is True,
-# from SPLIT_MIN_REQUESTS requests on: the main kernel then carries no flush branch (its
-# registers and instructions), and the flushes run at flush_config's, whose tiles take the dual
-# form's matmul. Written and tested against float64 on the CPU, not yet timed on a GPU: off.
-SPLIT_FLUSH = False
+# computes every request's out in the dual form and stores no state: ROLE 1) for the
+# draft-by-draft verify step from SPLIT_FROM_TOKENS drafts and SPLIT_MIN_REQUESTS requests on:
+# the main kernel then carries no flush branch (its registers and instructions), and the
+# flushes run at flush_config's, whose tiles take the dual form's matmul. On the H200 (runs
+# 108 and 111, fast-split-sweep/ and fast-chunk-sweep/) it took T = 4 bs 512 from 151.2 to
+# 133.6 us with the flush kernel at (32,4), and made T = 1 and T = 2 slower (the second
+# launch and its programs' cursor loads cost more than the main kernel's occupancy gains).
+SPLIT_FLUSH = True
+SPLIT_FROM_TOKENS = 4
 SPLIT_MIN_REQUESTS = 16
 FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 
 
 def _split_flush(call: ReplayCall) -> bool:
-    return SPLIT_FLUSH and not call.flush and call.requests >= SPLIT_MIN_REQUESTS
+    return (
+        SPLIT_FLUSH
+        and not call.flush
+        and call.tokens >= SPLIT_FROM_TOKENS
+        and call.requests >= SPLIT_MIN_REQUESTS
+        and not _tiles(call)
+    )
 
 
 def flush_config(headdim: int, dstate: int) -> LaunchConfig:
-    """The flush kernel's config (FLUSH_CONFIG, else): a program a (request, head) up to 64
+    """The flush kernel's config (FLUSH_CONFIG, else): a program a (request, head) up to 32
     rows, 16 at least (the flush kernel's programs of requests that do not flush exit after
     their cursors: few programs waste little), with the warps that keep the dual form's
-    accumulator at DUAL_MAX_ELEMENTS registers a thread (up to 16 warps)."""
+    accumulator at DUAL_MAX_ELEMENTS registers a thread (up to 16 warps): (32,4) at the
+    headline, which beat (64,8) and (16,2) on the H200 (run 108, fast-split-sweep/)."""
     if FLUSH_CONFIG is not None:
         return FLUSH_CONFIG
-    rows = min(64, max(16, triton.next_power_of_2(headdim)))
+    rows = min(32, max(16, triton.next_power_of_2(headdim)))
     warps = min(16, max(1, rows * triton.next_power_of_2(dstate) // (32 * DUAL_MAX_ELEMENTS)))
     return LaunchConfig(rows, triton.next_power_of_2(warps), True, True)
 
