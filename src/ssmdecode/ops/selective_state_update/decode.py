@@ -86,6 +86,7 @@ from ssmdecode.ops.selective_state_update.launch import (
     Variant,
     check_ordered_sum,
     given,
+    named_strides,
     run_on,
     strides,
     tile_launch,
@@ -248,37 +249,37 @@ def _prepare_single(
     dstate = state.shape[-1]
     block_n = triton.next_power_of_2(dstate)
     check_ordered_sum(config, block_n, dstate)
-    args = (
-        state,
-        x,
-        call.dt,
-        call.dt_bias,
-        call.A,
-        call.B,
-        call.C,
-        call.D,
-        call.z,
-        call.out,
-        call.src_idx,
-        call.dst_idx,
-        order,
-        call.rand_seed,
-        headdim,
-        dstate,
-        pad_slot_id,
-        *state.stride(),
-        *x.stride(),
-        *call.dt.stride(),
-        *strides(call.dt_bias, 2),
-        *call.A.stride(),
-        *call.B.stride(),
-        *call.C.stride(),
-        *strides(call.D, 2),
-        *strides(call.z, 3),
-        *call.out.stride(),
-        *strides(call.src_idx, 1),
-        *strides(call.dst_idx, 1),
-        1 if order is None else order.stride(0),  # 1: a constant, no kernel argument
+    arguments = dict(
+        p_state=state,
+        p_x=x,
+        p_dt=call.dt,
+        p_dt_bias=call.dt_bias,
+        p_A=call.A,
+        p_B=call.B,
+        p_C=call.C,
+        p_D=call.D,
+        p_z=call.z,
+        p_out=call.out,
+        p_src_idx=call.src_idx,
+        p_dst_idx=call.dst_idx,
+        p_order=order,
+        p_seed=call.rand_seed,
+        headdim=headdim,
+        dstate=dstate,
+        pad_slot_id=pad_slot_id,
+        **named_strides("state", state, "shpn"),
+        **named_strides("x", x, "bhp"),
+        **named_strides("dt", call.dt, "bhp"),
+        **named_strides("dt_bias", call.dt_bias, "hp"),
+        **named_strides("A", call.A, "hpn"),
+        **named_strides("B", call.B, "bgn"),
+        **named_strides("C", call.C, "bgn"),
+        **named_strides("D", call.D, "hp"),
+        **named_strides("z", call.z, "bhp"),
+        **named_strides("out", call.out, "bhp"),
+        stride_src_idx=strides(call.src_idx, 1)[0],
+        stride_dst_idx=strides(call.dst_idx, 1)[0],
+        stride_order=1 if order is None else order.stride(0),  # 1: a constant, no kernel argument
     )
     flags = dict(
         HEADS_PER_GROUP=nheads // call.B.shape[1],
@@ -298,7 +299,7 @@ def _prepare_single(
         SLOT_MAJOR=config.slot_major,
         num_warps=config.num_warps,
     )
-    return tile_launch(_selective_state_update_kernel, config, headdim, nheads, batch, args, flags, pdl)
+    return tile_launch(_selective_state_update_kernel, config, headdim, nheads, batch, arguments, flags, pdl)
 
 
 def prepare(

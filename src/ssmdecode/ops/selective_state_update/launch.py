@@ -21,6 +21,7 @@ __all__ = [
     "Variant",
     "check_ordered_sum",
     "given",
+    "named_strides",
     "run_on",
     "strides",
     "tile_launch",
@@ -65,13 +66,14 @@ def tile_launch(
     headdim: int,
     nheads: int,
     batch: int,
-    args: tuple[Any, ...],
+    arguments: dict[str, Any],
     flags: dict[str, Any],
     pdl: bool,
 ) -> Launch:
-    """The launch of one of the family's tile kernels: a program per BLOCK_M rows of a
-    (request, head), grid (P blocks, H, B) with config.slot_major, else (P blocks, B, H);
-    with pdl=True launched programmatic-dependent, and config's register cap if it has one."""
+    """The launch of one of the family's tile kernels, its arguments and flags by keyword (the
+    kernel's parameter names): a program per BLOCK_M rows of a (request, head), grid (P blocks,
+    H, B) with config.slot_major, else (P blocks, B, H); with pdl=True launched
+    programmatic-dependent, and config's register cap if it has one."""
     flags = dict(flags)
     if pdl:
         flags["launch_pdl"] = True
@@ -79,7 +81,7 @@ def tile_launch(
         flags["maxnreg"] = config.max_registers
     n_mblocks = triton.cdiv(headdim, config.block_m)
     grid = (n_mblocks, nheads, batch) if config.slot_major else (n_mblocks, batch, nheads)
-    return Launch(kernel, grid, args, flags)
+    return Launch(kernel, grid, (), {**arguments, **flags})
 
 
 def run_on(device: torch.device, launch: Launch | None) -> None:
@@ -114,6 +116,12 @@ HEURISTICS = {
 
 def strides(t: torch.Tensor | None, ndim: int) -> tuple[int, ...]:
     return t.stride() if t is not None else (0,) * ndim
+
+
+def named_strides(name: str, t: torch.Tensor | None, dims: str) -> dict[str, int]:
+    """A kernel's stride arguments of one tensor by keyword: stride_<name>_<dim> for each letter
+    of dims (its dimensions in order), 0 for a tensor not given."""
+    return {f"stride_{name}_{d}": s for d, s in zip(dims, strides(t, len(dims)), strict=True)}
 
 
 def check_ordered_sum(config: LaunchConfig, block_n: int, dstate: int) -> None:
@@ -240,5 +248,13 @@ class ReplayCall:
             PDL=self.pdl,
             num_warps=config.num_warps,
         )
-        tile = tile_launch(kernel, config, headdim, nheads, self.requests, (), {**shared, **flags}, self.pdl)
-        return Launch(tile.kernel, tile.grid, (), {**self.arguments(), **arguments, **tile.kwargs})
+        return tile_launch(
+            kernel,
+            config,
+            headdim,
+            nheads,
+            self.requests,
+            {**self.arguments(), **arguments},
+            {**shared, **flags},
+            self.pdl,
+        )
