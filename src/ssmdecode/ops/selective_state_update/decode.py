@@ -86,10 +86,10 @@ from ssmdecode.ops.selective_state_update.launch import (
     Variant,
     check_ordered_sum,
     given,
-    named_strides,
     run_on,
     strides,
     tile_launch,
+    update_arguments,
 )
 
 __all__ = ["Launch", "Variant", "prepare", "run"]
@@ -250,33 +250,8 @@ def _prepare_single(
     block_n = triton.next_power_of_2(dstate)
     check_ordered_sum(config, block_n, dstate)
     arguments = dict(
-        p_state=state,
-        p_x=x,
-        p_dt=call.dt,
-        p_dt_bias=call.dt_bias,
-        p_A=call.A,
-        p_B=call.B,
-        p_C=call.C,
-        p_D=call.D,
-        p_z=call.z,
-        p_out=call.out,
-        p_src_idx=call.src_idx,
-        p_dst_idx=call.dst_idx,
+        **update_arguments(call, pad_slot_id, ""),
         p_order=order,
-        p_seed=call.rand_seed,
-        headdim=headdim,
-        dstate=dstate,
-        pad_slot_id=pad_slot_id,
-        **named_strides("state", state, "shpn"),
-        **named_strides("x", x, "bhp"),
-        **named_strides("dt", call.dt, "bhp"),
-        **named_strides("dt_bias", call.dt_bias, "hp"),
-        **named_strides("A", call.A, "hpn"),
-        **named_strides("B", call.B, "bgn"),
-        **named_strides("C", call.C, "bgn"),
-        **named_strides("D", call.D, "hp"),
-        **named_strides("z", call.z, "bhp"),
-        **named_strides("out", call.out, "bhp"),
         stride_src_idx=strides(call.src_idx, 1)[0],
         stride_dst_idx=strides(call.dst_idx, 1)[0],
         stride_order=1 if order is None else order.stride(0),  # 1: a constant, no kernel argument

@@ -25,6 +25,7 @@ __all__ = [
     "run_on",
     "strides",
     "tile_launch",
+    "update_arguments",
 ]
 
 
@@ -122,6 +123,42 @@ def named_strides(name: str, t: torch.Tensor | None, dims: str) -> dict[str, int
     """A kernel's stride arguments of one tensor by keyword: stride_<name>_<dim> for each letter
     of dims (its dimensions in order), 0 for a tensor not given."""
     return {f"stride_{name}_{d}": s for d, s in zip(dims, strides(t, len(dims)), strict=True)}
+
+
+def update_arguments(call: Any, pad_slot_id: int, token: str) -> dict[str, Any]:
+    """The arguments the single-token and the verify kernels take alike, by keyword, from a
+    checked call (checks.Call): the pointers of the state, the inputs, out, the slot indices and
+    the seed; the sizes; the strides of the state and the per-head parameters, and of the
+    per-request tensors with token "" (the single-token layout [B, ...]) or "t" ([B, T, ...])."""
+    state = call.state
+    return dict(
+        p_state=state,
+        p_x=call.x,
+        p_dt=call.dt,
+        p_dt_bias=call.dt_bias,
+        p_A=call.A,
+        p_B=call.B,
+        p_C=call.C,
+        p_D=call.D,
+        p_z=call.z,
+        p_out=call.out,
+        p_src_idx=call.src_idx,
+        p_dst_idx=call.dst_idx,
+        p_seed=call.rand_seed,
+        headdim=state.shape[-2],
+        dstate=state.shape[-1],
+        pad_slot_id=pad_slot_id,
+        **named_strides("state", state, "shpn"),
+        **named_strides("x", call.x, f"b{token}hp"),
+        **named_strides("dt", call.dt, f"b{token}hp"),
+        **named_strides("dt_bias", call.dt_bias, "hp"),
+        **named_strides("A", call.A, "hpn"),
+        **named_strides("B", call.B, f"b{token}gn"),
+        **named_strides("C", call.C, f"b{token}gn"),
+        **named_strides("D", call.D, "hp"),
+        **named_strides("z", call.z, f"b{token}hp"),
+        **named_strides("out", call.out, f"b{token}hp"),
+    )
 
 
 def check_ordered_sum(config: LaunchConfig, block_n: int, dstate: int) -> None:
