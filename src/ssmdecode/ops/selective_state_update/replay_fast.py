@@ -425,12 +425,13 @@ def _selective_state_replay_fast_kernel(
     o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
     m_vm = unless(EVEN_M, m_m)
     m_vn = unless(EVEN_N, m_n)
-    m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
                                      PACKED_ROWS, BLOCK_M, BLOCK_N, False)
     if CHUNK > 0:  # the tile addressed [BLOCK_M, BLOCK_N / CHUNK, CHUNK] (_chunked_tile)
         o_tile, m_read = _chunked_tile(i_h, o_m, m_m, dstate, m_live, stride_state_h, stride_state_p,
                                        stride_state_n, PACKED_ROWS, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, CHUNK)
+    else:
+        m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
     b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     if CHUNK > 0:
@@ -818,7 +819,7 @@ def fast_launch(
         arguments.update(p_gram=gram, stride_gram_b=gram.stride(0), stride_gram_g=gram.stride(1))
         if chain_pdl:
             call = dataclasses.replace(call, pdl=True)
-    if _split_flush(call):
+    if _split_flush(call, rows_path):
         flags["ROLE"] = 1
         fconfig = flush_config(*state.shape[-2:])
         flush_call = dataclasses.replace(call, config=fconfig, pdl=call.pdl or chain_pdl)
@@ -857,13 +858,15 @@ SPLIT_MIN_REQUESTS = 16
 FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 
 
-def _split_flush(call: ReplayCall) -> bool:
+def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
+    """Whether the call's flushes go to a kernel of their own; rows_path: the call is the
+    draft-by-draft verify step (fast_launch's choice, T >= 2 without the tiles)."""
     return (
         SPLIT_FLUSH
+        and rows_path
         and not call.flush
         and call.tokens >= SPLIT_FROM_TOKENS
         and call.requests >= SPLIT_MIN_REQUESTS
-        and not _tiles(call)
     )
 
 
