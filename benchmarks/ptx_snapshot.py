@@ -19,7 +19,7 @@ headline shape; upstream, default, layout-sum and ordered configs (the table's
 (8,1,slot,evict,ordered) among them); and verify calls of 4 drafts in each mode (buffer, dst,
 replay) at three configs, with a bf16 state also stochastically rounded (225 files); and the
 fast replay route's kernel (replay_fast.py) for decode and verify, with its flush and engine
-conventions (34 more: 259). PTX depends on the Triton version: a digest file only holds for
+conventions and decode's flush kernel (42 more: 267). PTX depends on the Triton version: a digest file only holds for
 the version it names.
 """
 
@@ -148,6 +148,13 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                 finally:
                     replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = saved
                 continue  # compat.vllm's conventions are decode's (T = 1)
+            # decode with its flushes in a kernel of their own (from SPLIT_DECODE_MIN_REQUESTS on)
+            saved_min = replay_fast.SPLIT_DECODE_MIN_REQUESTS
+            replay_fast.SPLIT_DECODE_MIN_REQUESTS = 1
+            try:
+                yield f"{name}-split", kw, FAST_CONFIGS[1:2]
+            finally:
+                replay_fast.SPLIT_DECODE_MIN_REQUESTS = saved_min
             batch = kw["x"].shape[0]
             vllm = {
                 **kw,

@@ -125,15 +125,18 @@ def test_signature_is_vllms() -> None:
     assert MAX_CACHE_LEN == 16
 
 
-@pytest.mark.parametrize("grams", [False, True], ids=["", "grams"])
+@pytest.mark.parametrize("variant", ["", "grams", "split"])
 @pytest.mark.parametrize("L", [8, 16])
-def test_decode_steps_with_vllms_cursors(L: int, grams: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 L + 3 decode steps from prefill, the host's cursors after each (a flush every L
     steps): every step's out, state and rings against the float64 contract; out within 1 bf16
     ulp of the plain float64 recurrence from prefill; the null block's request writes nothing
     and gets zeros; the state after each flush within 1e-5 max|state| of that recurrence; the
-    bc_pre scratch untouched. grams: with the fast route's precomputed Grams at any batch."""
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if grams else 10**9)
+    bc_pre scratch untouched. grams: with the fast route's precomputed Grams at any batch;
+    split: with the flushes in a kernel of their own at any batch (replay_fast.SPLIT_DECODE),
+    else in the main kernel."""
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if variant == "grams" else 10**9)
+    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if variant == "split" else 10**9)
     pool = make_pool(L)
     truth = pool["state"].double()  # the state vLLM means, by the plain recurrence
     live = pool["state_batch_indices"][:, 0] != NULL_BLOCK_ID

@@ -218,8 +218,9 @@ def test_both_verify_paths_against_float64(
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
 def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.SPLIT_FLUSH: out and the appends by the main kernel for every request (the
-    dual form, no state store), the flushes' checkpoints by a second kernel after it: out and
+    """replay_fast.SPLIT_FLUSH (SPLIT_DECODE at T = 1): out and the appends by the main kernel
+    for every request (the dual form, no state store), the flushes' checkpoints by a second
+    kernel after it: out and
     the flushed state within the bars of float64, the rings and the flushed states the
     one-kernel route's bits where both flush token by token or both in the dual form; G < H,
     a pad request, rings that wrap."""
@@ -227,6 +228,8 @@ def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch:
     results = []
     for split in (True, False):
         monkeypatch.setattr(replay_fast, "SPLIT_FLUSH", split)
+        monkeypatch.setattr(replay_fast, "SPLIT_DECODE", split)
+        monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1)
         monkeypatch.setattr(replay_fast, "SPLIT_MIN_REQUESTS", 1)
         monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 1)  # the split at T = 1 and 3 too
         monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)  # draft by draft: the split's path
@@ -237,6 +240,48 @@ def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch:
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)
         live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+@pytest.mark.parametrize("shares", [1, 2, 6])
+def test_decode_flush_kernel_shares_the_flushing_requests(
+    shares: int, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decode step's flush kernel (replay_fast._decode_flushes): the flushing requests
+    ranked and shared out over J programs a (rows, head) (J = 1, 2 and 6 for 6 requests: one
+    program taking all, rank mod J, more programs than flushes), each flushing slot stored
+    once: out and the flushed states within the bars of float64, and the same bits as the
+    one-kernel route with its flushes in the dual form; a pad request, a packed request of no
+    token (which neither flushes nor appends), rings that wrap."""
+    case = Replay(tokens=1, window=7, nheads=2, ngroups=1, batch=6, pad_rows=(2,))
+    lengths = [1, 1, 1, 0, 1, 1]
+    results = []
+    for split in (True, False):
+        monkeypatch.setattr(replay_fast, "SPLIT_DECODE", split)
+        monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "FLUSH_SHARE", -(-case.batch // shares))
+        monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", _config(case))
+        pool, drafts = make_pool(case), make_drafts(case, 5)
+        _set_cursors(pool, case, "steady", 5, wrap=True)
+        pool["num_cached"][pool["state_batch_indices"][[0, 3, 4]]] = case.window  # these flush
+        kw = _kwargs(pool, drafts)
+        if packed:
+            tokens = {
+                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+                for k, v in drafts.items()
+            }
+            tokens["dt"] = tokens["dt"][..., :1].expand(*tokens["dt"].shape)
+            cu = torch.tensor([0, 1, 2, 3, 3, 4, 5], dtype=torch.int32, device=DEVICE)
+            kw = {**_kwargs(pool, tokens), "cu_seqlens": cu, "max_seqlen": 1}
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        rows = [r for r, n in enumerate(lengths) if n or not packed]
+        live = torch.tensor([r not in case.pad_rows for r in rows], device=DEVICE)
         assert_out_accurate(out[live], want[0][live])
         assert_state_accurate(pool["state"], want[1])
         results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])

@@ -340,6 +340,161 @@ def _store_state(b_state, ck, STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.conste
 
 
 # fmt: off
+@triton.jit
+def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_x, p_dt,
+                  p_dt_bias, p_A, p_B, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
+                  stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+                  stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+                  stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+                  stride_dtc_s, stride_dtc_h, stride_dtc_r,
+                  stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h, stride_A_h,
+                  stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
+                  WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
+                  FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
+                  DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
+                  HAS_RING_START: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+                  PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
+                  PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  EVICT_FIRST: tl.constexpr, PDL: tl.constexpr):
+    """The decode flush of request i_b (one that flushes), rows i_m of head i_h: its new
+    checkpoint, h0 with its cached tokens absorbed (_flushed_state; under FLUSH_DRAFTS the
+    token too, with the main kernel's operations), stored after the main kernel (PDL: the wait
+    comes just before the store, the main kernel's reads of h0 being the one thing it orders)."""
+    i_g = i_h // HEADS_PER_GROUP
+    i_slot, m_live, i_ring, n_old, start = _cursors(
+        p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
+        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
+    m_vm = unless(EVEN_M, m_m)
+    m_vn = unless(EVEN_N, m_n)
+    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
+                                     PACKED_ROWS, BLOCK_M, BLOCK_N, False)
+    m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
+    p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
+    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
+    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
+    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
+    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+    rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
+               start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
+    ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
+                     stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
+    o_r = tl.arange(0, RP)
+    m_r = o_r < n_old
+    if HAS_SRC_IDX:
+        m_r = m_r & m_live
+    pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
+    b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
+    b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+    b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
+    b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
+                             HAS_SRC_IDX)
+    if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token (dense, T = 1)
+        b_x = load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p, m_vm).to(tl.float32)
+        b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+        if DT_SOFTPLUS:
+            b_dt = softplus(b_dt)
+        b_B = load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n, m_vn).to(tl.float32)
+        b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP), (b_B * b_dt)[None, :] * b_x[:, None])
+    wait_prior(PDL)
+    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+
+
+@triton.jit
+def _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_requests, stride_src_idx, pad_slot_id,
+                        ring, total_tokens, WINDOW: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr,
+                        HAS_SRC_IDX: tl.constexpr, HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr,
+                        LIST_BLOCK: tl.constexpr):
+    """Requests c .. c + LIST_BLOCK - 1 (of n_requests): their indices [LIST_BLOCK] and whether
+    each flushes this decode step (a live request by the host's flag or the ring's rule, the
+    main kernel's choice: _cursors' clamped num_cached, one token, none for a packed request of
+    none)."""
+    o_b = c + tl.arange(0, LIST_BLOCK)
+    m_b = o_b < n_requests
+    if HAS_SRC_IDX:
+        i_slot = tl.load(p_src_idx + o_b.to(tl.int64) * stride_src_idx, mask=m_b, other=pad_slot_id).to(tl.int64)
+        m_b = m_b & (i_slot != pad_slot_id)
+    else:
+        i_slot = o_b.to(tl.int64)
+    if VARLEN:
+        bos = tl.minimum(tl.maximum(tl.load(p_cu_seqlens + o_b, mask=m_b, other=0).to(tl.int64), 0), total_tokens)
+        eos = tl.minimum(tl.maximum(tl.load(p_cu_seqlens + o_b + 1, mask=m_b, other=0).to(tl.int64), bos),
+                         total_tokens)
+        n_tok = tl.minimum(eos - bos, 1).to(tl.int32)
+        m_b = m_b & (n_tok > 0)
+    else:
+        n_tok = 1
+    if HOST_FLUSH:
+        m_f = m_b & (tl.load(p_flush + o_b, mask=m_b, other=0) != 0)
+    else:
+        i_cur = o_b.to(tl.int64) if CURSOR_BY_REQUEST else i_slot
+        n_old = tl.load(p_cached + i_cur, mask=m_b, other=0).to(tl.int32)
+        n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)
+        m_f = m_b & (n_old + n_tok + 1 > ring)
+    return o_b, m_f
+
+
+@triton.jit
+def _decode_flushes(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush, p_x, p_dt,
+                    p_dt_bias, p_A, p_B, p_src_idx, p_cu_seqlens, p_seed, headdim, dstate, pad_slot_id,
+                    total_tokens, ring, n_requests,
+                    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+                    stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+                    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+                    stride_dtc_s, stride_dtc_h, stride_dtc_r,
+                    stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h, stride_A_h,
+                    stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
+                    WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
+                    FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
+                    DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
+                    HAS_RING_START: tl.constexpr, HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr,
+                    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
+                    STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr,
+                    LIST_BLOCK: tl.constexpr):
+    """The decode step's flush kernel (ROLE 2 at T = 1): grid (P blocks, H, J). The requests
+    that flush, ranked in request order, are shared out over the J programs of each (P block,
+    head), rank r to program r mod J, each taking its share one request after the other
+    (_decode_flush): J = the batch / FLUSH_SHARE programs, so that a step in which few requests
+    flush launches few programs, not one a request that mostly finds nothing to store."""
+    i_m = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_j = tl.program_id(2)
+    n_j = tl.num_programs(2)
+    if PDL:
+        gdc_launch_dependents()
+    base = 0  # the flushing requests of the blocks before
+    # (Triton's interpreter takes no runtime trip count: there one block, a loop of LIST_BLOCK)
+    for c in range(0, LIST_BLOCK if _INTERPRETED else n_requests, LIST_BLOCK):
+        o_b, m_f = _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_requests, stride_src_idx,
+                                       pad_slot_id, ring, total_tokens, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX,
+                                       HOST_FLUSH, VARLEN, LIST_BLOCK)
+        f = m_f.to(tl.int32)
+        rank = base + tl.cumsum(f, 0) - f
+        mine = (f != 0) & (rank % n_j == i_j)
+        g = mine.to(tl.int32)
+        n_mine = tl.sum(g, 0)
+        order = tl.cumsum(g, 0) - g
+        for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
+            if k < n_mine:
+                i_b = tl.sum(tl.where(mine & (order == k), o_b, 0), 0)
+                _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached,
+                              p_x, p_dt, p_dt_bias, p_A, p_B, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
+                              stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+                              stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+                              stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+                              stride_dtc_s, stride_dtc_h, stride_dtc_r,
+                              stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h,
+                              stride_A_h, stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
+                              WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
+                              DT_SOFTPLUS, HAS_DT_BIAS, HAS_SRC_IDX, HAS_RING_START, EVEN_M, EVEN_N, PACKED_ROWS,
+                              FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL)
+        base += tl.sum(f, 0)
+
+
 @triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_replay_fast_kernel(
@@ -347,7 +502,7 @@ def _selective_state_replay_fast_kernel(
     p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
     p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed, p_gram,
     # sizes
-    headdim, dstate, pad_slot_id, total_tokens, ring,
+    headdim, dstate, pad_slot_id, total_tokens, ring, n_requests,
     # strides, stride_<tensor>_<dim>
     stride_state_s, stride_state_h, stride_state_p, stride_state_n,
     stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
@@ -400,7 +555,22 @@ def _selective_state_replay_fast_kernel(
     EVICT_FIRST: tl.constexpr,
     PDL: tl.constexpr,
     CHUNK: tl.constexpr = 0,  # > 0: the state tile's threads laid over rows of CHUNK columns (_chunked_tile)
+    LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 at T = 1: requests a block of the flush list (_decode_flushes)
 ):
+    if ROLE == 2 and T == 1:  # the decode step's flush kernel: a program a share of the flushing requests
+        _decode_flushes(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush, p_x, p_dt,
+                        p_dt_bias, p_A, p_B, p_src_idx, p_cu_seqlens, p_seed, headdim, dstate, pad_slot_id,
+                        total_tokens, ring, n_requests,
+                        stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+                        stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+                        stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+                        stride_dtc_s, stride_dtc_h, stride_dtc_r,
+                        stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h, stride_A_h,
+                        stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
+                        WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS,
+                        HAS_DT_BIAS, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS,
+                        FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, LIST_BLOCK)
+        return
     # One program: BLOCK_M rows of one (request, head), all N columns.
     i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
     i_g = i_h // HEADS_PER_GROUP
@@ -485,15 +655,6 @@ def _selective_state_replay_fast_kernel(
             m_flush_out = m_flush
         else:
             m_flush_out = False
-        if ROLE == 2:
-            b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
-            b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
-                                     HAS_SRC_IDX)
-            if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
-                b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
-                                 (b_B.to(tl.float32) * b_dt)[None, :] * b_xf[:, None])
-            _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-            return
         if m_flush_out:
             b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
             b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
@@ -807,6 +968,7 @@ def fast_launch(
         "p_gram": None,
         "stride_gram_b": 0,
         "stride_gram_g": 0,
+        "n_requests": call.requests,
     }
     # On a GPU (with Triton's grid dependency control) the kernels of one call after the first
     # are launched programmatic-dependent on the one before: each issues its state tile's loads
@@ -822,7 +984,8 @@ def fast_launch(
     if _split_flush(call, rows_path):
         flags["ROLE"] = 1
         fconfig = flush_config(*state.shape[-2:])
-        flush_call = dataclasses.replace(call, config=fconfig, pdl=call.pdl or chain_pdl)
+        pdl = (call.pdl or chain_pdl) and (call.tokens > 1 or SPLIT_DECODE_PDL)
+        flush_call = dataclasses.replace(call, config=fconfig, pdl=pdl)
         flush_flags = {
             **flags,
             "ROLE": 2,
@@ -830,7 +993,14 @@ def fast_launch(
             "TILES": False,
         }
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
+        if call.tokens == 1:  # _decode_flushes: a program a share of the flushing requests
+            list_block = triton.next_power_of_2(call.requests)
+            flush_flags["LIST_BLOCK"] = list_block if _INTERPRETED else min(LIST_BLOCK, list_block)
         flush_launch = flush_call.launch(kernel, flush_args, flush_flags)
+        if call.tokens == 1:
+            shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(call.requests, FLUSH_SHARE)))
+            headdim, nheads = state.shape[-2], state.shape[1]
+            flush_launch = flush_launch._replace(grid=(triton.cdiv(headdim, fconfig.block_m), nheads, shares))
     main = call.launch(kernel, arguments, flags)
     return main._replace(before=gram_launch, after=flush_launch)
 
@@ -851,23 +1021,40 @@ CHUNK = 32
 # flushes run at flush_config's, whose tiles take the dual form's matmul. On the H200 (runs
 # 108 and 111, fast-split-sweep/ and fast-chunk-sweep/) it took T = 4 bs 512 from 151.2 to
 # 133.6 us with the flush kernel at (32,4), and made T = 1 and T = 2 slower (the second
-# launch and its programs' cursor loads cost more than the main kernel's occupancy gains).
+# launch and its programs' cursor loads cost more than the main kernel's occupancy gains;
+# T = 1 has its own flush kernel since, _decode_flushes: SPLIT_DECODE below).
 SPLIT_FLUSH = True
 SPLIT_FROM_TOKENS = 4
 SPLIT_MIN_REQUESTS = 16
 FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 
 
+# The decode step (T = 1) splits its flushes off from SPLIT_DECODE_MIN_REQUESTS requests on:
+# the main kernel (ROLE 1) computes every out in the dual form, and _decode_flushes, launched
+# programmatic-dependent after it (SPLIT_DECODE_PDL; it waits just before its stores), shares
+# the flushing requests out over batch / FLUSH_SHARE programs a (rows, head), the requests in
+# blocks of LIST_BLOCK. On the H200 (runs 116-117, benchmarks/results/NVIDIA_H200/fast-decode-split/,
+# headline, window 16) it took the steady step at bs 512 from 88.9 to 84.0 us and at bs 1024
+# from 180.5 to 171.4, and every slot flushing at bs 512 from 282.9 to 235.7; at bs 64 and 128
+# it gained nothing (17.1 against 17.6, 25.9 against 26.0) and lost where no slot flushes (13.7
+# against 12.5 at bs 64) or all do (67.2 against 43.5 at bs 64, its programs' shares 16
+# requests long), so smaller batches keep their flushes in the main kernel.
+SPLIT_DECODE = True
+SPLIT_DECODE_MIN_REQUESTS = 512
+SPLIT_DECODE_PDL = True
+FLUSH_SHARE = 16
+FLUSH_PROGRAMS_MAX = 1 << 16
+LIST_BLOCK = 1024
+
+
 def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
     """Whether the call's flushes go to a kernel of their own; rows_path: the call is the
     draft-by-draft verify step (fast_launch's choice, T >= 2 without the tiles)."""
-    return (
-        SPLIT_FLUSH
-        and rows_path
-        and not call.flush
-        and call.tokens >= SPLIT_FROM_TOKENS
-        and call.requests >= SPLIT_MIN_REQUESTS
-    )
+    if call.flush:
+        return False
+    if call.tokens == 1:
+        return SPLIT_DECODE and call.requests >= SPLIT_DECODE_MIN_REQUESTS
+    return SPLIT_FLUSH and rows_path and call.tokens >= SPLIT_FROM_TOKENS and call.requests >= SPLIT_MIN_REQUESTS
 
 
 def flush_config(headdim: int, dstate: int) -> LaunchConfig:
