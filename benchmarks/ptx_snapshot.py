@@ -19,8 +19,8 @@ headline shape; upstream, default, layout-sum and ordered configs (the table's
 (8,1,slot,evict,ordered) among them); and verify calls of 4 drafts in each mode (buffer, dst,
 replay) at three configs, with a bf16 state also stochastically rounded (225 files); and the
 fast replay route's kernel (replay_fast.py) for decode and verify, with its flush and engine
-conventions and decode's flush kernel (42 more: 267). PTX depends on the Triton version: a digest file only holds for
-the version it names.
+conventions and decode's flush kernel (42 more: 267). PTX depends on the Triton version: a
+digest file only holds for the version it names.
 """
 
 from __future__ import annotations
