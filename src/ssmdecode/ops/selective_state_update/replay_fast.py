@@ -1054,7 +1054,9 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
         return False
     if call.tokens == 1:
         return SPLIT_DECODE and call.requests >= SPLIT_DECODE_MIN_REQUESTS
-    return SPLIT_FLUSH and rows_path and call.tokens >= SPLIT_FROM_TOKENS and call.requests >= SPLIT_MIN_REQUESTS
+    return (
+        SPLIT_FLUSH and rows_path and call.tokens >= SPLIT_FROM_TOKENS and call.requests >= SPLIT_MIN_REQUESTS
+    )
 
 
 def flush_config(headdim: int, dstate: int) -> LaunchConfig:
