@@ -220,10 +220,9 @@ def test_both_verify_paths_against_float64(
 def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """replay_fast.SPLIT_FLUSH (SPLIT_DECODE at T = 1): out and the appends by the main kernel
     for every request (the dual form, no state store), the flushes' checkpoints by a second
-    kernel after it: out and
-    the flushed state within the bars of float64, the rings and the flushed states the
-    one-kernel route's bits where both flush token by token or both in the dual form; G < H,
-    a pad request, rings that wrap."""
+    kernel after it: out and the flushed state within the bars of float64, the rings and the
+    flushed states the one-kernel route's bits where both flush token by token or both in the
+    dual form; G < H, a pad request, rings that wrap."""
     case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
     results = []
     for split in (True, False):
