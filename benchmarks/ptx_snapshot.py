@@ -148,13 +148,17 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                 finally:
                     replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = saved
                 continue  # compat.vllm's conventions are decode's (T = 1)
-            # decode with its flushes in a kernel of their own (from SPLIT_DECODE_MIN_REQUESTS on)
-            saved_min = replay_fast.SPLIT_DECODE_MIN_REQUESTS
+            # decode with its flushes in a kernel of their own (from SPLIT_DECODE_MIN_REQUESTS on),
+            # and with its flush programs first in the main kernel's grid (from
+            # FLUSH_PROGRAMS_MIN_REQUESTS on)
+            saved_min = replay_fast.SPLIT_DECODE_MIN_REQUESTS, replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS
             replay_fast.SPLIT_DECODE_MIN_REQUESTS = 1
             try:
                 yield f"{name}-split", kw, FAST_CONFIGS[1:2]
+                replay_fast.SPLIT_DECODE_MIN_REQUESTS, replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS = 10**9, 1
+                yield f"{name}-programs", kw, FAST_CONFIGS[1:2]
             finally:
-                replay_fast.SPLIT_DECODE_MIN_REQUESTS = saved_min
+                replay_fast.SPLIT_DECODE_MIN_REQUESTS, replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS = saved_min
             batch = kw["x"].shape[0]
             vllm = {
                 **kw,

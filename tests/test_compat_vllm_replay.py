@@ -71,7 +71,7 @@ def call(pool: dict, tok: dict, out: torch.Tensor, L: int, **extra: object) -> t
         pool["state"], tok["x"], tok["dt"], pool["A"], tok["B"], tok["C"], pool["D"], pool["dt_bias"],
         tok["z"], True, x_cache=pool["x_cache"], dt_cache=pool["dt_cache"], B_cache=pool["B_cache"],
         bc_pre=pool["bc_pre"], write_pos=pool["write_pos"], is_flush=pool["is_flush"], max_cache_len=L,
-        state_batch_indices=pool["state_batch_indices"], out=out, config=LaunchConfig(16, 4), **extra,
+        state_batch_indices=pool["state_batch_indices"], out=out, config=LaunchConfig(16, 4, True), **extra,
     )  # fmt: skip
 
 
@@ -125,7 +125,7 @@ def test_signature_is_vllms() -> None:
     assert MAX_CACHE_LEN == 16
 
 
-@pytest.mark.parametrize("variant", ["", "grams", "split"])
+@pytest.mark.parametrize("variant", ["", "grams", "programs", "split", "split-first"])
 @pytest.mark.parametrize("L", [8, 16])
 def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 L + 3 decode steps from prefill, the host's cursors after each (a flush every L
@@ -133,10 +133,15 @@ def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pyte
     ulp of the plain float64 recurrence from prefill; the null block's request writes nothing
     and gets zeros; the state after each flush within 1e-5 max|state| of that recurrence; the
     bc_pre scratch untouched. grams: with the fast route's precomputed Grams at any batch;
-    split: with the flushes in a kernel of their own at any batch (replay_fast.SPLIT_DECODE),
-    else in the main kernel."""
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if variant == "grams" else 10**9)
-    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if variant == "split" else 10**9)
+    programs: with them and the flushing requests' steps taken by flush programs first in the
+    main kernel's grid (replay_fast.FLUSH_PROGRAMS); split: with them and the flushes in a
+    kernel of their own (replay_fast.SPLIT_DECODE), launched after the main kernel or before it
+    (split-first: a flushing request's out from the flushed state, which holds its token); else
+    in the main kernel."""
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if variant != "" else 10**9)
+    monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1 if variant == "programs" else 10**9)
+    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if variant.startswith("split") else 10**9)
+    monkeypatch.setattr(replay_fast, "DECODE_FLUSHES", "first" if variant == "split-first" else "after")
     pool = make_pool(L)
     truth = pool["state"].double()  # the state vLLM means, by the plain recurrence
     live = pool["state_batch_indices"][:, 0] != NULL_BLOCK_ID

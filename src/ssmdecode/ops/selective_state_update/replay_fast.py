@@ -339,27 +339,70 @@ def _store_state(b_state, ck, STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.conste
 # fmt: on
 
 
+class _Token(NamedTuple):
+    """The decode token's inputs and its out, as a flush program reads and writes them: the
+    pointers (None where not given), the total tokens of a packed call (cu_seqlens), and the
+    strides."""
+
+    p_x: Any
+    p_dt: Any
+    p_dt_bias: Any
+    p_B: Any
+    p_C: Any
+    p_D: Any
+    p_z: Any
+    p_out: Any
+    p_cu_seqlens: Any
+    total_tokens: Any
+    stride_x_b: Any
+    stride_x_t: Any
+    stride_x_h: Any
+    stride_x_p: Any
+    stride_dt_b: Any
+    stride_dt_t: Any
+    stride_dt_h: Any
+    stride_dt_bias_h: Any
+    stride_B_b: Any
+    stride_B_t: Any
+    stride_B_g: Any
+    stride_B_n: Any
+    stride_C_b: Any
+    stride_C_t: Any
+    stride_C_g: Any
+    stride_C_n: Any
+    stride_D_h: Any
+    stride_D_p: Any
+    stride_z_b: Any
+    stride_z_t: Any
+    stride_z_h: Any
+    stride_z_p: Any
+    stride_out_b: Any
+    stride_out_t: Any
+    stride_out_h: Any
+    stride_out_p: Any
+
+
 # fmt: off
 @triton.jit
-def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_x, p_dt,
-                  p_dt_bias, p_A, p_B, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
+def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, tok, p_A,
+                  p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
                   stride_state_s, stride_state_h, stride_state_p, stride_state_n,
                   stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
                   stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                  stride_dtc_s, stride_dtc_h, stride_dtc_r,
-                  stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h, stride_A_h,
-                  stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
+                  stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
                   WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
                   FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
-                  DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
-                  HAS_RING_START: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-                  PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
-                  PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  EVICT_FIRST: tl.constexpr, PDL: tl.constexpr):
+                  DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                  HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr,
+                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
+                  STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr):
     """The decode flush of request i_b (one that flushes), rows i_m of head i_h: its new
     checkpoint, h0 with its cached tokens absorbed (_flushed_state; under FLUSH_DRAFTS the
-    token too, with the main kernel's operations), stored after the main kernel (PDL: the wait
-    comes just before the store, the main kernel's reads of h0 being the one thing it orders)."""
+    token too, with the main kernel's operations), stored after the wait (PDL). OUT: all of
+    the request's step, as the main kernel's flush does it (ROLE 0): out from the checkpoint
+    with the token, and the token appended (none under FLUSH_DRAFTS); else the checkpoint
+    only, the main kernel's reads of h0 being the one thing its wait orders."""
     i_g = i_h // HEADS_PER_GROUP
     i_slot, m_live, i_ring, n_old, start = _cursors(
         p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
@@ -390,17 +433,48 @@ def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ri
     b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
     b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
                              HAS_SRC_IDX)
-    if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token (dense, T = 1)
-        b_x = load(p_x + i_b * stride_x_b + i_h * stride_x_h + o_m * stride_x_p, m_vm).to(tl.float32)
-        b_dt = tl.load(p_dt + i_b * stride_dt_b + i_h * stride_dt_h).to(tl.float32)
+    wait_prior(PDL)  # (the kernel before may write the token's inputs: read after it)
+    if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
+        _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+    if FLUSH_DRAFTS or OUT:  # the token's inputs
+        t0, _, i_xb = token_span(tok.p_cu_seqlens, i_b, tok.total_tokens, 1, VARLEN, True)
+        b_x = load(tok.p_x + i_xb * tok.stride_x_b + t0 * tok.stride_x_t + i_h * tok.stride_x_h
+                   + o_m * tok.stride_x_p, m_vm)
+        b_dt = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + t0 * tok.stride_dt_t + i_h * tok.stride_dt_h).to(tl.float32)
         if HAS_DT_BIAS:
-            b_dt += tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+            b_dt += tl.load(tok.p_dt_bias + i_h * tok.stride_dt_bias_h).to(tl.float32)
         if DT_SOFTPLUS:
             b_dt = softplus(b_dt)
-        b_B = load(p_B + i_b * stride_B_b + i_g * stride_B_g + o_n * stride_B_n, m_vn).to(tl.float32)
-        b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP), (b_B * b_dt)[None, :] * b_x[:, None])
-    wait_prior(PDL)
-    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+        b_B = load(tok.p_B + i_xb * tok.stride_B_b + t0 * tok.stride_B_t + i_g * tok.stride_B_g
+                   + o_n * tok.stride_B_n, m_vn)
+    if OUT:
+        b_C = load(tok.p_C + i_xb * tok.stride_C_b + t0 * tok.stride_C_t + i_g * tok.stride_C_g
+                   + o_n * tok.stride_C_n, m_vn).to(tl.float32)
+        b_z = b_x
+        if HAS_Z:
+            b_z = load(tok.p_z + i_xb * tok.stride_z_b + t0 * tok.stride_z_t + i_h * tok.stride_z_h
+                       + o_m * tok.stride_z_p, m_vm)
+        b_D = 0.0
+        if HAS_D:
+            b_D = load(tok.p_D + i_h * tok.stride_D_h + o_m * tok.stride_D_p, m_vm).to(tl.float32)
+    if FLUSH_DRAFTS or OUT:
+        b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP), (b_B.to(tl.float32) * b_dt)[None, :] * b_x.to(tl.float32)[:, None])
+    if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
+        _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+    if OUT:
+        b_y = gated_out(tl.sum(b_state * b_C[None, :], axis=1), b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        tl.store(tok.p_out + i_xb * tok.stride_out_b + t0 * tok.stride_out_t + i_h * tok.stride_out_h
+                 + o_m * tok.stride_out_p, b_y, mask=m_vm)
+        if not FLUSH_DRAFTS:  # append: the exact kernel's position and values
+            pos = wrap(start + n_old, ring)
+            tl.store(p_xc + pos * stride_xc_r, b_x, mask=both(m_vm, m_live))
+            if i_m == 0:
+                if m_live is None:
+                    tl.store(p_dtc + pos * stride_dtc_r, b_dt)
+                else:
+                    tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_live)
+                if i_h % HEADS_PER_GROUP == 0:
+                    tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=both(m_vn, m_live))
 
 
 @triton.jit
@@ -438,61 +512,63 @@ def _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_request
 
 
 @triton.jit
-def _decode_flushes(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush, p_x, p_dt,
-                    p_dt_bias, p_A, p_B, p_src_idx, p_cu_seqlens, p_seed, headdim, dstate, pad_slot_id,
-                    total_tokens, ring, n_requests,
+def _decode_flushes(i_m, i_h, i_j, n_j, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached,
+                    p_flush, tok, p_A, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring, n_requests,
                     stride_state_s, stride_state_h, stride_state_p, stride_state_n,
                     stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
                     stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                    stride_dtc_s, stride_dtc_h, stride_dtc_r,
-                    stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h, stride_A_h,
-                    stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
+                    stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
                     WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
                     FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
-                    DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
-                    HAS_RING_START: tl.constexpr, HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr,
-                    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
-                    STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr,
-                    LIST_BLOCK: tl.constexpr):
-    """The decode step's flush kernel (ROLE 2 at T = 1): grid (P blocks, H, J). The requests
-    that flush, ranked in request order, are shared out over the J programs of each (P block,
-    head), rank r to program r mod J, each taking its share one request after the other
-    (_decode_flush): J = the batch / FLUSH_SHARE programs, so that a step in which few requests
-    flush launches few programs, not one a request that mostly finds nothing to store."""
-    i_m = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_j = tl.program_id(2)
-    n_j = tl.num_programs(2)
+                    DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr,
+                    HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr,
+                    HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+                    PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
+                    PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr):
+    """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
+    (rows, head): the requests that flush, ranked in request order, go out rank r to program
+    r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
+    its argument): n_j = the batch / FLUSH_SHARE programs, so that a step in which few requests
+    flush runs few programs, not one a request that mostly finds nothing to store."""
     if PDL:
         gdc_launch_dependents()
     base = 0  # the flushing requests of the blocks before
+    o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, 0, n_requests,
+                                         stride_src_idx, pad_slot_id, ring, tok.total_tokens, WINDOW,
+                                         CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
     # (Triton's interpreter takes no runtime trip count: there one block, a loop of LIST_BLOCK)
     for c in range(0, LIST_BLOCK if _INTERPRETED else n_requests, LIST_BLOCK):
-        o_b, m_f = _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_requests, stride_src_idx,
-                                       pad_slot_id, ring, total_tokens, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX,
-                                       HOST_FLUSH, VARLEN, LIST_BLOCK)
+        o_b, m_f = o_next, m_next
+        # the next block's loads issued before this block's flushes (past n_requests: none)
+        o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, c + LIST_BLOCK,
+                                             n_requests, stride_src_idx, pad_slot_id, ring, tok.total_tokens,
+                                             WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
         f = m_f.to(tl.int32)
         rank = base + tl.cumsum(f, 0) - f
         mine = (f != 0) & (rank % n_j == i_j)
         g = mine.to(tl.int32)
         n_mine = tl.sum(g, 0)
-        order = tl.cumsum(g, 0) - g
+        order = tl.where(mine, tl.cumsum(g, 0) - g, -1)  # k for this program's k-th request, else -1
         for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
             if k < n_mine:
-                i_b = tl.sum(tl.where(mine & (order == k), o_b, 0), 0)
+                i_b = tl.sum(tl.where(order == k, o_b, 0), 0)
                 _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached,
-                              p_x, p_dt, p_dt_bias, p_A, p_B, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
+                              tok, p_A, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
                               stride_state_s, stride_state_h, stride_state_p, stride_state_n,
                               stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
                               stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                              stride_dtc_s, stride_dtc_h, stride_dtc_r,
-                              stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h,
-                              stride_A_h, stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
+                              stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
                               WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
-                              DT_SOFTPLUS, HAS_DT_BIAS, HAS_SRC_IDX, HAS_RING_START, EVEN_M, EVEN_N, PACKED_ROWS,
-                              FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL)
+                              DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, VARLEN,
+                              EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N,
+                              EVICT_FIRST, PDL, OUT)
         base += tl.sum(f, 0)
+    # One program waits whether or not it stored anything (those that stored waited before):
+    # the kernel then completes after the one it depends on, so that one waiting for it sees
+    # both.
+    if (i_m == 0) & (i_h == 0) & (i_j == 0):
+        wait_prior(PDL)
 
 
 @triton.heuristics(_HEURISTICS)
@@ -502,7 +578,7 @@ def _selective_state_replay_fast_kernel(
     p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush,
     p_x, p_dt, p_dt_bias, p_A, p_B, p_C, p_D, p_z, p_out, p_src_idx, p_cu_seqlens, p_seed, p_gram,
     # sizes
-    headdim, dstate, pad_slot_id, total_tokens, ring, n_requests,
+    headdim, dstate, pad_slot_id, total_tokens, ring, n_requests, n_shares,
     # strides, stride_<tensor>_<dim>
     stride_state_s, stride_state_h, stride_state_p, stride_state_n,
     stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
@@ -540,7 +616,9 @@ def _selective_state_replay_fast_kernel(
     HAS_RING_START: tl.constexpr,  # else every ring starts at row 0
     HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
     GRAM: tl.constexpr,  # the Grams C_t . B_j of each (request, group) precomputed (p_gram)
-    ROLE: tl.constexpr,  # 0: everything; 1: out and appends, no state store; 2: the flushes' stores only
+    ROLE: tl.constexpr,  # 0: everything; 1: out and appends, no state store; 2: the flushes' stores only;
+    # 3 (T = 1): out and appends after the flush kernel (a flushing request's out from its flushed checkpoint);
+    # 4 (T = 1): the flush programs first, then the requests that do not flush
     VARLEN: tl.constexpr,
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -557,22 +635,35 @@ def _selective_state_replay_fast_kernel(
     CHUNK: tl.constexpr = 0,  # > 0: the state tile's threads laid over rows of CHUNK columns (_chunked_tile)
     LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 at T = 1: requests a block of the flush list (_decode_flushes)
 ):
-    if ROLE == 2 and T == 1:  # the decode step's flush kernel: a program a share of the flushing requests
-        _decode_flushes(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush, p_x, p_dt,
-                        p_dt_bias, p_A, p_B, p_src_idx, p_cu_seqlens, p_seed, headdim, dstate, pad_slot_id,
-                        total_tokens, ring, n_requests,
-                        stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-                        stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-                        stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                        stride_dtc_s, stride_dtc_h, stride_dtc_r,
-                        stride_x_b, stride_x_h, stride_x_p, stride_dt_b, stride_dt_h, stride_dt_bias_h, stride_A_h,
-                        stride_B_b, stride_B_g, stride_B_n, stride_src_idx,
-                        WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS,
-                        HAS_DT_BIAS, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS,
-                        FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, LIST_BLOCK)
-        return
+    if T == 1 and (ROLE == 2 or ROLE == 4):
+        # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
+        # the flush kernel's grid (P blocks, H, J) for ROLE 2; for ROLE 4 the first J of the
+        # grid's (P blocks, H, J + B), which take all of a flushing request's step.
+        tl.static_assert(ROLE == 2 or SLOT_MAJOR, "the flush programs come first in a slot-major grid")
+        n_j = tl.num_programs(2) if ROLE == 2 else n_shares
+        if tl.program_id(2) < n_j:
+            tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
+                         stride_x_b, stride_x_t, stride_x_h, stride_x_p, stride_dt_b, stride_dt_t, stride_dt_h,
+                         stride_dt_bias_h, stride_B_b, stride_B_t, stride_B_g, stride_B_n,
+                         stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_D_h, stride_D_p,
+                         stride_z_b, stride_z_t, stride_z_h, stride_z_p,
+                         stride_out_b, stride_out_t, stride_out_h, stride_out_p)
+            _decode_flushes(tl.program_id(0), tl.program_id(1), tl.program_id(2), n_j, p_state, p_x_cache,
+                            p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush, tok, p_A, p_src_idx, p_seed,
+                            headdim, dstate, pad_slot_id, ring, n_requests,
+                            stride_state_s, stride_state_h, stride_state_p, stride_state_n,
+                            stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+                            stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+                            stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
+                            WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
+                            DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
+                            VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
+                            BLOCK_N, EVICT_FIRST, PDL, ROLE == 4, LIST_BLOCK)
+            return
     # One program: BLOCK_M rows of one (request, head), all N columns.
     i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
+    if ROLE == 4:
+        i_b -= n_shares  # after the flush programs
     i_g = i_h // HEADS_PER_GROUP
 
     t0, n_tok, i_xb = token_span(p_cu_seqlens, i_b, total_tokens, T, VARLEN, True)
@@ -591,6 +682,9 @@ def _selective_state_replay_fast_kernel(
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
             return
+    if ROLE == 4:  # a live request that flushes is a flush program's (_decode_flushes)
+        if both(m_flush, m_live):
+            return
 
     o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
     m_vm = unless(EVEN_M, m_m)
@@ -603,10 +697,20 @@ def _selective_state_replay_fast_kernel(
     else:
         m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
-    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    if ROLE == 3:  # a flushing request's checkpoint is the flush kernel's, read after the wait
+        tl.static_assert(T == 1, "the flush kernel runs first at T = 1")
+        b_h0 = load_state(p_tile, both(m_read, m_flush == 0), EVICT_FIRST)
+    else:
+        b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     if CHUNK > 0:
         b_h0 = tl.reshape(b_h0, [BLOCK_M, BLOCK_N])
     wait_prior(PDL)
+    if ROLE == 3:
+        if m_flush:
+            b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+        n_old_ring = tl.where(m_flush, 0, n_old)  # its cached tokens are in the flushed checkpoint
+    else:
+        n_old_ring = n_old
 
     # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
     p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
@@ -614,7 +718,7 @@ def _selective_state_replay_fast_kernel(
     p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
-               start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
+               start=start, n_old=n_old_ring, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
 
@@ -643,14 +747,15 @@ def _selective_state_replay_fast_kernel(
             b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
         # The ring gathered in age order, masked past n_old: its dt' and weights.
         o_r = tl.arange(0, RP)
-        m_r = o_r < n_old
+        m_r = o_r < n_old_ring
         if HAS_SRC_IDX:
             m_r = m_r & m_live
         pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
         b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
         b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
-        # A flush's out comes from its new state, but for ROLE 1 (the flush kernel stores it):
-        # there every request's out is the dual form's.
+        # A flush's out comes from its new state, but for ROLE 1 and 3 (the flush kernel stores
+        # it): there every request's out is the dual form's (for ROLE 3 a flushing request's
+        # from the flushed checkpoint, no cached token).
         if ROLE == 0:
             m_flush_out = m_flush
         else:
@@ -682,6 +787,8 @@ def _selective_state_replay_fast_kernel(
             b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
                      + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
             b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * b_bc) * b_xf
+            if ROLE == 3 and FLUSH_DRAFTS:  # the flushed checkpoint holds the token too
+                b_y = tl.where(m_flush, b_acc, b_y)
         b_y = gated_out(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
         tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
                  b_y, mask=m_vm)
@@ -969,6 +1076,7 @@ def fast_launch(
         "stride_gram_b": 0,
         "stride_gram_g": 0,
         "n_requests": call.requests,
+        "n_shares": 0,
     }
     # On a GPU (with Triton's grid dependency control) the kernels of one call after the first
     # are launched programmatic-dependent on the one before: each issues its state tile's loads
@@ -981,10 +1089,30 @@ def fast_launch(
         arguments.update(p_gram=gram, stride_gram_b=gram.stride(0), stride_gram_g=gram.stride(1))
         if chain_pdl:
             call = dataclasses.replace(call, pdl=True)
-    if _split_flush(call, rows_path):
-        flags["ROLE"] = 1
+    if _flush_programs(call):  # the flush programs first in the main kernel's grid (ROLE 4, _decode_flushes)
+        shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(call.requests, FLUSH_SHARE)))
+        list_block = triton.next_power_of_2(call.requests)
+        per_pass = PROGRAMS_LIST_BLOCK or 32 * call.config.num_warps  # a request a thread
+        flags.update(
+            ROLE=4,
+            LIST_BLOCK=list_block if _INTERPRETED else min(per_pass, list_block),
+            DUAL_FLUSH=DUAL_FLUSH and PROGRAMS_DUAL and call.config.block_m >= 16,
+        )
+        arguments["n_shares"] = shares
+        if call.requests >= PROGRAMS_CAP_FROM and call.config.max_registers is None:
+            config = dataclasses.replace(call.config, max_registers=PROGRAMS_MAX_REGISTERS)
+            call = dataclasses.replace(call, config=config)
+        main = call.launch(kernel, arguments, flags)
+        return main._replace(before=gram_launch, grid=(*main.grid[:2], main.grid[2] + shares))
+    split = _split_flush(call, rows_path)
+    first = split and call.tokens == 1 and DECODE_FLUSHES == "first"
+    if split:
+        flags["ROLE"] = 3 if first else 1
         fconfig = flush_config(*state.shape[-2:])
-        pdl = (call.pdl or chain_pdl) and (call.tokens > 1 or SPLIT_DECODE_PDL)
+        if first:  # programmatic-dependent on the Grams, or (first of all) as the call asks
+            pdl = call.pdl and SPLIT_DECODE_PDL
+        else:  # after the main kernel, whose reads of h0 are the one thing its stores wait for
+            pdl = (call.pdl or chain_pdl) and (call.tokens > 1 or SPLIT_DECODE_PDL)
         flush_call = dataclasses.replace(call, config=fconfig, pdl=pdl)
         flush_flags = {
             **flags,
@@ -1001,7 +1129,11 @@ def fast_launch(
             shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(call.requests, FLUSH_SHARE)))
             headdim, nheads = state.shape[-2], state.shape[1]
             flush_launch = flush_launch._replace(grid=(triton.cdiv(headdim, fconfig.block_m), nheads, shares))
+    if first and chain_pdl and SPLIT_DECODE_PDL:
+        call = dataclasses.replace(call, pdl=True)  # out after the flush kernel, launched as it starts
     main = call.launch(kernel, arguments, flags)
+    if first:  # the Grams, the flushes, then out: each launched programmatic-dependent on the one before
+        return main._replace(before=flush_launch._replace(before=gram_launch))
     return main._replace(before=gram_launch, after=flush_launch)
 
 
@@ -1038,13 +1170,49 @@ FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 # from 180.5 to 171.4, and every slot flushing at bs 512 from 282.9 to 235.7; at bs 64 and 128
 # it gained nothing (17.1 against 17.6, 25.9 against 26.0) and lost where no slot flushes (13.7
 # against 12.5 at bs 64) or all do (67.2 against 43.5 at bs 64, its programs' shares 16
-# requests long), so smaller batches keep their flushes in the main kernel.
+# requests long). DECODE_FLUSHES = "first" launches the flush kernel after the Grams and before
+# the main kernel instead (ROLE 3: a flushing request's out from the flushed checkpoint, read
+# after the wait): no faster (run 120: 84.2 against 83.1 us at bs 512; the main kernel cannot
+# launch before every flush program has started, and waits for them all), so "after" it is.
 SPLIT_DECODE = True
 SPLIT_DECODE_MIN_REQUESTS = 512
 SPLIT_DECODE_PDL = True
+DECODE_FLUSHES = "after"  # "after" | "first": the flush kernel's place
 FLUSH_SHARE = 16
 FLUSH_PROGRAMS_MAX = 65535  # the grid's third dimension: CUDA's limit for grid.z
 LIST_BLOCK = 1024
+
+# Below that, from FLUSH_PROGRAMS_MIN_REQUESTS requests on (a slot-major config), the decode
+# step's flushing requests are taken by flush programs that come first in the main kernel's
+# grid (ROLE 4: J = batch / FLUSH_SHARE of them a (rows, head), each taking all of its share's
+# steps, _decode_flush with OUT; the main kernel's programs of those requests exit at once): the
+# flushes then run beside the other requests' programs, from the start, with no second launch
+# and no wait between kernels. The flush programs' list passes a request a thread
+# (PROGRAMS_LIST_BLOCK 0), their flushes in the dual form (PROGRAMS_DUAL), the kernel's registers
+# capped at PROGRAMS_MAX_REGISTERS from PROGRAMS_CAP_FROM requests on. On the H200 (run 122,
+# benchmarks/results/NVIDIA_H200/fast-decode-programs/) the steady step took 15.3 us at bs 64
+# (one kernel 17.6, vLLM's 17.5) and 23.8 at bs 128 (capped; 26.2, 27.5); at bs 8 it lost (5.6
+# against 5.0) and at bs 512 too (91.8 capped against the split's 86.0: the flush programs'
+# registers are every program's).
+FLUSH_PROGRAMS = True
+FLUSH_PROGRAMS_MIN_REQUESTS = 64
+PROGRAMS_DUAL = True
+PROGRAMS_LIST_BLOCK = 0
+PROGRAMS_CAP_FROM = 128
+PROGRAMS_MAX_REGISTERS = 168
+
+
+def _flush_programs(call: ReplayCall) -> bool:
+    """Whether the decode step's flushing requests go to flush programs first in the main
+    kernel's grid (ROLE 4)."""
+    return (
+        FLUSH_PROGRAMS
+        and call.tokens == 1
+        and not call.flush
+        and call.config.slot_major
+        and call.requests >= FLUSH_PROGRAMS_MIN_REQUESTS
+        and not _split_flush(call, False)
+    )
 
 
 def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
