@@ -57,16 +57,21 @@ def assert_state_accurate(got: torch.Tensor, want: torch.Tensor, what: str = "st
     )
 
 
-def assert_same_writes(pool: dict, twin: dict, config: LaunchConfig, what: str = "") -> None:
+def assert_same_writes(
+    pool: dict, twin: dict, config: LaunchConfig, what: str = "", dual: bool | None = None
+) -> None:
     """The fast route's writes (pool) against the exact route's from the same pool (twin): the
     rings bit for bit; the state bit for bit where the fast route's flush replays the cached
-    tokens with the exact kernel's operations (replay_fast.dual_flush off), else (the dual
-    form's matmul: other roundings) within twice STATE_REL of max|state| of each other (float32;
-    each is held to STATE_REL of float64 apart) or one ulp of a 16-bit state."""
+    tokens with the exact kernel's operations (dual False; None: replay_fast.dual_flush of
+    config off), else (the dual form's matmul: other roundings) within twice STATE_REL of
+    max|state| of each other (float32; each is held to STATE_REL of float64 apart) or one ulp of
+    a 16-bit state."""
     for name in ("x_cache", "B_cache", "dt_cache"):
         assert torch.equal(bits(pool[name]), bits(twin[name])), f"{what}{name}: fast and exact routes differ"
     fast, exact = pool["state"], twin["state"]
-    if not replay_fast.dual_flush(config, fast.shape[-1]):
+    if dual is None:
+        dual = replay_fast.dual_flush(config, fast.shape[-1])
+    if not dual:
         assert torch.equal(bits(fast), bits(exact)), f"{what}state: fast and exact routes differ"
         return
     a, b = fast.double(), exact.double()
@@ -272,6 +277,7 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         monkeypatch.setattr(replay_fast, "SPLIT_DECODE", split)
         monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS", split)
         monkeypatch.setattr(replay_fast, "FLUSH_SHARE", -(-case.batch // shares))
+        monkeypatch.setattr(replay_fast, "PROGRAMS_SHARE", -(-case.batch // shares))
         monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", _config(case))
         pool, drafts = make_pool(case), make_drafts(case, 5)
         _set_cursors(pool, case, "steady", 5, wrap=True)
@@ -553,15 +559,15 @@ def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
     assert_state_accurate(pool["state"], want[1])
     selective_state_replay(**_kwargs(twin, drafts), exact=True)
     config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=tokens)
-    assert_same_writes(pool, twin, _flushing_config(_kwargs(pool, drafts), config))
+    assert_same_writes(pool, twin, config, dual=_dual_flushes(_kwargs(pool, drafts), config))
 
 
-def _flushing_config(kw: dict, config: LaunchConfig) -> LaunchConfig:
-    """The config of the programs that store a fast-route call's flushes: the flush kernel's
-    where the call splits them off (its launch has one after the main kernel,
-    replay_fast._split_flush), else the call's own."""
+def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
+    """Whether the programs that store a fast-route call's flushes absorb the ring in the dual
+    form: those of the flush kernel where the call splits them off (a launch after the main
+    kernel, replay_fast._split_flush), else the main kernel's (its flush programs', ROLE 4)."""
     _, launch = replay_prepare(**kw, config=config, exact=False)
-    return replay_fast.flush_config(*kw["state"].shape[-2:]) if launch.after is not None else config
+    return bool((launch.after or launch).kwargs["DUAL_FLUSH"])
 
 
 @pytest.mark.gpu

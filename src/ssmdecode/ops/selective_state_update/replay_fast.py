@@ -529,21 +529,28 @@ def _decode_flushes(i_m, i_h, i_j, n_j, p_state, p_x_cache, p_B_cache, p_dt_cach
     """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
     (rows, head): the requests that flush, ranked in request order, go out rank r to program
     r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
-    its argument): n_j = the batch / FLUSH_SHARE programs, so that a step in which few requests
-    flush runs few programs, not one a request that mostly finds nothing to store."""
+    its argument): n_j = the batch / FLUSH_SHARE (PROGRAMS_SHARE) programs, so that a step in
+    which few requests flush runs few programs, not one a request that mostly finds nothing to
+    store."""
     if PDL:
         gdc_launch_dependents()
     base = 0  # the flushing requests of the blocks before
-    o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, 0, n_requests,
-                                         stride_src_idx, pad_slot_id, ring, tok.total_tokens, WINDOW,
-                                         CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
+    if OUT:  # blocks of a request a thread (ROLE 4): the next block's loads issued a block ahead
+        o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, 0, n_requests,
+                                             stride_src_idx, pad_slot_id, ring, tok.total_tokens, WINDOW,
+                                             CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
     # (Triton's interpreter takes no runtime trip count: there one block, a loop of LIST_BLOCK)
     for c in range(0, LIST_BLOCK if _INTERPRETED else n_requests, LIST_BLOCK):
-        o_b, m_f = o_next, m_next
-        # the next block's loads issued before this block's flushes (past n_requests: none)
-        o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, c + LIST_BLOCK,
-                                             n_requests, stride_src_idx, pad_slot_id, ring, tok.total_tokens,
-                                             WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
+        if OUT:
+            o_b, m_f = o_next, m_next
+            o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, c + LIST_BLOCK,
+                                                 n_requests, stride_src_idx, pad_slot_id, ring, tok.total_tokens,
+                                                 WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN,
+                                                 LIST_BLOCK)
+        else:  # one block of up to LIST_BLOCK requests (the flush kernel, ROLE 2): its loads now
+            o_b, m_f = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, c, n_requests,
+                                           stride_src_idx, pad_slot_id, ring, tok.total_tokens, WINDOW,
+                                           CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
         f = m_f.to(tl.int32)
         rank = base + tl.cumsum(f, 0) - f
         mine = (f != 0) & (rank % n_j == i_j)
@@ -659,6 +666,8 @@ def _selective_state_replay_fast_kernel(
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
                             BLOCK_N, EVICT_FIRST, PDL, ROLE == 4, LIST_BLOCK)
+            return
+        if ROLE == 2:  # (every program of the flush kernel is a flush program: no other code)
             return
     # One program: BLOCK_M rows of one (request, head), all N columns.
     i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
@@ -1090,7 +1099,7 @@ def fast_launch(
         if chain_pdl:
             call = dataclasses.replace(call, pdl=True)
     if _flush_programs(call):  # the flush programs first in the main kernel's grid (ROLE 4, _decode_flushes)
-        shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(call.requests, FLUSH_SHARE)))
+        shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(call.requests, PROGRAMS_SHARE)))
         list_block = triton.next_power_of_2(call.requests)
         per_pass = PROGRAMS_LIST_BLOCK or 32 * call.config.num_warps  # a request a thread
         flags.update(
@@ -1165,7 +1174,8 @@ FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 # the main kernel (ROLE 1) computes every out in the dual form, and _decode_flushes, launched
 # programmatic-dependent after it (SPLIT_DECODE_PDL; it waits just before its stores), shares
 # the flushing requests out over batch / FLUSH_SHARE programs a (rows, head), the requests in
-# blocks of LIST_BLOCK. On the H200 (runs 116-117, benchmarks/results/NVIDIA_H200/fast-decode-split/,
+# blocks of LIST_BLOCK (FLUSH_SHARE 16 until run 123 measured 32 faster at bs 1024: 165.4 against
+# 168.8 us, the same at bs 512). On the H200 (runs 116-117, benchmarks/results/NVIDIA_H200/fast-decode-split/,
 # headline, window 16) it took the steady step at bs 512 from 88.9 to 84.0 us and at bs 1024
 # from 180.5 to 171.4, and every slot flushing at bs 512 from 282.9 to 235.7; at bs 64 and 128
 # it gained nothing (17.1 against 17.6, 25.9 against 26.0) and lost where no slot flushes (13.7
@@ -1178,13 +1188,13 @@ SPLIT_DECODE = True
 SPLIT_DECODE_MIN_REQUESTS = 512
 SPLIT_DECODE_PDL = True
 DECODE_FLUSHES = "after"  # "after" | "first": the flush kernel's place
-FLUSH_SHARE = 16
+FLUSH_SHARE = 32
 FLUSH_PROGRAMS_MAX = 65535  # the grid's third dimension: CUDA's limit for grid.z
 LIST_BLOCK = 1024
 
 # Below that, from FLUSH_PROGRAMS_MIN_REQUESTS requests on (a slot-major config), the decode
 # step's flushing requests are taken by flush programs that come first in the main kernel's
-# grid (ROLE 4: J = batch / FLUSH_SHARE of them a (rows, head), each taking all of its share's
+# grid (ROLE 4: J = batch / PROGRAMS_SHARE of them a (rows, head), each taking all of its share's
 # steps, _decode_flush with OUT; the main kernel's programs of those requests exit at once): the
 # flushes then run beside the other requests' programs, from the start, with no second launch
 # and no wait between kernels. The flush programs' list passes a request a thread
@@ -1196,6 +1206,7 @@ LIST_BLOCK = 1024
 # registers are every program's).
 FLUSH_PROGRAMS = True
 FLUSH_PROGRAMS_MIN_REQUESTS = 64
+PROGRAMS_SHARE = 16
 PROGRAMS_DUAL = True
 PROGRAMS_LIST_BLOCK = 0
 PROGRAMS_CAP_FROM = 128
