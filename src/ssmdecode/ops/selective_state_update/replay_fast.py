@@ -300,6 +300,46 @@ def _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.c
 
 
 @triton.jit
+def _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s, stride_xc_h,
+                   stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_n, stride_dtc_s, stride_dtc_h):
+    """The ring of slot i_ring as this program reads it: the pointers of the x rows of its
+    head's rows o_m, the B rows of its group's columns o_n and the dt' of its head (row 0)."""
+    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
+    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
+    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
+    return p_xc, p_Bc, p_dtc
+
+
+@triton.jit
+def _ring_rows(rg, b_A, RP: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+    """The ring rg (_Ring) gathered in age order, masked past its n_old cached tokens: (o_r,
+    m_r, pos_r, S, w) [RP], the rows, their mask and ring positions, and _ring_weights'."""
+    o_r = tl.arange(0, RP)
+    m_r = o_r < rg.n_old
+    if HAS_SRC_IDX:
+        m_r = m_r & rg.m_live
+    pos_r = tl.where(m_r, wrap(rg.start + o_r, rg.ring), 0)
+    b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
+    b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+    return o_r, m_r, pos_r, b_S, b_w
+
+
+@triton.jit
+def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.constexpr):
+    """The decode token appended to the ring rg (_Ring) at row pos, as the exact kernel appends
+    it: x by each program of its rows, dt' by the head's first, B by the group's first head's
+    (m_app: whether the request appends, None: it does)."""
+    tl.store(rg.p_x + pos * rg.stride_x, b_x, mask=both(rg.m_vm, m_app))
+    if i_m == 0:
+        if m_app is None:
+            tl.store(rg.p_dt + pos * rg.stride_dt, b_dt)
+        else:
+            tl.store(rg.p_dt + pos * rg.stride_dt, b_dt, mask=m_app)
+        if i_h % HEADS_PER_GROUP == 0:
+            tl.store(rg.p_B + pos * rg.stride_B, b_B, mask=both(rg.m_vn, m_app))
+
+
+@triton.jit
 def _chunked_tile(i_h, o_m, m_m, dstate, m_live, stride_h, stride_p, stride_n, PACKED_ROWS: tl.constexpr,
                   EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CHUNK: tl.constexpr):
@@ -415,21 +455,15 @@ def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ri
     m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
     b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
-    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
-    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
-    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
+    p_xc, p_Bc, p_dtc = _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s,
+                                       stride_xc_h, stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_n, stride_dtc_s,
+                                       stride_dtc_h)
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
                start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
-    o_r = tl.arange(0, RP)
-    m_r = o_r < n_old
-    if HAS_SRC_IDX:
-        m_r = m_r & m_live
-    pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
-    b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-    b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+    _, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
     b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
     b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
                              HAS_SRC_IDX)
@@ -466,15 +500,7 @@ def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ri
         tl.store(tok.p_out + i_xb * tok.stride_out_b + t0 * tok.stride_out_t + i_h * tok.stride_out_h
                  + o_m * tok.stride_out_p, b_y, mask=m_vm)
         if not FLUSH_DRAFTS:  # append: the exact kernel's position and values
-            pos = wrap(start + n_old, ring)
-            tl.store(p_xc + pos * stride_xc_r, b_x, mask=both(m_vm, m_live))
-            if i_m == 0:
-                if m_live is None:
-                    tl.store(p_dtc + pos * stride_dtc_r, b_dt)
-                else:
-                    tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_live)
-                if i_h % HEADS_PER_GROUP == 0:
-                    tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=both(m_vn, m_live))
+            _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_live, i_m, i_h, HEADS_PER_GROUP)
 
 
 @triton.jit
@@ -722,9 +748,9 @@ def _selective_state_replay_fast_kernel(
         n_old_ring = n_old
 
     # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
-    p_xc = p_x_cache + i_ring * stride_xc_s + i_h * stride_xc_h + o_m * stride_xc_p
-    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n
-    p_dtc = p_dt_cache + i_ring * stride_dtc_s + i_h * stride_dtc_h
+    p_xc, p_Bc, p_dtc = _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s,
+                                       stride_xc_h, stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_n, stride_dtc_s,
+                                       stride_dtc_h)
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
                start=start, n_old=n_old_ring, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
@@ -755,13 +781,7 @@ def _selective_state_replay_fast_kernel(
         if HAS_Z:
             b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
         # The ring gathered in age order, masked past n_old: its dt' and weights.
-        o_r = tl.arange(0, RP)
-        m_r = o_r < n_old_ring
-        if HAS_SRC_IDX:
-            m_r = m_r & m_live
-        pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
-        b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-        b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+        o_r, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
         # A flush's out comes from its new state, but for ROLE 1 and 3 (the flush kernel stores
         # it): there every request's out is the dual form's (for ROLE 3 a flushing request's
         # from the flushed checkpoint, no cached token).
@@ -805,15 +825,7 @@ def _selective_state_replay_fast_kernel(
         m_app = m_live
         if FLUSH_DRAFTS:
             m_app = both(m_app, m_flush == 0)
-        pos = wrap(start + n_old, ring)
-        tl.store(p_xc + pos * stride_xc_r, b_x, mask=both(m_vm, m_app))
-        if i_m == 0:
-            if m_app is None:
-                tl.store(p_dtc + pos * stride_dtc_r, b_dt)
-            else:
-                tl.store(p_dtc + pos * stride_dtc_r, b_dt, mask=m_app)
-            if i_h % HEADS_PER_GROUP == 0:
-                tl.store(p_Bc + pos * stride_Bc_r, b_B, mask=both(m_vn, m_app))
+        _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP)
     else:
         # Verify: the drafts' inputs as tiles of DW rows (the first n_tok live), all loaded
         # before any store: x [BLOCK_M, DW] (a column a draft), B [DW, BLOCK_N], dt' [DW]; DW
@@ -838,13 +850,7 @@ def _selective_state_replay_fast_kernel(
                        + o_n[None, :] * stride_B_n, mask=m_nd, other=0.0)
 
         # The ring gathered in age order, masked past n_old: dt', weights, x [BLOCK_M, RP].
-        o_r = tl.arange(0, RP)
-        m_r = o_r < n_old
-        if HAS_SRC_IDX:
-            m_r = m_r & m_live
-        pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
-        b_dtr = tl.load(p_dtc + pos_r * stride_dtc_r, mask=m_r, other=0.0)
-        b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+        o_r, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
         b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
