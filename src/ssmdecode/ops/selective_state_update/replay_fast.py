@@ -422,14 +422,45 @@ class _Token(NamedTuple):
     stride_out_p: Any
 
 
+class _Pool(NamedTuple):
+    """The state pool, its rings and cursors as the decode flush programs read and write them:
+    the pointers (None where not given), the sizes, and the strides."""
+
+    p_state: Any
+    p_x_cache: Any
+    p_B_cache: Any
+    p_dt_cache: Any
+    p_ring_start: Any
+    p_cached: Any
+    p_src_idx: Any
+    p_seed: Any
+    p_A: Any
+    headdim: Any
+    dstate: Any
+    pad_slot_id: Any
+    ring: Any
+    stride_state_s: Any
+    stride_state_h: Any
+    stride_state_p: Any
+    stride_state_n: Any
+    stride_xc_s: Any
+    stride_xc_h: Any
+    stride_xc_r: Any
+    stride_xc_p: Any
+    stride_Bc_s: Any
+    stride_Bc_g: Any
+    stride_Bc_r: Any
+    stride_Bc_n: Any
+    stride_dtc_s: Any
+    stride_dtc_h: Any
+    stride_dtc_r: Any
+    stride_A_h: Any
+    stride_src_idx: Any
+
+
 # fmt: off
 @triton.jit
-def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, tok, p_A,
-                  p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
-                  stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-                  stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-                  stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                  stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
+def _decode_flush(i_b, i_m, i_h, pool, tok,
                   WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
                   FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
                   DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
@@ -442,12 +473,16 @@ def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ri
     token too, with the main kernel's operations), stored after the wait (PDL). OUT: all of
     the request's step, as the main kernel's flush does it (ROLE 0): out from the checkpoint
     with the token, and the token appended (none under FLUSH_DRAFTS); else the checkpoint
-    only, the main kernel's reads of h0 being the one thing its wait orders."""
+    only, the main kernel's reads of h0 being the one thing its wait orders. pool: _Pool, tok:
+    _Token."""
+    p_state, p_A, p_seed, ring = pool.p_state, pool.p_A, pool.p_seed, pool.ring
+    stride_state_s, stride_state_h = pool.stride_state_s, pool.stride_state_h
+    stride_state_p, stride_state_n = pool.stride_state_p, pool.stride_state_n
     i_g = i_h // HEADS_PER_GROUP
     i_slot, m_live, i_ring, n_old, start = _cursors(
-        p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
-        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
-    o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
+        pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, ring, WINDOW,
+        CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
     m_vm = unless(EVEN_M, m_m)
     m_vn = unless(EVEN_N, m_n)
     o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
@@ -455,12 +490,12 @@ def _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ri
     m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
     b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
-    p_xc, p_Bc, p_dtc = _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s,
-                                       stride_xc_h, stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_n, stride_dtc_s,
-                                       stride_dtc_h)
-    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
-    rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
-               start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
+    p_xc, p_Bc, p_dtc = _ring_pointers(pool.p_x_cache, pool.p_B_cache, pool.p_dt_cache, i_ring, i_h, i_g, o_m, o_n,
+                                       pool.stride_xc_s, pool.stride_xc_h, pool.stride_xc_p, pool.stride_Bc_s,
+                                       pool.stride_Bc_g, pool.stride_Bc_n, pool.stride_dtc_s, pool.stride_dtc_h)
+    b_A = tl.load(p_A + i_h * pool.stride_A_h).to(tl.float32)
+    rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=pool.stride_xc_r, stride_B=pool.stride_Bc_r,
+               stride_dt=pool.stride_dtc_r, start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
     _, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
@@ -538,12 +573,7 @@ def _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_request
 
 
 @triton.jit
-def _decode_flushes(i_m, i_h, i_j, n_j, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached,
-                    p_flush, tok, p_A, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring, n_requests,
-                    stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-                    stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-                    stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                    stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
+def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
                     FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
                     DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr,
@@ -560,6 +590,8 @@ def _decode_flushes(i_m, i_h, i_j, n_j, p_state, p_x_cache, p_B_cache, p_dt_cach
     store."""
     if PDL:
         gdc_launch_dependents()
+    p_src_idx, p_cached, stride_src_idx = pool.p_src_idx, pool.p_cached, pool.stride_src_idx
+    pad_slot_id, ring = pool.pad_slot_id, pool.ring
     base = 0  # the flushing requests of the blocks before
     if OUT:  # blocks of a request a thread (ROLE 4): the next block's loads issued a block ahead
         o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, 0, n_requests,
@@ -586,16 +618,10 @@ def _decode_flushes(i_m, i_h, i_j, n_j, p_state, p_x_cache, p_B_cache, p_dt_cach
         for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
             if k < n_mine:
                 i_b = tl.sum(tl.where(order == k, o_b, 0), 0)
-                _decode_flush(i_b, i_m, i_h, p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached,
-                              tok, p_A, p_src_idx, p_seed, headdim, dstate, pad_slot_id, ring,
-                              stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-                              stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-                              stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                              stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
-                              WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
-                              DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, VARLEN,
-                              EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N,
-                              EVICT_FIRST, PDL, OUT)
+                _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST,
+                              HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START,
+                              VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
+                              BLOCK_N, EVICT_FIRST, PDL, OUT)
         base += tl.sum(f, 0)
     # One program waits whether or not it stored anything (those that stored waited before):
     # the kernel then completes after the one it depends on, so that one waiting for it sees
@@ -681,13 +707,12 @@ def _selective_state_replay_fast_kernel(
                          stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_D_h, stride_D_p,
                          stride_z_b, stride_z_t, stride_z_h, stride_z_p,
                          stride_out_b, stride_out_t, stride_out_h, stride_out_p)
-            _decode_flushes(tl.program_id(0), tl.program_id(1), tl.program_id(2), n_j, p_state, p_x_cache,
-                            p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush, tok, p_A, p_src_idx, p_seed,
-                            headdim, dstate, pad_slot_id, ring, n_requests,
-                            stride_state_s, stride_state_h, stride_state_p, stride_state_n,
-                            stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-                            stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
-                            stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h, stride_src_idx,
+            pool = _Pool(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_src_idx, p_seed, p_A,
+                         headdim, dstate, pad_slot_id, ring, stride_state_s, stride_state_h, stride_state_p,
+                         stride_state_n, stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p, stride_Bc_s, stride_Bc_g,
+                         stride_Bc_r, stride_Bc_n, stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h,
+                         stride_src_idx)
+            _decode_flushes(tl.program_id(0), tl.program_id(1), tl.program_id(2), n_j, pool, tok, p_flush, n_requests,
                             WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
