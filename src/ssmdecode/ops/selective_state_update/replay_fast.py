@@ -33,7 +33,13 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   the exact kernel's operations (s = fma(s, exp(A dt'_k), (B_k dt'_k) x_k)), which then
   stores the exact route's bits (a 16-bit state: the same stochastic rounding either way).
   A decode flush's out comes from that state with the token added by the recurrence (under
-  FLUSH_DRAFTS the token is absorbed into the stored state too).
+  FLUSH_DRAFTS the token is absorbed into the stored state too). Where the flushes run
+  depends on the batch (fast_launch): in the programs of the flushing requests below
+  FLUSH_PROGRAMS_MIN_REQUESTS requests; from there up to SPLIT_DECODE_MIN_REQUESTS in flush
+  programs that come first in the main kernel's grid and take those requests' whole steps
+  (ROLE 4, _decode_flushes); from there on in a kernel of their own after the main kernel,
+  which then stores no state (ROLE 1 and 2); the draft-by-draft verify step splits them off
+  likewise (_split_flush).
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
