@@ -125,7 +125,7 @@ def test_signature_is_vllms() -> None:
     assert MAX_CACHE_LEN == 16
 
 
-@pytest.mark.parametrize("variant", ["", "grams", "programs", "split", "split-first"])
+@pytest.mark.parametrize("variant", ["", "grams", "programs", "split"])
 @pytest.mark.parametrize("L", [8, 16])
 def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 L + 3 decode steps from prefill, the host's cursors after each (a flush every L
@@ -135,13 +135,11 @@ def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pyte
     bc_pre scratch untouched. grams: with the fast route's precomputed Grams at any batch;
     programs: with them and the flushing requests' steps taken by flush programs first in the
     main kernel's grid (replay_fast.FLUSH_PROGRAMS); split: with them and the flushes in a
-    kernel of their own (replay_fast.SPLIT_DECODE), launched after the main kernel or before it
-    (split-first: a flushing request's out from the flushed state, which holds its token); else
-    in the main kernel."""
+    kernel of their own after the main kernel (replay_fast.SPLIT_DECODE); else in the main
+    kernel."""
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if variant != "" else 10**9)
     monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1 if variant == "programs" else 10**9)
-    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if variant.startswith("split") else 10**9)
-    monkeypatch.setattr(replay_fast, "DECODE_FLUSHES", "first" if variant == "split-first" else "after")
+    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if variant == "split" else 10**9)
     pool = make_pool(L)
     truth = pool["state"].double()  # the state vLLM means, by the plain recurrence
     live = pool["state_batch_indices"][:, 0] != NULL_BLOCK_ID

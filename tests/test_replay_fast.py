@@ -251,28 +251,26 @@ def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("order", ["programs", "first", "after"])
+@pytest.mark.parametrize("where", ["programs", "kernel"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("shares", [1, 2, 6])
 def test_decode_flush_kernel_shares_the_flushing_requests(
-    shares: int, packed: bool, order: str, monkeypatch: pytest.MonkeyPatch
+    shares: int, packed: bool, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The decode step's flush programs (replay_fast._decode_flushes): the flushing requests
     ranked and shared out over J programs a (rows, head) (J = 1, 2 and 6 for 6 requests: one
     program taking all, rank mod J, more programs than flushes), each flushing slot stored
     once; the programs first in the main kernel's grid, taking the flushing requests' whole
-    steps (programs), or a kernel of their own launched after the Grams and before the main
-    kernel (first: a flushing request's out from its flushed checkpoint) or after it: out and
-    the flushed states within the bars of float64, and the same bits as the one-kernel route
-    with its flushes in the dual form; a pad request, a packed request of no token (which
-    neither flushes nor appends), rings that wrap."""
+    steps (programs), or a kernel of their own after the main kernel (kernel): out and the
+    flushed states within the bars of float64, and the same bits as the one-kernel route with
+    its flushes in the dual form; a pad request, a packed request of no token (which neither
+    flushes nor appends), rings that wrap."""
     case = Replay(tokens=1, window=7, nheads=2, ngroups=1, batch=6, pad_rows=(2,))
     lengths = [1, 1, 1, 0, 1, 1]
     results = []
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)  # as from 16 requests on
-    monkeypatch.setattr(replay_fast, "DECODE_FLUSHES", order if order != "programs" else "after")
     monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 10**9 if order == "programs" else 1)
+    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 10**9 if where == "programs" else 1)
     for split in (True, False):
         monkeypatch.setattr(replay_fast, "SPLIT_DECODE", split)
         monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS", split)

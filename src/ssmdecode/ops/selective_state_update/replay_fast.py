@@ -682,7 +682,6 @@ def _selective_state_replay_fast_kernel(
     HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
     GRAM: tl.constexpr,  # the Grams C_t . B_j of each (request, group) precomputed (p_gram)
     ROLE: tl.constexpr,  # 0: everything; 1: out and appends, no state store; 2: the flushes' stores only;
-    # 3 (T = 1): out and appends after the flush kernel (a flushing request's out from its flushed checkpoint);
     # 4 (T = 1): the flush programs first, then the requests that do not flush
     VARLEN: tl.constexpr,
     EVEN_M: tl.constexpr,
@@ -763,20 +762,10 @@ def _selective_state_replay_fast_kernel(
     else:
         m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
-    if ROLE == 3:  # a flushing request's checkpoint is the flush kernel's, read after the wait
-        tl.static_assert(T == 1, "the flush kernel runs first at T = 1")
-        b_h0 = load_state(p_tile, both(m_read, m_flush == 0), EVICT_FIRST)
-    else:
-        b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     if CHUNK > 0:
         b_h0 = tl.reshape(b_h0, [BLOCK_M, BLOCK_N])
     wait_prior(PDL)
-    if ROLE == 3:
-        if m_flush:
-            b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
-        n_old_ring = tl.where(m_flush, 0, n_old)  # its cached tokens are in the flushed checkpoint
-    else:
-        n_old_ring = n_old
 
     # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
     p_xc, p_Bc, p_dtc = _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s,
@@ -784,7 +773,7 @@ def _selective_state_replay_fast_kernel(
                                        stride_dtc_h)
     b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
-               start=start, n_old=n_old_ring, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
+               start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
 
@@ -813,9 +802,8 @@ def _selective_state_replay_fast_kernel(
             b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
         # The ring gathered in age order, masked past n_old: its dt' and weights.
         o_r, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
-        # A flush's out comes from its new state, but for ROLE 1 and 3 (the flush kernel stores
-        # it): there every request's out is the dual form's (for ROLE 3 a flushing request's
-        # from the flushed checkpoint, no cached token).
+        # A flush's out comes from its new state, but for ROLE 1 (the flush kernel stores it):
+        # there every request's out is the dual form's.
         if ROLE == 0:
             m_flush_out = m_flush
         else:
@@ -847,8 +835,6 @@ def _selective_state_replay_fast_kernel(
             b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
                      + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
             b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * b_bc) * b_xf
-            if ROLE == 3 and FLUSH_DRAFTS:  # the flushed checkpoint holds the token too
-                b_y = tl.where(m_flush, b_acc, b_y)
         b_y = gated_out(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
         tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
                  b_y, mask=m_vm)
@@ -1136,12 +1122,11 @@ def fast_launch(
         if chain_pdl:
             call = dataclasses.replace(call, pdl=True)
     if _flush_programs(call):  # the flush programs first in the main kernel's grid (ROLE 4, _decode_flushes)
-        shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(call.requests, PROGRAMS_SHARE)))
-        list_block = triton.next_power_of_2(call.requests)
         per_pass = PROGRAMS_LIST_BLOCK or 32 * call.config.num_warps  # a request a thread
+        shares, list_block = _flush_list(call.requests, PROGRAMS_SHARE, per_pass)
         flags.update(
             ROLE=4,
-            LIST_BLOCK=list_block if _INTERPRETED else min(per_pass, list_block),
+            LIST_BLOCK=list_block,
             DUAL_FLUSH=DUAL_FLUSH and PROGRAMS_DUAL and call.config.block_m >= 16,
         )
         arguments["n_shares"] = shares
@@ -1150,15 +1135,11 @@ def fast_launch(
             call = dataclasses.replace(call, config=config)
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, grid=(*main.grid[:2], main.grid[2] + shares))
-    split = _split_flush(call, rows_path)
-    first = split and call.tokens == 1 and DECODE_FLUSHES == "first"
-    if split:
-        flags["ROLE"] = 3 if first else 1
+    if _split_flush(call, rows_path):
+        flags["ROLE"] = 1
         fconfig = flush_config(*state.shape[-2:])
-        if first:  # programmatic-dependent on the Grams, or (first of all) as the call asks
-            pdl = call.pdl and SPLIT_DECODE_PDL
-        else:  # after the main kernel, whose reads of h0 are the one thing its stores wait for
-            pdl = (call.pdl or chain_pdl) and (call.tokens > 1 or SPLIT_DECODE_PDL)
+        # after the main kernel, whose reads of h0 are the one thing the flushes' stores wait for
+        pdl = (call.pdl or chain_pdl) and (call.tokens > 1 or SPLIT_DECODE_PDL)
         flush_call = dataclasses.replace(call, config=fconfig, pdl=pdl)
         flush_flags = {
             **flags,
@@ -1168,19 +1149,22 @@ def fast_launch(
         }
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         if call.tokens == 1:  # _decode_flushes: a program a share of the flushing requests
-            list_block = triton.next_power_of_2(call.requests)
-            flush_flags["LIST_BLOCK"] = list_block if _INTERPRETED else min(LIST_BLOCK, list_block)
+            shares, flush_flags["LIST_BLOCK"] = _flush_list(call.requests, FLUSH_SHARE, LIST_BLOCK)
         flush_launch = flush_call.launch(kernel, flush_args, flush_flags)
         if call.tokens == 1:
-            shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(call.requests, FLUSH_SHARE)))
             headdim, nheads = state.shape[-2], state.shape[1]
             flush_launch = flush_launch._replace(grid=(triton.cdiv(headdim, fconfig.block_m), nheads, shares))
-    if first and chain_pdl and SPLIT_DECODE_PDL:
-        call = dataclasses.replace(call, pdl=True)  # out after the flush kernel, launched as it starts
     main = call.launch(kernel, arguments, flags)
-    if first:  # the Grams, the flushes, then out: each launched programmatic-dependent on the one before
-        return main._replace(before=flush_launch._replace(before=gram_launch))
     return main._replace(before=gram_launch, after=flush_launch)
+
+
+def _flush_list(requests: int, share: int, per_pass: int) -> tuple[int, int]:
+    """(J, LIST_BLOCK) of decode's flush programs (_decode_flushes): J = requests / share
+    programs a (rows, head), within CUDA's grid, and the requests a pass over the flush list
+    (per_pass at most; all of them under the interpreter, which takes no runtime loop bound)."""
+    shares = max(1, min(FLUSH_PROGRAMS_MAX, triton.cdiv(requests, share)))
+    list_block = triton.next_power_of_2(requests)
+    return shares, list_block if _INTERPRETED else min(per_pass, list_block)
 
 
 # The draft-by-draft verify step addresses its state tile in chunks of this many columns
@@ -1217,14 +1201,13 @@ FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 # from 180.5 to 171.4, and every slot flushing at bs 512 from 282.9 to 235.7; at bs 64 and 128
 # it gained nothing (17.1 against 17.6, 25.9 against 26.0) and lost where no slot flushes (13.7
 # against 12.5 at bs 64) or all do (67.2 against 43.5 at bs 64, its programs' shares 16
-# requests long). DECODE_FLUSHES = "first" launches the flush kernel after the Grams and before
-# the main kernel instead (ROLE 3: a flushing request's out from the flushed checkpoint, read
-# after the wait): no faster (run 120: 84.2 against 83.1 us at bs 512; the main kernel cannot
-# launch before every flush program has started, and waits for them all), so "after" it is.
+# requests long). The flush kernel launched after the Grams and before the main kernel instead
+# (a flushing request's out from the flushed checkpoint, read after the wait) was no faster
+# (run 120: 84.2 against 83.1 us at bs 512; the main kernel cannot launch before every flush
+# program has started, and waits for them all) and was taken out after its run.
 SPLIT_DECODE = True
 SPLIT_DECODE_MIN_REQUESTS = 512
 SPLIT_DECODE_PDL = True
-DECODE_FLUSHES = "after"  # "after" | "first": the flush kernel's place
 FLUSH_SHARE = 32
 FLUSH_PROGRAMS_MAX = 65535  # the grid's third dimension: CUDA's limit for grid.z
 LIST_BLOCK = 1024
