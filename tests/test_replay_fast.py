@@ -251,7 +251,7 @@ def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("where", ["programs", "kernel"])
+@pytest.mark.parametrize("where", ["programs", "kernel", "beside", "beside-after"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("shares", [1, 2, 6])
 def test_decode_flush_kernel_shares_the_flushing_requests(
@@ -261,7 +261,9 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     ranked and shared out over J programs a (rows, head) (J = 1, 2 and 6 for 6 requests: one
     program taking all, rank mod J, more programs than flushes), each flushing slot stored
     once; the programs first in the main kernel's grid, taking the flushing requests' whole
-    steps (programs), or a kernel of their own after the main kernel (kernel): out and the
+    steps (programs), a kernel of their own after the main kernel (kernel), or one taking the
+    flushing requests' whole steps on a stream beside the main kernel (beside), the first of
+    them there and the others in a kernel after the main kernel (beside-after): out and the
     flushed states within the bars of float64, and the same bits as the one-kernel route with
     its flushes in the dual form; a pad request, a packed request of no token (which neither
     flushes nor appends), rings that wrap."""
@@ -270,13 +272,19 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     results = []
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)  # as from 16 requests on
     monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 10**9 if where == "programs" else 1)
+    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if where == "kernel" else 10**9)
+    monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1 if where.startswith("beside") else 10**9)
+    # beside: every flushing request to the programs beside; beside-after: the first there, the rest after
+    monkeypatch.setattr(replay_fast, "SIDE_CAP_SHARE", case.batch if where == "beside-after" else 1)
     for split in (True, False):
         monkeypatch.setattr(replay_fast, "SPLIT_DECODE", split)
         monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS", split)
+        monkeypatch.setattr(replay_fast, "SIDE_DECODE", split)
         monkeypatch.setattr(replay_fast, "FLUSH_SHARE", -(-case.batch // shares))
         monkeypatch.setattr(replay_fast, "PROGRAMS_SHARE", -(-case.batch // shares))
+        monkeypatch.setattr(replay_fast, "SIDE_PROGRAMS", shares)
         monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", _config(case))
+        monkeypatch.setattr(replay_fast, "SIDE_CONFIG", _config(case))
         pool, drafts = make_pool(case), make_drafts(case, 5)
         _set_cursors(pool, case, "steady", 5, wrap=True)
         pool["num_cached"][pool["state_batch_indices"][[0, 3, 4]]] = case.window  # these flush
@@ -565,7 +573,7 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
     form: those of the flush kernel where the call splits them off (a launch after the main
     kernel, replay_fast._split_flush), else the main kernel's (its flush programs', ROLE 4)."""
     _, launch = replay_prepare(**kw, config=config, exact=False)
-    return bool((launch.after or launch).kwargs["DUAL_FLUSH"])
+    return bool((launch.beside or launch.after or launch).kwargs["DUAL_FLUSH"])
 
 
 @pytest.mark.gpu

@@ -44,7 +44,8 @@ class Launch(NamedTuple):
     """One kernel launch, prepared: kernel[grid](*args, **kwargs), after the launch before (a
     kernel whose output it reads, e.g. the fast replay route's Grams) and before the launch
     after (a kernel that writes what it read, e.g. the fast route's flush kernel), where there
-    are such."""
+    are such; beside, a launch that touches nothing the others do, on a stream of its own from
+    the call's start to its end (on the CPU, under the interpreter, before the others)."""
 
     kernel: Any
     grid: tuple[int, ...]
@@ -52,13 +53,46 @@ class Launch(NamedTuple):
     kwargs: dict[str, Any]
     before: Launch | None = None
     after: Launch | None = None
+    beside: Launch | None = None
 
     def run(self) -> None:
+        if self.beside is None:
+            self._run_chain()
+        elif not torch.cuda.is_available() or interpreted():
+            self.beside.run()  # (Triton's interpreter: one after the other)
+            self._run_chain()
+        else:  # beside on a stream of its own, after what came before the call, joined after
+            current = torch.cuda.current_stream()
+            side = _side_stream(current.device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                self.beside.run()
+            self._run_chain()
+            current.wait_stream(side)
+
+    def _run_chain(self) -> None:
         if self.before is not None:
             self.before.run()
         self.kernel[self.grid](*self.args, **self.kwargs)
         if self.after is not None:
             self.after.run()
+
+
+# The side stream's priority (torch's: lower is higher, -1 the highest it gives every
+# device): a launch beside runs at a higher priority than the call's stream, so that its
+# programs are dispatched as soon as the GPU has room, not after every program of the kernels
+# launched before them (CUDA graphs keep each kernel's priority: torch instantiates them with
+# cudaGraphInstantiateFlagUseNodePriority).
+SIDE_PRIORITY = -1
+_SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """The stream a device's launches beside run on (Launch.beside): one for the process."""
+    key = (device, SIDE_PRIORITY)
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device, priority=SIDE_PRIORITY)
+    return _SIDE_STREAMS[key]
 
 
 def tile_launch(

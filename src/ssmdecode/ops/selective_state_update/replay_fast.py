@@ -39,7 +39,9 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   programs that come first in the main kernel's grid and take those requests' whole steps
   (ROLE 4, _decode_flushes); from there on in a kernel of their own after the main kernel,
   which then stores no state (ROLE 1 and 2); the draft-by-draft verify step splits them off
-  likewise (_split_flush).
+  likewise (_split_flush). An opt-in alternative from SIDE_DECODE_MIN_REQUESTS: flush programs
+  alone (ROLE 6) on a stream of their own beside the Grams and the main kernel (ROLE 5),
+  _side_flush.
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
@@ -587,17 +589,21 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
                     PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
                     PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr):
+                    EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr,
+                    RANKS: tl.constexpr, CAP_SHARE: tl.constexpr):
     """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
     (rows, head): the requests that flush, ranked in request order, go out rank r to program
     r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
     its argument): n_j = the batch / FLUSH_SHARE (PROGRAMS_SHARE) programs, so that a step in
     which few requests flush runs few programs, not one a request that mostly finds nothing to
-    store."""
+    store. RANKS (ROLE 6): 0, every flushing request; 1, the first cap of them in request order,
+    cap = ceil(n_requests / CAP_SHARE) (the kernel beside the main kernel); 2, those after the
+    first cap (the kernel after it)."""
     if PDL:
         gdc_launch_dependents()
     p_src_idx, p_cached, stride_src_idx = pool.p_src_idx, pool.p_cached, pool.stride_src_idx
     pad_slot_id, ring = pool.pad_slot_id, pool.ring
+    cap = tl.cdiv(n_requests, CAP_SHARE)
     base = 0  # the flushing requests of the blocks before
     if OUT:  # blocks of a request a thread (ROLE 4): the next block's loads issued a block ahead
         o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, 0, n_requests,
@@ -617,7 +623,12 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                                            CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
         f = m_f.to(tl.int32)
         rank = base + tl.cumsum(f, 0) - f
-        mine = (f != 0) & (rank % n_j == i_j)
+        if RANKS == 0:
+            mine = (f != 0) & (rank % n_j == i_j)
+        elif RANKS == 1:
+            mine = (f != 0) & (rank < cap) & (rank % n_j == i_j)
+        else:
+            mine = (f != 0) & (rank >= cap) & ((rank - cap) % n_j == i_j)
         g = mine.to(tl.int32)
         n_mine = tl.sum(g, 0)
         order = tl.where(mine, tl.cumsum(g, 0) - g, -1)  # k for this program's k-th request, else -1
@@ -682,7 +693,8 @@ def _selective_state_replay_fast_kernel(
     HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
     GRAM: tl.constexpr,  # the Grams C_t . B_j of each (request, group) precomputed (p_gram)
     ROLE: tl.constexpr,  # 0: everything; 1: out and appends, no state store; 2: the flushes' stores only;
-    # 4 (T = 1): the flush programs first, then the requests that do not flush
+    # T = 1: 4, the flush programs first, then the requests that do not flush; 5, the requests
+    # that do not flush; 6, the flush programs alone (run beside 5 on a stream of their own)
     VARLEN: tl.constexpr,
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -698,13 +710,15 @@ def _selective_state_replay_fast_kernel(
     PDL: tl.constexpr,
     CHUNK: tl.constexpr = 0,  # > 0: the state tile's threads laid over rows of CHUNK columns (_chunked_tile)
     LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 at T = 1: requests a block of the flush list (_decode_flushes)
+    RANKS: tl.constexpr = 0,  # ROLE 6: which of the flushing requests its programs take (_decode_flushes)
+    CAP_SHARE: tl.constexpr = 8,  # ROLE 6: ceil(n_requests / CAP_SHARE) of them go to the programs beside
 ):
-    if T == 1 and (ROLE == 2 or ROLE == 4):
+    if T == 1 and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
-        # the flush kernel's grid (P blocks, H, J) for ROLE 2; for ROLE 4 the first J of the
-        # grid's (P blocks, H, J + B), which take all of a flushing request's step.
-        tl.static_assert(ROLE == 2 or SLOT_MAJOR, "the flush programs come first in a slot-major grid")
-        n_j = tl.num_programs(2) if ROLE == 2 else n_shares
+        # the flush kernel's grid (P blocks, H, J) for ROLE 2 and 6; for ROLE 4 the first J of
+        # the grid's (P blocks, H, J + B). Those of ROLE 4 and 6 take all of a flushing request's step.
+        tl.static_assert(ROLE != 4 or SLOT_MAJOR, "the flush programs come first in a slot-major grid")
+        n_j = n_shares if ROLE == 4 else tl.num_programs(2)
         if tl.program_id(2) < n_j:
             tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
                          stride_x_b, stride_x_t, stride_x_h, stride_x_p, stride_dt_b, stride_dt_t, stride_dt_h,
@@ -721,9 +735,9 @@ def _selective_state_replay_fast_kernel(
                             WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
-                            BLOCK_N, EVICT_FIRST, PDL, ROLE == 4, LIST_BLOCK)
+                            BLOCK_N, EVICT_FIRST, PDL, ROLE != 2, LIST_BLOCK, RANKS if ROLE == 6 else 0, CAP_SHARE)
             return
-        if ROLE == 2:  # (every program of the flush kernel is a flush program: no other code)
+        if ROLE != 4:  # (every program of a flush kernel is a flush program: no other code)
             return
     # One program: BLOCK_M rows of one (request, head), all N columns.
     i_m, i_b, i_h = start_program(SLOT_MAJOR, PDL)
@@ -747,7 +761,7 @@ def _selective_state_replay_fast_kernel(
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
             return
-    if ROLE == 4:  # a live request that flushes is a flush program's (_decode_flushes)
+    if ROLE == 4 or ROLE == 5:  # a live request that flushes is a flush program's (_decode_flushes)
         if both(m_flush, m_live):
             return
 
@@ -1135,6 +1149,31 @@ def fast_launch(
             call = dataclasses.replace(call, config=config)
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, grid=(*main.grid[:2], main.grid[2] + shares))
+    if _side_flush(call):  # flush programs beside the main kernel and after it (ROLE 6), ROLE 5 the rest
+        sconfig = SIDE_CONFIG or flush_config(*state.shape[-2:])
+        headdim, nheads = state.shape[-2], state.shape[1]
+        _, list_block = _flush_list(call.requests, 1, 32 * sconfig.num_warps)
+        flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
+        side_flags = {
+            **flags,
+            "ROLE": 6,
+            "LIST_BLOCK": list_block,
+            "CAP_SHARE": SIDE_CAP_SHARE,
+            "DUAL_FLUSH": dual_flush(sconfig, state.shape[-1]),
+        }
+        side = dataclasses.replace(call, config=sconfig, pdl=False).launch(
+            kernel, flush_args, {**side_flags, "RANKS": 1}
+        )
+        side = side._replace(grid=(triton.cdiv(headdim, sconfig.block_m), nheads, SIDE_PROGRAMS))
+        after_pdl = call.pdl or chain_pdl
+        after = dataclasses.replace(call, config=sconfig, pdl=after_pdl).launch(
+            kernel, flush_args, {**side_flags, "RANKS": 2}
+        )
+        shares = SIDE_AFTER_PROGRAMS or _flush_list(call.requests, FLUSH_SHARE, list_block)[0]
+        after = after._replace(grid=(triton.cdiv(headdim, sconfig.block_m), nheads, shares))
+        flags["ROLE"] = 5
+        main = call.launch(kernel, arguments, flags)
+        return main._replace(before=gram_launch, beside=side, after=after)
     if _split_flush(call, rows_path):
         flags["ROLE"] = 1
         fconfig = flush_config(*state.shape[-2:])
@@ -1233,6 +1272,31 @@ PROGRAMS_CAP_FROM = 128
 PROGRAMS_MAX_REGISTERS = 168
 
 
+# With SIDE_DECODE, from SIDE_DECODE_MIN_REQUESTS requests on, the decode step's flushing
+# requests go to flush programs alone (ROLE 6, each taking all of a flushing request's step, as
+# ROLE 4's): SIDE_PROGRAMS a (rows, head) on a stream of their own beside the Grams and the main
+# kernel (ROLE 5: the requests that do not flush), for the first ceil(batch / SIDE_CAP_SHARE)
+# flushing requests, and SIDE_AFTER_PROGRAMS (0: batch / FLUSH_SHARE) in a kernel after the main
+# kernel for the rest. On the H200 (runs 128-131, benchmarks/results/NVIDIA_H200/fast-decode-beside/)
+# the steady step took 77.8 us at bs 512 and 156.4 at 1024 (the split 81.3 and 164.4, vLLM's 88.3
+# and 174.3), but a step in which every slot flushes 492.6 and 1014.8 (the split 238.6 and
+# 465.7); with 8 programs after 78.8, 157.1, 314.7 and 639.6. A flush program of (32,4) holds a
+# quarter of an SM's registers for the step, so more programs beside slow the main kernel, and
+# fewer take the flushes of a step in which many flush one after the other. Off by default.
+SIDE_DECODE = False
+SIDE_DECODE_MIN_REQUESTS = 512
+SIDE_PROGRAMS = 4
+SIDE_CAP_SHARE = 8
+SIDE_AFTER_PROGRAMS = 0  # 0: batch / FLUSH_SHARE
+SIDE_CONFIG: LaunchConfig | None = None  # None: flush_config's
+
+
+def _side_flush(call: ReplayCall) -> bool:
+    """Whether the decode step's flushing requests go to flush programs beside the main kernel
+    (ROLE 6 and 5)."""
+    return SIDE_DECODE and call.tokens == 1 and not call.flush and call.requests >= SIDE_DECODE_MIN_REQUESTS
+
+
 def _flush_programs(call: ReplayCall) -> bool:
     """Whether the decode step's flushing requests go to flush programs first in the main
     kernel's grid (ROLE 4)."""
@@ -1243,6 +1307,7 @@ def _flush_programs(call: ReplayCall) -> bool:
         and call.config.slot_major
         and call.requests >= FLUSH_PROGRAMS_MIN_REQUESTS
         and not _split_flush(call, False)
+        and not _side_flush(call)
     )
 
 
@@ -1252,7 +1317,7 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
     if call.flush:
         return False
     if call.tokens == 1:
-        return SPLIT_DECODE and call.requests >= SPLIT_DECODE_MIN_REQUESTS
+        return SPLIT_DECODE and call.requests >= SPLIT_DECODE_MIN_REQUESTS and not _side_flush(call)
     return (
         SPLIT_FLUSH and rows_path and call.tokens >= SPLIT_FROM_TOKENS and call.requests >= SPLIT_MIN_REQUESTS
     )
