@@ -79,10 +79,11 @@ class Launch(NamedTuple):
 
 
 # The side stream's priority (torch's: lower is higher, -1 the highest it gives every
-# device): a launch beside runs at a higher priority than the call's stream, so that its
-# programs are dispatched as soon as the GPU has room, not after every program of the kernels
-# launched before them (CUDA graphs keep each kernel's priority: torch instantiates them with
-# cudaGraphInstantiateFlagUseNodePriority).
+# device): a launch beside runs at a higher priority than the call's stream, meant to have its
+# programs dispatched as soon as the GPU has room (CUDA graphs keep each kernel's priority:
+# torch instantiates them with cudaGraphInstantiateFlagUseNodePriority). On the H200 the fast
+# route's decode step beside took the same time at 0 and -1 (runs 126-127,
+# benchmarks/results/NVIDIA_H200/fast-decode-beside/).
 SIDE_PRIORITY = -1
 _SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 
