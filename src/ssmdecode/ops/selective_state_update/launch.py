@@ -58,8 +58,8 @@ class Launch(NamedTuple):
     def run(self) -> None:
         if self.beside is None:
             self._run_chain()
-        elif not torch.cuda.is_available() or interpreted():
-            self.beside.run()  # (Triton's interpreter: one after the other)
+        elif interpreted():  # (run_on admits CPU tensors only there): one after the other
+            self.beside.run()
             self._run_chain()
         else:  # beside on a stream of its own, after what came before the call, joined after
             current = torch.cuda.current_stream()

@@ -1151,8 +1151,7 @@ def fast_launch(
         return main._replace(before=gram_launch, grid=(*main.grid[:2], main.grid[2] + shares))
     if _side_flush(call):  # flush programs beside the main kernel and after it (ROLE 6), ROLE 5 the rest
         sconfig = SIDE_CONFIG or flush_config(*state.shape[-2:])
-        headdim, nheads = state.shape[-2], state.shape[1]
-        _, list_block = _flush_list(call.requests, 1, 32 * sconfig.num_warps)
+        shares, list_block = _flush_list(call.requests, FLUSH_SHARE, 32 * sconfig.num_warps)
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         side_flags = {
             **flags,
@@ -1164,13 +1163,12 @@ def fast_launch(
         side = dataclasses.replace(call, config=sconfig, pdl=False).launch(
             kernel, flush_args, {**side_flags, "RANKS": 1}
         )
-        side = side._replace(grid=(triton.cdiv(headdim, sconfig.block_m), nheads, SIDE_PROGRAMS))
+        side = _flush_grid(side, sconfig, state, SIDE_PROGRAMS)
         after_pdl = call.pdl or chain_pdl
         after = dataclasses.replace(call, config=sconfig, pdl=after_pdl).launch(
             kernel, flush_args, {**side_flags, "RANKS": 2}
         )
-        shares = SIDE_AFTER_PROGRAMS or _flush_list(call.requests, FLUSH_SHARE, list_block)[0]
-        after = after._replace(grid=(triton.cdiv(headdim, sconfig.block_m), nheads, shares))
+        after = _flush_grid(after, sconfig, state, SIDE_AFTER_PROGRAMS or shares)
         flags["ROLE"] = 5
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, beside=side, after=after)
@@ -1191,10 +1189,15 @@ def fast_launch(
             shares, flush_flags["LIST_BLOCK"] = _flush_list(call.requests, FLUSH_SHARE, LIST_BLOCK)
         flush_launch = flush_call.launch(kernel, flush_args, flush_flags)
         if call.tokens == 1:
-            headdim, nheads = state.shape[-2], state.shape[1]
-            flush_launch = flush_launch._replace(grid=(triton.cdiv(headdim, fconfig.block_m), nheads, shares))
+            flush_launch = _flush_grid(flush_launch, fconfig, state, shares)
     main = call.launch(kernel, arguments, flags)
     return main._replace(before=gram_launch, after=flush_launch)
+
+
+def _flush_grid(launch: Launch, config: LaunchConfig, state: torch.Tensor, shares: int) -> Launch:
+    """launch, a kernel of decode's flush programs alone (ROLE 2 or 6), on its grid (P blocks,
+    H, J = shares), whatever config's grid order."""
+    return launch._replace(grid=(triton.cdiv(state.shape[-2], config.block_m), state.shape[1], shares))
 
 
 def _flush_list(requests: int, share: int, per_pass: int) -> tuple[int, int]:
