@@ -251,7 +251,9 @@ def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("where", ["programs", "kernel", "beside", "beside-after"])
+@pytest.mark.parametrize(
+    "where", ["programs", "programs-ahead", "kernel", "beside", "beside-after", "after-ahead"]
+)
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("shares", [1, 2, 6])
 def test_decode_flush_kernel_shares_the_flushing_requests(
@@ -263,17 +265,22 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     once; the programs first in the main kernel's grid, taking the flushing requests' whole
     steps (programs), a kernel of their own after the main kernel (kernel), or one taking the
     flushing requests' whole steps on a stream beside the main kernel (beside), the first of
-    them there and the others in a kernel after the main kernel (beside-after): out and the
-    flushed states within the bars of float64, and the same bits as the one-kernel route with
-    its flushes in the dual form; a pad request, a packed request of no token (which neither
-    flushes nor appends), rings that wrap."""
+    them there and the others in a kernel after the main kernel (beside-after), or all of them
+    after it (after); -ahead: each program's requests pipelined (_decode_flushes_ahead). Out and
+    the flushed states within the bars of float64, and the same bits as the one-kernel route
+    with its flushes in the dual form; a pad request, a packed request of no token (which
+    neither flushes nor appends), rings that wrap."""
     case = Replay(tokens=1, window=7, nheads=2, ngroups=1, batch=6, pad_rows=(2,))
     lengths = [1, 1, 1, 0, 1, 1]
     results = []
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)  # as from 16 requests on
     monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if where == "kernel" else 10**9)
-    monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1 if where.startswith("beside") else 10**9)
+    side = where.startswith(("beside", "after"))
+    monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1 if side else 10**9)
+    monkeypatch.setattr(replay_fast, "SIDE_AHEAD", where.endswith("ahead"))
+    monkeypatch.setattr(replay_fast, "AFTER_AHEAD", where.endswith("ahead"))
+    monkeypatch.setattr(replay_fast, "PROGRAMS_AHEAD", where.endswith("ahead"))
     # beside: every flushing request to the programs beside; beside-after: the first there, the rest after
     monkeypatch.setattr(replay_fast, "SIDE_CAP_SHARE", case.batch if where == "beside-after" else 1)
     for split in (True, False):
@@ -282,7 +289,8 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         monkeypatch.setattr(replay_fast, "SIDE_DECODE", split)
         monkeypatch.setattr(replay_fast, "FLUSH_SHARE", -(-case.batch // shares))
         monkeypatch.setattr(replay_fast, "PROGRAMS_SHARE", -(-case.batch // shares))
-        monkeypatch.setattr(replay_fast, "SIDE_PROGRAMS", shares)
+        monkeypatch.setattr(replay_fast, "SIDE_PROGRAMS", 0 if where.startswith("after") else shares)
+        monkeypatch.setattr(replay_fast, "SIDE_AFTER_PROGRAMS", shares)
         monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", _config(case))
         monkeypatch.setattr(replay_fast, "SIDE_CONFIG", _config(case))
         pool, drafts = make_pool(case), make_drafts(case, 5)
@@ -594,10 +602,12 @@ def test_gpu_run_to_run_bits(tokens: int) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("batch", [64, 512])
 @pytest.mark.parametrize("tokens", [1, 4])
-def test_gpu_cuda_graph_of_fast_steps(tokens: int) -> None:
-    """A fast step and its bookkeeping capture in a CUDA graph and replay to the eager bits."""
-    pool, drafts, case = _headline(64, tokens)
+def test_gpu_cuda_graph_of_fast_steps(tokens: int, batch: int) -> None:
+    """A fast step and its bookkeeping capture in a CUDA graph and replay to the eager bits (at
+    batch 512 decode's flushes run on a stream beside the main kernel: replay_fast._side_flush)."""
+    pool, drafts, case = _headline(batch, tokens)
     accepted = torch.full((case.batch,), 1, dtype=torch.int32, device=DEVICE)
     written = ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached")
     snapshot = {k: pool[k].clone() for k in written}

@@ -35,13 +35,14 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   A decode flush's out comes from that state with the token added by the recurrence (under
   FLUSH_DRAFTS the token is absorbed into the stored state too). Where the flushes run
   depends on the batch (fast_launch): in the programs of the flushing requests below
-  FLUSH_PROGRAMS_MIN_REQUESTS requests; from there up to SPLIT_DECODE_MIN_REQUESTS in flush
+  FLUSH_PROGRAMS_MIN_REQUESTS requests; from there up to SIDE_DECODE_MIN_REQUESTS in flush
   programs that come first in the main kernel's grid and take those requests' whole steps
-  (ROLE 4, _decode_flushes); from there on in a kernel of their own after the main kernel,
-  which then stores no state (ROLE 1 and 2); the draft-by-draft verify step splits them off
-  likewise (_split_flush). An opt-in alternative from SIDE_DECODE_MIN_REQUESTS: flush programs
-  alone (ROLE 6) on a stream of their own beside the Grams and the main kernel (ROLE 5),
-  _side_flush.
+  (ROLE 4, _decode_flushes); from SIDE_DECODE_MIN_REQUESTS on in flush programs alone (ROLE
+  6), a few on a stream of their own beside the Grams and the main kernel (ROLE 5, which leaves
+  those requests) and the rest in a kernel after it, whose programs pipeline their requests
+  (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
+  in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2);
+  the draft-by-draft verify step splits them off likewise (_split_flush).
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
@@ -270,6 +271,22 @@ def _ring_x(rg, pos_r, m_r):
 
 
 @triton.jit
+def _ring_B(rg, pos_r, m_r):
+    """The ring's B rows of this program's columns, gathered at pos_r as [RP, BLOCK_N] (a row a
+    cached token, 0 where m_r is off), as float32."""
+    m_Br = m_r[:, None] if rg.m_vn is None else m_r[:, None] & rg.m_vn[None, :]
+    return tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _dual_absorb(b_h0, b_xr, b_Br, b_S, b_w, b_A, X16: tl.constexpr, FAST_EXP: tl.constexpr):
+    """The checkpoint b_h0 with the ring absorbed in the dual form: exp(A S) h0 + x_ring (w B_ring),
+    b_xr [BLOCK_M, RP] and b_Br [RP, BLOCK_N] the ring's rows (_ring_x, _ring_B), b_S and b_w
+    _ring_weights'."""
+    return exp_dA(b_A * b_S, FAST_EXP) * b_h0 + _dot_split(b_xr, b_w[:, None] * b_Br, X16)
+
+
+@triton.jit
 def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr, X16: tl.constexpr,
                    WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
     """The checkpoint b_h0 [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
@@ -279,9 +296,7 @@ def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr
     float32 sums) instead of n_old passes over the tile. Else the exact kernel's operations
     (_replay_cached), token by token."""
     if DUAL:
-        m_Br = m_r[:, None] if rg.m_vn is None else m_r[:, None] & rg.m_vn[None, :]
-        b_Br = tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0).to(tl.float32)
-        b_state = exp_dA(b_A * b_S, FAST_EXP) * b_h0 + _dot_split(b_xr, b_w[:, None] * b_Br, X16)
+        b_state = _dual_absorb(b_h0, b_xr, _ring_B(rg, pos_r, m_r), b_S, b_w, b_A, X16, FAST_EXP)
     else:
         b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
     return b_state
@@ -297,11 +312,23 @@ def _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.c
     carries the error of S, |A| eps S relative in the newest tokens' weights, the largest. On
     the GPU the two gave the same worst out error (the float32 floor of near-cancelling
     outputs dominates: docs/numerics.md) and a mean error as low or lower."""
+    return _ring_decay(b_dtr, _ring_dt_next(rg, o_r, HAS_SRC_IDX), b_A, FAST_EXP)
+
+
+@triton.jit
+def _ring_dt_next(rg, o_r, HAS_SRC_IDX: tl.constexpr):
+    """The ring's dt' one row further on in age order [RP] (cached token j + 1 at j, 0 from
+    n_old - 1 on)."""
     m_r1 = (o_r + 1) < rg.n_old
     if HAS_SRC_IDX:
         m_r1 = m_r1 & rg.m_live
     pos_r1 = tl.where(m_r1, wrap(rg.start + o_r + 1, rg.ring), 0)
-    b_dtr1 = tl.load(rg.p_dt + pos_r1 * rg.stride_dt, mask=m_r1, other=0.0)
+    return tl.load(rg.p_dt + pos_r1 * rg.stride_dt, mask=m_r1, other=0.0)
+
+
+@triton.jit
+def _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP: tl.constexpr):
+    """(S, w) of _ring_weights from the ring's dt' b_dtr and the same one row on, b_dtr1."""
     b_r = tl.cumsum(b_dtr1, axis=0, reverse=True)
     b_w = b_dtr * exp_dA(b_A * b_r, FAST_EXP)  # b_dtr is 0 past n_old: so is w
     return tl.sum(b_dtr, axis=0), b_w
@@ -483,29 +510,23 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
     with the token, and the token appended (none under FLUSH_DRAFTS); else the checkpoint
     only, the main kernel's reads of h0 being the one thing its wait orders. pool: _Pool, tok:
     _Token."""
-    p_state, p_A, p_seed, ring = pool.p_state, pool.p_A, pool.p_seed, pool.ring
-    stride_state_s, stride_state_h = pool.stride_state_s, pool.stride_state_h
-    stride_state_p, stride_state_n = pool.stride_state_p, pool.stride_state_n
     i_g = i_h // HEADS_PER_GROUP
     i_slot, m_live, i_ring, n_old, start = _cursors(
-        pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, ring, WINDOW,
-        CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
+        pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, pool.ring,
+        WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
     o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
     m_vm = unless(EVEN_M, m_m)
     m_vn = unless(EVEN_N, m_n)
-    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, stride_state_h, stride_state_p, stride_state_n,
-                                     PACKED_ROWS, BLOCK_M, BLOCK_N, False)
-    m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
-    p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
+    p_tile = _flush_tile(i_slot, i_m, i_h, pool, PACKED_ROWS, BLOCK_M, BLOCK_N)
+    m_read = _flush_tile_mask(m_live, i_m, pool, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
     b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
-    p_xc, p_Bc, p_dtc = _ring_pointers(pool.p_x_cache, pool.p_B_cache, pool.p_dt_cache, i_ring, i_h, i_g, o_m, o_n,
-                                       pool.stride_xc_s, pool.stride_xc_h, pool.stride_xc_p, pool.stride_Bc_s,
-                                       pool.stride_Bc_g, pool.stride_Bc_n, pool.stride_dtc_s, pool.stride_dtc_h)
-    b_A = tl.load(p_A + i_h * pool.stride_A_h).to(tl.float32)
-    rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=pool.stride_xc_r, stride_B=pool.stride_Bc_r,
-               stride_dt=pool.stride_dtc_r, start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
-    ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
-                     stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
+    rg = _Ring(*_ring_pointers(pool.p_x_cache, pool.p_B_cache, pool.p_dt_cache, i_ring, i_h, i_g,
+                              o_m, o_n, pool.stride_xc_s, pool.stride_xc_h, pool.stride_xc_p, pool.stride_Bc_s,
+                              pool.stride_Bc_g, pool.stride_Bc_n, pool.stride_dtc_s, pool.stride_dtc_h),
+             pool.stride_xc_r, pool.stride_Bc_r, pool.stride_dtc_r, start, n_old, pool.ring, m_vm, m_vn, m_live)
+    b_A = tl.load(pool.p_A + i_h * pool.stride_A_h).to(tl.float32)
+    ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=pool.p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
+                     stride_s=pool.stride_state_s, stride_h=pool.stride_state_h, stride_p=pool.stride_state_p)
     _, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
     b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
     b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
@@ -513,29 +534,89 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
     wait_prior(PDL)  # (the kernel before may write the token's inputs: read after it)
     if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
         _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-    if FLUSH_DRAFTS or OUT:  # the token's inputs
-        t0, _, i_xb = token_span(tok.p_cu_seqlens, i_b, tok.total_tokens, 1, VARLEN, True)
-        b_x = load(tok.p_x + i_xb * tok.stride_x_b + t0 * tok.stride_x_t + i_h * tok.stride_x_h
-                   + o_m * tok.stride_x_p, m_vm)
-        b_dt = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + t0 * tok.stride_dt_t + i_h * tok.stride_dt_h).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_dt += tl.load(tok.p_dt_bias + i_h * tok.stride_dt_bias_h).to(tl.float32)
-        if DT_SOFTPLUS:
-            b_dt = softplus(b_dt)
-        b_B = load(tok.p_B + i_xb * tok.stride_B_b + t0 * tok.stride_B_t + i_g * tok.stride_B_g
-                   + o_n * tok.stride_B_n, m_vn)
-    if OUT:
-        b_C = load(tok.p_C + i_xb * tok.stride_C_b + t0 * tok.stride_C_t + i_g * tok.stride_C_g
-                   + o_n * tok.stride_C_n, m_vn).to(tl.float32)
-        b_z = b_x
-        if HAS_Z:
-            b_z = load(tok.p_z + i_xb * tok.stride_z_b + t0 * tok.stride_z_t + i_h * tok.stride_z_h
-                       + o_m * tok.stride_z_p, m_vm)
-        b_D = 0.0
-        if HAS_D:
-            b_D = load(tok.p_D + i_h * tok.stride_D_h + o_m * tok.stride_D_p, m_vm).to(tl.float32)
     if FLUSH_DRAFTS or OUT:
-        b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP), (b_B.to(tl.float32) * b_dt)[None, :] * b_x.to(tl.float32)[:, None])
+        t0, i_xb, b_x, b_dt, b_B = _flush_token(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
+                                                HAS_DT_BIAS, VARLEN)
+        b_C = b_B
+        b_z = b_x
+        b_D = 0.0
+        if OUT:
+            b_C, b_z = _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
+            if HAS_D:
+                b_D = _head_D(i_h, o_m, m_vm, tok)
+        _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, b_x, b_dt, b_B, b_C, b_z, b_D, b_A,
+                    FLUSH_DRAFTS, HEADS_PER_GROUP, HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS,
+                    BLOCK_N, EVICT_FIRST, OUT)
+
+
+@triton.jit
+def _flush_tile(i_slot, i_m, i_h, pool, PACKED_ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Slot i_slot's state tile as a decode flush program, rows i_m of head i_h, reads and
+    stores it (pool: _Pool): its pointers; its mask (m_live in it) is _flush_tile_mask's."""
+    o_m, o_n, _, _ = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
+    o_base, o_tile = tile_addressing(0, i_h, i_m, o_m, o_n, pool.stride_state_h, pool.stride_state_p,
+                                     pool.stride_state_n, PACKED_ROWS, BLOCK_M, BLOCK_N, False)
+    return (pool.p_state + (i_slot * pool.stride_state_s + o_base)) + o_tile
+
+
+@triton.jit
+def _flush_tile_mask(m_live, i_m, pool, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr):
+    """The mask of _flush_tile's tile (None: unmasked)."""
+    _, _, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
+    return both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
+
+
+@triton.jit
+def _flush_token(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+                 HAS_DT_BIAS: tl.constexpr, VARLEN: tl.constexpr):
+    """The decode token's inputs as a flush program of request i_b, rows o_m of head i_h,
+    reads them (tok: _Token): (t0, i_xb, x, dt', B), dt' with the bias and softplus, and its
+    x's place in the token tensors (t0, i_xb)."""
+    i_g = i_h // HEADS_PER_GROUP
+    t0, _, i_xb = token_span(tok.p_cu_seqlens, i_b, tok.total_tokens, 1, VARLEN, True)
+    b_x = load(tok.p_x + i_xb * tok.stride_x_b + t0 * tok.stride_x_t + i_h * tok.stride_x_h
+               + o_m * tok.stride_x_p, m_vm)
+    b_dt = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + t0 * tok.stride_dt_t + i_h * tok.stride_dt_h).to(tl.float32)
+    if HAS_DT_BIAS:
+        b_dt += tl.load(tok.p_dt_bias + i_h * tok.stride_dt_bias_h).to(tl.float32)
+    if DT_SOFTPLUS:
+        b_dt = softplus(b_dt)
+    b_B = load(tok.p_B + i_xb * tok.stride_B_b + t0 * tok.stride_B_t + i_g * tok.stride_B_g
+               + o_n * tok.stride_B_n, m_vn)
+    return t0, i_xb, b_x, b_dt, b_B
+
+
+@triton.jit
+def _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP: tl.constexpr,
+                     HAS_Z: tl.constexpr):
+    """The decode token's inputs of its out (_flush_token's t0, i_xb and x): (C as float32, z;
+    x without z)."""
+    b_C = load(tok.p_C + i_xb * tok.stride_C_b + t0 * tok.stride_C_t + (i_h // HEADS_PER_GROUP) * tok.stride_C_g
+               + o_n * tok.stride_C_n, m_vn).to(tl.float32)
+    b_z = b_x
+    if HAS_Z:
+        b_z = load(tok.p_z + i_xb * tok.stride_z_b + t0 * tok.stride_z_t + i_h * tok.stride_z_h
+                   + o_m * tok.stride_z_p, m_vm)
+    return b_C, b_z
+
+
+@triton.jit
+def _head_D(i_h, o_m, m_vm, tok):
+    """D of head i_h's rows o_m as float32."""
+    return load(tok.p_D + i_h * tok.stride_D_h + o_m * tok.stride_D_p, m_vm).to(tl.float32)
+
+
+@triton.jit
+def _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, b_x, b_dt, b_B, b_C, b_z, b_D, b_A,
+                FLUSH_DRAFTS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HAS_D: tl.constexpr,
+                HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
+                PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, OUT: tl.constexpr):
+    """A decode flush after its checkpoint (b_state, stored where ck says unless FLUSH_DRAFTS):
+    the token absorbed by the recurrence; under FLUSH_DRAFTS that state stored (the ring
+    restarts); with OUT the token's out from it, and the token appended to the ring rg (none
+    under FLUSH_DRAFTS)."""
+    b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP), (b_B.to(tl.float32) * b_dt)[None, :] * b_x.to(tl.float32)[:, None])
     if FLUSH_DRAFTS:  # the ring restarts: the state holds the cached tokens and the token
         _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
     if OUT:
@@ -543,7 +624,7 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
         tl.store(tok.p_out + i_xb * tok.stride_out_b + t0 * tok.stride_out_t + i_h * tok.stride_out_h
                  + o_m * tok.stride_out_p, b_y, mask=m_vm)
         if not FLUSH_DRAFTS:  # append: the exact kernel's position and values
-            _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_live, i_m, i_h, HEADS_PER_GROUP)
+            _append_token(rg, wrap(rg.start + rg.n_old, rg.ring), b_x, b_dt, b_B, m_live, i_m, i_h, HEADS_PER_GROUP)
 
 
 @triton.jit
@@ -581,6 +662,122 @@ def _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_request
 
 
 @triton.jit
+def _kth(order, o_b, k):
+    """The request of rank k in a program's share of a block of the flush list (order: each
+    request's rank in the share, -1 outside it), 0 where there is none."""
+    return tl.sum(tl.where(order == k, o_b, 0), 0)
+
+
+@triton.jit
+def _flush_reads(i_slot, n_old, start, on, i_m, i_h, pool, RP: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
+                 HAS_SRC_IDX: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr):
+    """A pipelined decode flush's reads of its slot (_decode_flushes_ahead): (h0, the ring's dt'
+    [RP] and the same one row on, its x rows [BLOCK_M, RP] and B rows [RP, BLOCK_N]); nothing
+    read where on is off (no request: the pipeline's end)."""
+    m_live = both(live_mask(i_slot, pool.pad_slot_id, HAS_SRC_IDX), on)
+    i_ring = tl.where(m_live, i_slot, 0)
+    n_on = tl.where(on, n_old, 0)
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
+    m_vm = unless(EVEN_M, m_m)
+    m_vn = unless(EVEN_N, m_n)
+    p_tile = _flush_tile(i_slot, i_m, i_h, pool, PACKED_ROWS, BLOCK_M, BLOCK_N)
+    b_h0 = load_state(p_tile, _flush_tile_mask(m_live, i_m, pool, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N), EVICT_FIRST)
+    rg = _Ring(*_ring_pointers(pool.p_x_cache, pool.p_B_cache, pool.p_dt_cache, i_ring, i_h, i_h // HEADS_PER_GROUP,
+                              o_m, o_n, pool.stride_xc_s, pool.stride_xc_h, pool.stride_xc_p, pool.stride_Bc_s,
+                              pool.stride_Bc_g, pool.stride_Bc_n, pool.stride_dtc_s, pool.stride_dtc_h),
+             pool.stride_xc_r, pool.stride_Bc_r, pool.stride_dtc_r, start, n_on, pool.ring, m_vm, m_vn, m_live)
+    o_r = tl.arange(0, RP)
+    m_r = (o_r < n_on) & m_live
+    pos_r = tl.where(m_r, wrap(start + o_r, pool.ring), 0)
+    b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
+    b_dtr1 = _ring_dt_next(rg, o_r, True)
+    return b_h0, b_dtr, b_dtr1, _ring_x(rg, pos_r, m_r), _ring_B(rg, pos_r, m_r)
+
+
+@triton.jit
+def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
+                          WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, FLUSH_DRAFTS: tl.constexpr,
+                          CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
+                          DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr,
+                          HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr,
+                          VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+                          PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
+                          PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, LIST_BLOCK: tl.constexpr):
+    """A decode flush program's n_mine (> 0) requests of one block of the flush list, each
+    request's whole step as _decode_flush's with OUT in the dual form, software-pipelined: the
+    cursors of request k + 2 and the reads of request k + 1 (its state tile, ring rows and
+    token inputs) are issued before request k is computed and stored, so that a program taking
+    many flushes (a step in which many requests flush) keeps two requests' loads in flight
+    instead of waiting on a chain of three dependent loads for each. The same operations on the
+    same values as _decode_flush: the same bits. The first request's state reads are issued
+    before the wait (PDL), its token's after it."""
+    k_last = n_mine - 1
+    i_b0 = _kth(order, o_b, 0)
+    s0, _live0, _ring0, n0, st0 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b0, pool.stride_src_idx,
+                                 pool.pad_slot_id, pool.ring, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START,
+                                 EVICT_FIRST)
+    h0, dtr0, dtn0, xr0, Br0 = _flush_reads(s0, n0, st0, n_mine > 0, i_m, i_h, pool, RP, HEADS_PER_GROUP,
+                                            HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, EVICT_FIRST)
+    wait_prior(PDL)  # (the kernel before may write the tokens' inputs: read after it)
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
+    m_vm = unless(EVEN_M, m_m)
+    m_vn = unless(EVEN_N, m_n)
+    u0, v0, x0, dt0, B0 = _flush_token(i_b0, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
+                                       HAS_DT_BIAS, VARLEN)
+    C0, z0 = _flush_token_out(u0, v0, x0, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
+    i_b1 = _kth(order, o_b, 1)
+    s1, _live1, _ring1, n1, st1 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b1, pool.stride_src_idx,
+                                 pool.pad_slot_id, pool.ring, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START,
+                                 EVICT_FIRST)
+    b_A = tl.load(pool.p_A + i_h * pool.stride_A_h).to(tl.float32)
+    b_D = 0.0
+    if HAS_D:
+        b_D = _head_D(i_h, o_m, m_vm, tok)
+    # (Triton's interpreter takes no runtime trip count: there the block, each rank past n_mine skipped)
+    for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
+        if k <= k_last:
+            # issue: the cursors of request k + 2, the reads of k + 1
+            i_b2 = _kth(order, o_b, k + 2)
+            s2, _live2, _ring2, n2, st2 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b2,
+                                         pool.stride_src_idx, pool.pad_slot_id, pool.ring, WINDOW, CURSOR_BY_REQUEST,
+                                         HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
+            h1, dtr1, dtn1, xr1, Br1 = _flush_reads(s1, n1, st1, k < k_last, i_m, i_h, pool, RP, HEADS_PER_GROUP,
+                                                    HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N,
+                                                    EVICT_FIRST)
+            u1, v1, x1, dt1, B1 = _flush_token(i_b1, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
+                                               HAS_DT_BIAS, VARLEN)
+            C1, z1 = _flush_token_out(u1, v1, x1, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
+            # compute and store request k
+            m_live = live_mask(s0, pool.pad_slot_id, HAS_SRC_IDX)
+            i_ring = s0
+            if HAS_SRC_IDX:
+                i_ring = tl.where(m_live, s0, 0)
+            p_tile = _flush_tile(s0, i_m, i_h, pool, PACKED_ROWS, BLOCK_M, BLOCK_N)
+            m_read = _flush_tile_mask(m_live, i_m, pool, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
+            rg = _Ring(*_ring_pointers(pool.p_x_cache, pool.p_B_cache, pool.p_dt_cache, i_ring, i_h, i_h // HEADS_PER_GROUP,
+                                      o_m, o_n, pool.stride_xc_s, pool.stride_xc_h, pool.stride_xc_p, pool.stride_Bc_s,
+                                      pool.stride_Bc_g, pool.stride_Bc_n, pool.stride_dtc_s, pool.stride_dtc_h),
+                     pool.stride_xc_r, pool.stride_Bc_r, pool.stride_dtc_r, st0, n0, pool.ring, m_vm, m_vn, m_live)
+            ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=pool.p_seed, i_slot=s0, i_h=i_h, o_m=o_m,
+                             stride_s=pool.stride_state_s, stride_h=pool.stride_state_h, stride_p=pool.stride_state_p)
+            b_S, b_w = _ring_decay(dtr0, dtn0, b_A, FAST_EXP)
+            b_state = _dual_absorb(h0, xr0, Br0, b_S, b_w, b_A, X16, FAST_EXP)
+            if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+            t0, _n_tok0, i_xb = token_span(tok.p_cu_seqlens, i_b0, tok.total_tokens, 1, VARLEN, True)
+            _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, x0, dt0, B0, C0, z0, b_D, b_A,
+                        FLUSH_DRAFTS, HEADS_PER_GROUP, HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP, STOCHASTIC,
+                        PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST, True)
+            # the pipeline moves on
+            i_b0, s0, n0, st0 = i_b1, s1, n1, st1
+            h0, dtr0, dtn0, xr0, Br0 = h1, dtr1, dtn1, xr1, Br1
+            x0, dt0, B0, C0, z0 = x1, dt1, B1, C1, z1
+            i_b1, s1, n1, st1 = i_b2, s2, n2, st2
+
+
+@triton.jit
 def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
                     FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
@@ -590,7 +787,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
                     PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr,
-                    RANKS: tl.constexpr, CAP_SHARE: tl.constexpr):
+                    RANKS: tl.constexpr, CAP_SHARE: tl.constexpr, AHEAD: tl.constexpr = False):
     """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
     (rows, head): the requests that flush, ranked in request order, go out rank r to program
     r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
@@ -598,7 +795,10 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
     which few requests flush runs few programs, not one a request that mostly finds nothing to
     store. RANKS (ROLE 6): 0, every flushing request; 1, the first cap of them in request order,
     cap = ceil(n_requests / CAP_SHARE) (the kernel beside the main kernel); 2, those after the
-    first cap (the kernel after it)."""
+    first cap (the kernel after it). AHEAD (OUT, the dual form): a program's requests
+    pipelined, the next one's reads and the one after's cursors issued before the request in
+    hand is computed (_decode_flushes_ahead)."""
+    tl.static_assert(not AHEAD or (OUT and DUAL_FLUSH), "the pipelined flushes take whole steps in the dual form")
     if PDL:
         gdc_launch_dependents()
     p_src_idx, p_cached, stride_src_idx = pool.p_src_idx, pool.p_cached, pool.stride_src_idx
@@ -632,13 +832,20 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
         g = mine.to(tl.int32)
         n_mine = tl.sum(g, 0)
         order = tl.where(mine, tl.cumsum(g, 0) - g, -1)  # k for this program's k-th request, else -1
-        for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
-            if k < n_mine:
-                i_b = tl.sum(tl.where(order == k, o_b, 0), 0)
-                _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST,
-                              HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START,
-                              VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
-                              BLOCK_N, EVICT_FIRST, PDL, OUT)
+        if AHEAD:
+            if n_mine > 0:
+                _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok, WINDOW, RP, X16, FLUSH_DRAFTS,
+                                      CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
+                                      HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
+                                      STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, LIST_BLOCK)
+        else:
+            for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
+                if k < n_mine:
+                    i_b = _kth(order, o_b, k)
+                    _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
+                                  CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
+                                  HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
+                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT)
         base += tl.sum(f, 0)
     # One program waits whether or not it stored anything (those that stored waited before):
     # the kernel then completes after the one it depends on, so that one waiting for it sees
@@ -712,6 +919,7 @@ def _selective_state_replay_fast_kernel(
     LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 at T = 1: requests a block of the flush list (_decode_flushes)
     RANKS: tl.constexpr = 0,  # ROLE 6: which of the flushing requests its programs take (_decode_flushes)
     CAP_SHARE: tl.constexpr = 8,  # ROLE 6: ceil(n_requests / CAP_SHARE) of them go to the programs beside
+    AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
 ):
     if T == 1 and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -735,7 +943,8 @@ def _selective_state_replay_fast_kernel(
                             WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
-                            BLOCK_N, EVICT_FIRST, PDL, ROLE != 2, LIST_BLOCK, RANKS if ROLE == 6 else 0, CAP_SHARE)
+                            BLOCK_N, EVICT_FIRST, PDL, ROLE != 2, LIST_BLOCK, RANKS if ROLE == 6 else 0, CAP_SHARE,
+                            AHEAD and ROLE != 2)
             return
         if ROLE != 4:  # (every program of a flush kernel is a flush program: no other code)
             return
@@ -1143,6 +1352,7 @@ def fast_launch(
             LIST_BLOCK=list_block,
             DUAL_FLUSH=DUAL_FLUSH and PROGRAMS_DUAL and call.config.block_m >= 16,
         )
+        flags["AHEAD"] = PROGRAMS_AHEAD and flags["DUAL_FLUSH"]
         arguments["n_shares"] = shares
         if call.requests >= PROGRAMS_CAP_FROM and call.config.max_registers is None:
             config = dataclasses.replace(call.config, max_registers=PROGRAMS_MAX_REGISTERS)
@@ -1160,13 +1370,23 @@ def fast_launch(
             "CAP_SHARE": SIDE_CAP_SHARE,
             "DUAL_FLUSH": dual_flush(sconfig, state.shape[-1]),
         }
-        side = dataclasses.replace(call, config=sconfig, pdl=False).launch(
-            kernel, flush_args, {**side_flags, "RANKS": 1}
-        )
-        side = _flush_grid(side, sconfig, state, SIDE_PROGRAMS)
+        side = None
+        if SIDE_PROGRAMS:
+            side = dataclasses.replace(call, config=sconfig, pdl=False).launch(
+                kernel,
+                flush_args,
+                {**side_flags, "RANKS": 1, "AHEAD": SIDE_AHEAD and side_flags["DUAL_FLUSH"]},
+            )
+            side = _flush_grid(side, sconfig, state, SIDE_PROGRAMS)
         after_pdl = call.pdl or chain_pdl
         after = dataclasses.replace(call, config=sconfig, pdl=after_pdl).launch(
-            kernel, flush_args, {**side_flags, "RANKS": 2}
+            kernel,
+            flush_args,
+            {
+                **side_flags,
+                "RANKS": 2 if SIDE_PROGRAMS else 0,
+                "AHEAD": AFTER_AHEAD and side_flags["DUAL_FLUSH"],
+            },
         )
         after = _flush_grid(after, sconfig, state, SIDE_AFTER_PROGRAMS or shares)
         flags["ROLE"] = 5
@@ -1273,25 +1493,34 @@ PROGRAMS_DUAL = True
 PROGRAMS_LIST_BLOCK = 0
 PROGRAMS_CAP_FROM = 128
 PROGRAMS_MAX_REGISTERS = 168
+PROGRAMS_AHEAD = False  # each flush program's requests pipelined (_decode_flushes_ahead)
 
 
-# With SIDE_DECODE, from SIDE_DECODE_MIN_REQUESTS requests on, the decode step's flushing
-# requests go to flush programs alone (ROLE 6, each taking all of a flushing request's step, as
-# ROLE 4's): SIDE_PROGRAMS a (rows, head) on a stream of their own beside the Grams and the main
-# kernel (ROLE 5: the requests that do not flush), for the first ceil(batch / SIDE_CAP_SHARE)
-# flushing requests, and SIDE_AFTER_PROGRAMS (0: batch / FLUSH_SHARE) in a kernel after the main
-# kernel for the rest. On the H200 (runs 128-131, benchmarks/results/NVIDIA_H200/fast-decode-beside/)
-# the steady step took 77.8 us at bs 512 and 156.4 at 1024 (the split 81.3 and 164.4, vLLM's 88.3
-# and 174.3), but a step in which every slot flushes 492.6 and 1014.8 (the split 238.6 and
-# 465.7); with 8 programs after 78.8, 157.1, 314.7 and 639.6. A flush program of (32,4) holds a
-# quarter of an SM's registers for the step, so more programs beside slow the main kernel, and
-# fewer take the flushes of a step in which many flush one after the other. Off by default.
-SIDE_DECODE = False
-SIDE_DECODE_MIN_REQUESTS = 512
+# From SIDE_DECODE_MIN_REQUESTS requests on (SIDE_DECODE), the decode step's flushing requests
+# go to flush programs alone (ROLE 6, each taking all of a flushing request's step, as ROLE 4's):
+# SIDE_PROGRAMS a (rows, head) on a stream of their own beside the Grams and the main kernel
+# (ROLE 5: the requests that do not flush) for the first ceil(batch / SIDE_CAP_SHARE) flushing
+# requests (none with SIDE_PROGRAMS 0), and SIDE_AFTER_PROGRAMS a (rows, head) (0: batch /
+# FLUSH_SHARE) in a kernel after the main kernel for the rest, their requests pipelined
+# (AFTER_AHEAD; SIDE_AHEAD for those beside). A flush program of (32,4) holds a quarter of an
+# SM's registers for the step: more programs beside slow the main kernel, fewer take one after
+# the other the flushes of a step in which many flush. On the H200 (benchmarks/results/
+# NVIDIA_H200/fast-decode-beside/), 4 beside and 8 after unpipelined (run 131) took the steady
+# step to 78.8 us at bs 512 and 157.1 at 1024 (the split 81.3 and 164.4, vLLM's 88.3 and 174.3)
+# but a step in which every slot flushes to 314.7 and 639.6 (the split 238.6 and 465.7);
+# pipelined after (run 134): steady 79.4 and 157.4 (the split 83.0 and 164.1, vLLM's 87.8 and
+# 173.7), every slot flushing 247.9 and 494.4 (237.9, 466.8), none 68.4 and 138.7 (66.5,
+# 138.0); at bs 128 steady 23.9 (the flush programs in the main grid 23.8), every slot
+# flushing 65.0 (120.5). Pipelined beside too, the steady step lost the gain (83.7 at bs 512,
+# run 133): the pipeline's registers are taken from the main kernel's SMs.
+SIDE_DECODE = True
+SIDE_DECODE_MIN_REQUESTS = 128
 SIDE_PROGRAMS = 4
 SIDE_CAP_SHARE = 8
-SIDE_AFTER_PROGRAMS = 0  # 0: batch / FLUSH_SHARE
+SIDE_AFTER_PROGRAMS = 8  # 0: batch / FLUSH_SHARE
 SIDE_CONFIG: LaunchConfig | None = None  # None: flush_config's
+SIDE_AHEAD = False  # the programs beside: each one's requests pipelined (_decode_flushes_ahead)
+AFTER_AHEAD = True  # the programs after the main kernel likewise
 
 
 def _side_flush(call: ReplayCall) -> bool:
