@@ -19,7 +19,8 @@ headline shape; upstream, default, layout-sum and ordered configs (the table's
 (8,1,slot,evict,ordered) among them); and verify calls of 4 drafts in each mode (buffer, dst,
 replay) at three configs, with a bf16 state also stochastically rounded (225 files); and the
 fast replay route's kernel (replay_fast.py) for decode and verify, with its flush and engine
-conventions and decode's flush kernel (42 more: 267). PTX depends on the Triton version: a
+conventions and decode's flush kernels, after the main kernel and beside it (50 more: 275).
+PTX depends on the Triton version: a
 digest file only holds for the version it names.
 """
 
@@ -117,6 +118,8 @@ def _spec_inputs() -> Iterator[tuple[str, dict, bool]]:
 # and one warp for decode and the row-sum verify, 32 and 64 rows with 4 warps for the tiles).
 FAST_CONFIGS = ("16,4,slot,evict", "16,1,slot,evict", "32,4,slot,evict", "64,4,slot,evict")
 FLUSH_PART = "flushes"  # the name of a split call's flush kernel (at replay_fast.flush_config's config)
+BESIDE_PART = "beside"  # the name of the flush kernel beside the main kernel (replay_fast._side_flush)
+PARTS = {"-split": ("main", "after"), "-beside": ("main", "beside", "after")}
 
 
 def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
@@ -151,14 +154,26 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
             # decode with its flushes in a kernel of their own (from SPLIT_DECODE_MIN_REQUESTS on),
             # and with its flush programs first in the main kernel's grid (from
             # FLUSH_PROGRAMS_MIN_REQUESTS on)
-            saved_min = replay_fast.SPLIT_DECODE_MIN_REQUESTS, replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS
-            replay_fast.SPLIT_DECODE_MIN_REQUESTS = 1
+            # (and from SIDE_DECODE_MIN_REQUESTS on with its flush programs beside the main kernel
+            # and after it: the kernels main, BESIDE_PART and FLUSH_PART)
+            saved_min = (
+                replay_fast.SPLIT_DECODE_MIN_REQUESTS,
+                replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS,
+                replay_fast.SIDE_DECODE_MIN_REQUESTS,
+            )
+            replay_fast.SPLIT_DECODE_MIN_REQUESTS, replay_fast.SIDE_DECODE_MIN_REQUESTS = 1, 10**9
             try:
                 yield f"{name}-split", kw, FAST_CONFIGS[1:2]
                 replay_fast.SPLIT_DECODE_MIN_REQUESTS, replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS = 10**9, 1
                 yield f"{name}-programs", kw, FAST_CONFIGS[1:2]
+                replay_fast.SIDE_DECODE_MIN_REQUESTS = 1
+                yield f"{name}-beside", kw, FAST_CONFIGS[1:2]
             finally:
-                replay_fast.SPLIT_DECODE_MIN_REQUESTS, replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS = saved_min
+                (
+                    replay_fast.SPLIT_DECODE_MIN_REQUESTS,
+                    replay_fast.FLUSH_PROGRAMS_MIN_REQUESTS,
+                    replay_fast.SIDE_DECODE_MIN_REQUESTS,
+                ) = saved_min
             batch = kw["x"].shape[0]
             vllm = {
                 **kw,
@@ -204,9 +219,9 @@ def write(folder: Path) -> int:
     for name, kwargs, configs in _fast_inputs():
         for text in configs:
             config = LaunchConfig.parse(text)
-            for part in ("main", "after") if name.endswith("-split") else ("main",):
+            for part in PARTS.get(name[name.rfind("-") :], ("main",)):
                 compiled = compile_config(kwargs, config, TARGET, replay=True, part=part)
-                stem = name if part == "main" else f"{name}-{FLUSH_PART}"
+                stem = {"main": name, "beside": f"{name}-{BESIDE_PART}"}.get(part, f"{name}-{FLUSH_PART}")
                 body = "\n".join(instructions(compiled.asm["ptx"]))
                 (folder / f"{stem}_{config.label}.ptx").write_text(body)
                 count += 1

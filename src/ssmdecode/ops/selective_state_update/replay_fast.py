@@ -1493,7 +1493,9 @@ PROGRAMS_DUAL = True
 PROGRAMS_LIST_BLOCK = 0
 PROGRAMS_CAP_FROM = 128
 PROGRAMS_MAX_REGISTERS = 168
-PROGRAMS_AHEAD = False  # each flush program's requests pipelined (_decode_flushes_ahead)
+# Pipelined (_decode_flushes_ahead), the flush programs in the main grid lost where every slot
+# flushes at bs 128 (218.5 us against 120.5, run 133, fast-decode-ahead/): off.
+PROGRAMS_AHEAD = False
 
 
 # From SIDE_DECODE_MIN_REQUESTS requests on (SIDE_DECODE), the decode step's flushing requests
