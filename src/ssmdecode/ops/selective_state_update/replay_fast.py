@@ -715,9 +715,9 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
     before the wait (PDL), its token's after it."""
     k_last = n_mine - 1
     i_b0 = _kth(order, o_b, 0)
-    s0, _live0, _ring0, n0, st0 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b0, pool.stride_src_idx,
-                                 pool.pad_slot_id, pool.ring, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START,
-                                 EVICT_FIRST)
+    s0, _live0, _ring0, n0, st0 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b0,
+                                               pool.stride_src_idx, pool.pad_slot_id, pool.ring, WINDOW,
+                                               CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
     h0, dtr0, dtn0, xr0, Br0 = _flush_reads(s0, n0, st0, n_mine > 0, i_m, i_h, pool, RP, HEADS_PER_GROUP,
                                             HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, EVICT_FIRST)
     wait_prior(PDL)  # (the kernel before may write the tokens' inputs: read after it)
@@ -728,9 +728,9 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
                                        HAS_DT_BIAS, VARLEN)
     C0, z0 = _flush_token_out(u0, v0, x0, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
     i_b1 = _kth(order, o_b, 1)
-    s1, _live1, _ring1, n1, st1 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b1, pool.stride_src_idx,
-                                 pool.pad_slot_id, pool.ring, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START,
-                                 EVICT_FIRST)
+    s1, _live1, _ring1, n1, st1 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b1,
+                                               pool.stride_src_idx, pool.pad_slot_id, pool.ring, WINDOW,
+                                               CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
     b_A = tl.load(pool.p_A + i_h * pool.stride_A_h).to(tl.float32)
     b_D = 0.0
     if HAS_D:
@@ -741,8 +741,8 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
             # issue: the cursors of request k + 2, the reads of k + 1
             i_b2 = _kth(order, o_b, k + 2)
             s2, _live2, _ring2, n2, st2 = _cursors(pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b2,
-                                         pool.stride_src_idx, pool.pad_slot_id, pool.ring, WINDOW, CURSOR_BY_REQUEST,
-                                         HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
+                                                   pool.stride_src_idx, pool.pad_slot_id, pool.ring, WINDOW,
+                                                   CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
             h1, dtr1, dtn1, xr1, Br1 = _flush_reads(s1, n1, st1, k < k_last, i_m, i_h, pool, RP, HEADS_PER_GROUP,
                                                     HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N,
                                                     EVICT_FIRST)
