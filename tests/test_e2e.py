@@ -16,13 +16,22 @@ from ssmdecode.tools import e2e
 
 
 def test_kernel_share() -> None:
-    kernels = {"_selective_state_update_kernel": 30.0, "ampere_bf16_gemm": 60.0, "silu": 10.0}
-    assert step.kernel_share(kernels, steps=5) == {
-        "ssu_share": 0.3,
+    """Device time with a matching kernel running over device time with any: kernels that
+    overlap (a stream beside, a programmatic-dependent tail) count once."""
+    spans = [
+        ("ampere_bf16_gemm", 0.0, 60.0),
+        ("_selective_state_update_kernel", 60.0, 80.0),
+        ("_selective_state_update_kernel", 70.0, 90.0),  # overlapping the one before
+        ("_selective_state_update_kernel", 85.0, 86.0),  # inside it
+        ("silu", 95.0, 100.0),  # after a gap
+    ]
+    assert step.busy_us(spans) == 95.0
+    assert step.kernel_share(spans, steps=5) == {
+        "ssu_share": 30.0 / 95.0,
         "ssu_us_per_step": 6.0,
-        "kernel_us_per_step": 20.0,
+        "kernel_us_per_step": 19.0,
     }
-    assert step.kernel_share({}, steps=5) == {
+    assert step.kernel_share([], steps=5) == {
         "ssu_share": None,
         "ssu_us_per_step": None,
         "kernel_us_per_step": None,
@@ -145,28 +154,27 @@ def test_gpu_greedy_upstream_vs_table(tmp_path: Path) -> None:
     assert data["identical"] and data["tokens_compared"] == 4 * 8
 
 
-def test_kernel_times_leave_out_user_annotations() -> None:
+def test_kernel_spans_leave_out_user_annotations() -> None:
     """record_function ranges show on the GPU timeline as annotations spanning whole eager
     steps; counting them made the kernel total several times the graphed step."""
     from types import SimpleNamespace
 
     from torch.autograd import DeviceType
 
-    from ssmdecode.bench.step import kernel_times
+    from ssmdecode.bench.step import kernel_spans
 
-    def event(name: str, us: float, device: DeviceType, annotation: bool = False) -> SimpleNamespace:
+    def event(name: str, start: float, us: float, device: DeviceType, annotation: bool = False):
         return SimpleNamespace(
             name=name,
             device_type=device,
             is_user_annotation=annotation,
-            time_range=SimpleNamespace(elapsed_us=lambda: us),
+            time_range=SimpleNamespace(start=start, end=start + us),
         )
 
     events = [
-        event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
-        event("gemm", 20.0, DeviceType.CUDA),
-        event("_selective_state_update_kernel", 5.0, DeviceType.CUDA),
-        event("decode step 0", 400.0, DeviceType.CUDA, annotation=True),
-        event("aten::mm", 30.0, DeviceType.CPU),
+        event("_selective_state_update_kernel", 0.0, 5.0, DeviceType.CUDA),
+        event("gemm", 5.0, 20.0, DeviceType.CUDA),
+        event("decode step 0", 0.0, 400.0, DeviceType.CUDA, annotation=True),
+        event("aten::mm", 0.0, 30.0, DeviceType.CPU),
     ]
-    assert kernel_times(events) == {"_selective_state_update_kernel": 10.0, "gemm": 20.0}
+    assert kernel_spans(events) == [("_selective_state_update_kernel", 0.0, 5.0), ("gemm", 5.0, 25.0)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ssmdecode.bench.step import kernel_times
+from ssmdecode.bench.step import kernel_share, kernel_spans
 from ssmdecode.bench.timer import Timing, cold_rotation, time_cold
 from ssmdecode.config import LaunchConfig
 from ssmdecode.models.mamba2 import Mamba2Dims
@@ -84,11 +84,9 @@ class SpecStepBench:
                 self.step(i, config)
             if on_gpu:
                 torch.cuda.synchronize(self.hidden.device)
-        times = kernel_times(prof.events())
-        total = sum(times.values())
-        ssm = sum(us for name, us in times.items() if SSM_KERNELS in name)
+        share = kernel_share(kernel_spans(prof.events()), PROFILED_STEPS, SSM_KERNELS)
         return {
-            "ssm_share": ssm / total if total else None,
-            "ssm_us_per_step": ssm / PROFILED_STEPS if total else None,
-            "kernel_us_per_step": total / PROFILED_STEPS if total else None,
+            "ssm_share": share["ssu_share"],
+            "ssm_us_per_step": share["ssu_us_per_step"],
+            "kernel_us_per_step": share["kernel_us_per_step"],
         }

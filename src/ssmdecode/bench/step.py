@@ -6,7 +6,7 @@ of a step's kernel time from torch.profiler (profile_step). `ssmdecode e2e` repo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,9 @@ __all__ = [
     "PROFILED_STEPS",
     "StepBench",
     "StepVariant",
+    "busy_us",
     "kernel_share",
-    "kernel_times",
+    "kernel_spans",
     "model_dims",
     "profile_step",
     "step_options",
@@ -117,12 +118,18 @@ class StepBench:
         )
 
 
-def kernel_share(kernel_us: Mapping[str, float], steps: int, match: str = KERNEL) -> dict[str, float | None]:
-    """From total device time per kernel name over `steps` profiled steps: the share of it in
-    kernels whose name contains match (default the single-token kernel's; "selective_state"
-    takes the replay kernel too), and both per step, in microseconds."""
-    total = sum(kernel_us.values())
-    ssu = sum(us for name, us in kernel_us.items() if match in name)
+def kernel_share(
+    spans: Iterable[tuple[str, float, float]], steps: int, match: str = KERNEL
+) -> dict[str, float | None]:
+    """From the kernels of `steps` profiled steps, (name, start, end) in device microseconds
+    (kernel_spans): the device time during which a kernel whose name contains match runs
+    (default the single-token kernel's; "selective_state" takes the replay kernels too), a
+    step, the time during which any kernel runs, a step, and the first's share of the second.
+    Kernels that overlap (one on a stream beside the call's, or a programmatic-dependent launch
+    over its predecessor's tail) count once (busy_us), so the share is of the step's device time."""
+    spans = list(spans)
+    total = busy_us(spans)
+    ssu = busy_us(span for span in spans if match in span[0])
     return {
         "ssu_share": ssu / total if total else None,
         "ssu_us_per_step": ssu / steps if total else None,
@@ -130,15 +137,25 @@ def kernel_share(kernel_us: Mapping[str, float], steps: int, match: str = KERNEL
     }
 
 
-def kernel_times(events: Iterable[Any]) -> dict[str, float]:
-    """Device microseconds per kernel name from torch.profiler events. The "decode step i"
-    ranges also appear on the GPU timeline, as user annotations that span each eager step,
-    launch gaps included: they are not kernels and are left out."""
-    kernel_us: dict[str, float] = {}
-    for event in events:
-        if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
-            kernel_us[event.name] = kernel_us.get(event.name, 0.0) + event.time_range.elapsed_us()
-    return kernel_us
+def busy_us(spans: Iterable[tuple[str, float, float]]) -> float:
+    """The microseconds covered by the union of the spans' [start, end) intervals."""
+    busy, reach = 0.0, float("-inf")
+    for _, start, end in sorted(spans, key=lambda span: span[1]):
+        if end > reach:
+            busy += end - max(start, reach)
+            reach = end
+    return busy
+
+
+def kernel_spans(events: Iterable[Any]) -> list[tuple[str, float, float]]:
+    """(name, start, end) in device microseconds of each kernel in torch.profiler events. The
+    "decode step i" ranges also appear on the GPU timeline, as user annotations that span each
+    eager step, launch gaps included: they are not kernels and are left out."""
+    return [
+        (event.name, event.time_range.start, event.time_range.end)
+        for event in events
+        if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
+    ]
 
 
 def profile_step(
@@ -149,7 +166,8 @@ def profile_step(
     match: str = KERNEL,
 ) -> dict[str, float | None]:
     """PROFILED_STEPS eager steps, step i on slot set i mod K, under torch.profiler: the
-    selective_state_update share of kernel time (None on CPU, where there are no kernels).
+    matching kernels' share of the steps' kernel time (kernel_share; None on CPU, where there
+    are no kernels).
     trace: also write the profile there as a Chrome trace."""
     hidden, slot_sets = bench.hidden, bench.slot_sets
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -164,4 +182,4 @@ def profile_step(
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace))
-    return kernel_share(kernel_times(prof.events()), PROFILED_STEPS, match)
+    return kernel_share(kernel_spans(prof.events()), PROFILED_STEPS, match)
