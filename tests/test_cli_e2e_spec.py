@@ -1,5 +1,6 @@
-"""`ssmdecode e2e --spec T` under the interpreter: the three ways run and report, and the greedy
-comparison finds them identical (the GPU run checks bits of compiled kernels)."""
+"""`ssmdecode e2e --spec T` under the interpreter: the three ways (and the fast replay route's,
+in the timing) run and report, and the greedy comparison finds the three identical (the GPU run
+checks bits of compiled kernels)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from ssmdecode.cli import main
 def test_spec_timing_and_greedy(tmp_path: Path) -> None:
     assert main(["e2e", "--spec", "2", "--window", "2", "--out", str(tmp_path / "t")]) == 0
     rows = json.loads((tmp_path / "t" / "e2e.json").read_text())["rows"]
-    assert [r["way"] for r in rows] == ["a buffer, upstream", "b buffer, table", "c replay, table"]
+    assert [r["way"] for r in rows] == [
+        "a buffer, upstream",
+        "b buffer, table",
+        "c replay, table",
+        "d replay fast",
+    ]
     assert all(r["step_us"] > 0 and 1 <= r["mean_accepted"] <= 2 for r in rows)
     assert (
         main(

@@ -221,14 +221,22 @@ def test_both_verify_paths_against_float64(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
-def test_flushes_in_a_kernel_of_their_own(tokens: int, cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "tokens, layout",
+    [(1, "list"), (3, "grid"), (3, "list")],
+    ids=["T1", "T3-grid", "T3-list"],
+)
+def test_flushes_in_a_kernel_of_their_own(
+    tokens: int, layout: str, cached: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """replay_fast.SPLIT_FLUSH (SPLIT_DECODE at T = 1): out and the appends by the main kernel
     for every request (the dual form, no state store), the flushes' checkpoints by a second
     kernel after it: out and the flushed state within the bars of float64, the rings and the
     flushed states the one-kernel route's bits where both flush token by token or both in the
-    dual form; G < H, a pad request, rings that wrap."""
+    dual form; G < H, a pad request, rings that wrap. At T >= 2 the flush kernel a program a
+    (request, rows, head) (grid) or the flushing requests from a list (VERIFY_FLUSH_LIST)."""
     case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_LIST", layout != "grid")
     results = []
     for split in (True, False):
         monkeypatch.setattr(replay_fast, "SPLIT_FLUSH", split)
@@ -312,6 +320,61 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         assert_out_accurate(out[live], want[0][live])
         assert_state_accurate(pool["state"], want[1])
         results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("where", ["beside", "beside-after", "after"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+@pytest.mark.parametrize("shares", [1, 2, 6])
+def test_verify_flush_programs_take_the_flushing_requests(
+    shares: int, packed: bool, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verify step's flush programs (replay_fast.SIDE_VERIFY, _verify_flush): the flushing
+    requests' whole steps (checkpoint, then the drafts by the recurrence from it, each out and
+    each append) shared out over J programs a (rows, head), on a stream beside the main kernel
+    (beside), the first there and the rest in a kernel after it (beside-after), or all after it
+    (after); the main kernel takes the other requests (ROLE 5). Out and the flushed states
+    within the bars of float64, the rings the one-kernel route's bits; G < H (the group's
+    first head appends B), a pad request, rings that wrap, and packed requests of fewer drafts
+    and of none."""
+    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=6, pad_rows=(2,))
+    lengths = [3, 2, 3, 0, 1, 3]
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)  # draft by draft
+    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_CAP_SHARE", case.batch if where == "beside-after" else 1)
+    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_PROGRAMS", 0 if where == "after" else shares)
+    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_AFTER_PROGRAMS", shares)
+    monkeypatch.setattr(replay_fast, "FLUSH_SHARE", -(-case.batch // shares))
+    monkeypatch.setattr(replay_fast, "SIDE_CONFIG", _config(case))
+    results = []
+    for side in (True, False):
+        monkeypatch.setattr(replay_fast, "SIDE_VERIFY", side)
+        monkeypatch.setattr(replay_fast, "SPLIT_FLUSH", False)
+        pool, drafts = make_pool(case), make_drafts(case, 5)
+        _set_cursors(pool, case, "steady", 5, wrap=True)
+        pool["num_cached"][pool["state_batch_indices"][[0, 3, 4]]] = case.window  # these flush
+        kw = _kwargs(pool, drafts)
+        if packed:
+            tokens = {
+                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+                for k, v in drafts.items()
+            }
+            tokens["dt"] = tokens["dt"][..., :1].expand(*tokens["dt"].shape)  # tied over the head dim
+            starts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+            cu = torch.tensor(starts, dtype=torch.int32, device=DEVICE)
+            kw = {**_kwargs(pool, tokens), "cu_seqlens": cu, "max_seqlen": case.tokens}
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, replace(_config(case), slot_major=True), exact=False)
+        if packed:
+            live_rows = torch.tensor(
+                [r not in case.pad_rows for r, n in enumerate(lengths) for _ in range(n)], device=DEVICE
+            )
+        else:
+            live_rows = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+        assert_out_accurate(out[live_rows], want[0][live_rows])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(pool[n]).clone() for n in ("x_cache", "B_cache", "dt_cache")])
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
 

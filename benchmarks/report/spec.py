@@ -113,7 +113,8 @@ def spec_e2e_section(folder: Path) -> str:
             f"graph; accepted counts uniform in 1..{tokens}; tokens/s = batch x mean accepted / "
             "step time. (a) the intermediate-state path at upstream's (4,4): every draft's state "
             "into a buffer, then the engine's copy of the accepted state into the pool; (b) the "
-            "same at the table's configs; (c) replay at the table's configs. Each way draws its "
+            "same at the table's configs; (c) replay at the table's configs; (d), where the run has "
+            "it, replay by its fast route (float32-accurate, not the bits). Each way draws its "
             "own accepted counts, so tokens/s vs (a) carries that draw too (the summary compares "
             "step times).",
             "",

@@ -1,7 +1,8 @@
 """Speculative decoding's verify step through a stack of Mamba2 layers: T draft tokens a request
 at once, the way engines run it, for `ssmdecode e2e --spec`.
 
-Two ways to keep the SSM state across verify steps, the same model and bits:
+Two ways to keep the SSM state across verify steps, the same model and bits (and a third, the
+same model to float32's accuracy):
 
     buffer  the intermediate-state path (sglang's, and vLLM's with per-token slots): each layer's
             selective_state_update writes every draft token's state to an intermediate buffer
@@ -11,6 +12,8 @@ Two ways to keep the SSM state across verify steps, the same model and bits:
     replay  selective_state_replay: the pool holds checkpoints, a ring beside it the inputs of
             the tokens since; the state is written only when a ring would overflow, and the
             bookkeeping (replay_advance) runs once a step for every layer
+    replay-fast  replay by its fast route (selective_state_replay(..., exact=False)): the same
+            rings and bookkeeping, out and the checkpoints to float32's accuracy, not the bits
 
 The conv state is handled as engines handle it for multi-token verify: each slot keeps the
 W - 1 inputs before the step and the step's T inputs ([S, X, W - 1 + T]); token t's window is
@@ -44,7 +47,7 @@ from ssmdecode.ops.selective_state_update import (
 
 __all__ = ["SPEC_PATHS", "Mamba2VerifyLM", "Mamba2VerifyStack", "conv_verify"]
 
-SPEC_PATHS = ("buffer", "replay")
+SPEC_PATHS = ("buffer", "replay", "replay-fast")
 
 
 def conv_verify(
@@ -79,7 +82,7 @@ def conv_verify(
 
 class Mamba2VerifyStack:
     """`n_layers` Mamba2 layers for verify steps of T tokens a request, keeping the SSM state by
-    `path` (buffer or replay; see the module docstring). Per layer: ssm_state [S, H, P, N],
+    `path` (buffer, replay or replay-fast; see the module docstring). Per layer: ssm_state [S, H, P, N],
     conv_state [S, X, W - 1 + T]; buffer path: intermediate [S, T, H, P, N]; replay path: rings
     x_cache [S, H, R, P], B_cache [S, G, R, N], dt_cache [S, H, R] (R = window + T) and the
     bookkeeping ring_start, num_cached [S] shared by the layers."""
@@ -142,7 +145,7 @@ class Mamba2VerifyStack:
         for t in (*self.ssm_state, *self.conv_state):
             t.zero_()
         self.conv_offset.fill_(self.tokens)
-        if self.path == "replay":
+        if self.path != "buffer":
             self.ring_start.zero_()
             self.num_cached.zero_()
 
@@ -182,6 +185,7 @@ class Mamba2VerifyStack:
                 ring_start=self.ring_start,
                 num_cached=self.num_cached,
                 **ssm,
+                **({"exact": False} if self.path == "replay-fast" else {}),
             )
         y = gated_rms_norm(
             y.view(rows * tokens, E), z.reshape(rows * tokens, E), w.gate_norm, dims.norm_group, dims.eps

@@ -626,25 +626,33 @@ def _run_replay_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, 
     return 0 if results["table"]["bit_identical_to_exact_replay"] else 1
 
 
-# The three ways --spec compares: (name, path, config spec).
+# The three ways --spec compares bit for bit: (name, path, config spec).
 SPEC_WAYS = (
     ("a buffer, upstream", "buffer", "upstream"),
     ("b buffer, table", "buffer", "table"),
     ("c replay, table", "replay", "table"),
 )
+# The timing's fourth, where this tree has the fast replay route (float32-accurate, not the
+# bits: the greedy comparison leaves it out).
+SPEC_FAST_WAY = ("d replay fast", "replay-fast", "table")
+
+
+def _spec_timing_ways() -> tuple[tuple[str, str, str], ...]:
+    return (*SPEC_WAYS, SPEC_FAST_WAY) if fast_replay_available() else SPEC_WAYS
 
 
 def _spec_config(
     spec_text: str, dims: Mamba2Dims, batch: int, path: str, tokens: int, device: torch.device
 ) -> tuple[LaunchConfig | None, LaunchConfig]:
     """(what the step is given, what the kernel runs) for a way of --spec."""
-    mode = "buffer" if path == "buffer" else "replay"
+    mode = {"buffer": "buffer", "replay": "replay", "replay-fast": "replay-fast"}[path]
     resolved = ConfigSpec(spec_text).resolve(dims.shape, batch, device, mode, tokens)
     return (None if spec_text == "table" else resolved), resolved
 
 
 def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, device: torch.device) -> int:
     tokens = args.spec
+    ways = _spec_timing_ways()
     rows: list[dict[str, object]] = []
     if args.repeats < 1:
         raise SystemExit("ssmdecode e2e: --repeats must be >= 1")
@@ -653,18 +661,17 @@ def _run_spec_timing(args: argparse.Namespace, dims: Mamba2Dims, layers: int, de
         # drift over the run hits them alike.
         benches = {
             name: SpecStepBench.build(dims, layers, batch, tokens, path, device, args.seed, args.window)
-            for name, path, _ in SPEC_WAYS
+            for name, path, _ in ways
         }
         configs = {
-            name: _spec_config(spec_text, dims, batch, path, tokens, device)
-            for name, path, spec_text in SPEC_WAYS
+            name: _spec_config(spec_text, dims, batch, path, tokens, device) for name, path, spec_text in ways
         }
         rounds = interleaved(
-            [name for name, _, _ in SPEC_WAYS],
+            [name for name, _, _ in ways],
             lambda w, benches=benches, configs=configs: benches[w].time(configs[w][0]),
             args.repeats,
         )
-        for name, path, spec_text in SPEC_WAYS:
+        for name, path, spec_text in ways:
             bench, (config, resolved) = benches[name], configs[name]
             timing = median_timing(rounds[name])
             share = bench.profile(config)

@@ -550,6 +550,89 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
 
 
 @triton.jit
+def _verify_flush(i_b, i_m, i_h, pool, tok,
+                  T: tl.constexpr, WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr,
+                  DUAL_FLUSH: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
+                  DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                  HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr,
+                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
+                  STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr):
+    """The whole verify step (T >= 2 drafts) of request i_b, one that flushes, rows i_m of head
+    i_h, as a flush program takes it (ROLE 6): the new checkpoint, h0 with the cached tokens
+    absorbed (_flushed_state), stored after the wait (PDL); then the drafts, one after the
+    other by the recurrence from that checkpoint, each one's out from its state, and each
+    appended to the ring at the main kernel's positions with its values (a packed request's
+    drafts past its count neither written nor appended). pool: _Pool, tok: _Token."""
+    i_g = i_h // HEADS_PER_GROUP
+    i_slot, m_live, i_ring, n_old, start = _cursors(
+        pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, pool.ring,
+        WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
+    o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
+    m_vm = unless(EVEN_M, m_m)
+    m_vn = unless(EVEN_N, m_n)
+    p_tile = _flush_tile(i_slot, i_m, i_h, pool, PACKED_ROWS, BLOCK_M, BLOCK_N)
+    m_read = _flush_tile_mask(m_live, i_m, pool, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
+    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    rg = _Ring(*_ring_pointers(pool.p_x_cache, pool.p_B_cache, pool.p_dt_cache, i_ring, i_h, i_g,
+                              o_m, o_n, pool.stride_xc_s, pool.stride_xc_h, pool.stride_xc_p, pool.stride_Bc_s,
+                              pool.stride_Bc_g, pool.stride_Bc_n, pool.stride_dtc_s, pool.stride_dtc_h),
+             pool.stride_xc_r, pool.stride_Bc_r, pool.stride_dtc_r, start, n_old, pool.ring, m_vm, m_vn, m_live)
+    b_A = tl.load(pool.p_A + i_h * pool.stride_A_h).to(tl.float32)
+    ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=pool.p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
+                     stride_s=pool.stride_state_s, stride_h=pool.stride_state_h, stride_p=pool.stride_state_p)
+    _, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
+    b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
+    b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
+                             HAS_SRC_IDX)
+    wait_prior(PDL)  # (the kernel before may write the drafts' inputs: read after it)
+    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+    t0, n_tok, i_xb = token_span(tok.p_cu_seqlens, i_b, tok.total_tokens, T, VARLEN, True)
+    b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.load(tok.p_dt_bias + i_h * tok.stride_dt_bias_h).to(tl.float32)
+    b_D = 0.0
+    if HAS_D:
+        b_D = _head_D(i_h, o_m, m_vm, tok)
+    for t in tl.static_range(T):
+        m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
+        o_tok = t0 + t
+        b_x = load(tok.p_x + i_xb * tok.stride_x_b + o_tok * tok.stride_x_t + i_h * tok.stride_x_h
+                   + o_m * tok.stride_x_p, both(m_vm, m_tt))
+        p_dtt = tok.p_dt + i_xb * tok.stride_dt_b + o_tok * tok.stride_dt_t + i_h * tok.stride_dt_h
+        if VARLEN:
+            b_dt = tl.load(p_dtt, mask=m_tt, other=0.0).to(tl.float32)
+        else:
+            b_dt = tl.load(p_dtt).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_dt += b_dt_bias
+        if DT_SOFTPLUS:
+            b_dt = softplus(b_dt)  # the main kernel's operations: the same dt' bits in the ring
+        if VARLEN:
+            b_dt = tl.where(m_tt, b_dt, 0.0)  # a draft past the count leaves the state as it is
+        b_B = load(tok.p_B + i_xb * tok.stride_B_b + o_tok * tok.stride_B_t + i_g * tok.stride_B_g
+                   + o_n * tok.stride_B_n, both(m_vn, m_tt))
+        b_C = load(tok.p_C + i_xb * tok.stride_C_b + o_tok * tok.stride_C_t + i_g * tok.stride_C_g
+                   + o_n * tok.stride_C_n, both(m_vn, m_tt)).to(tl.float32)
+        b_z = b_x
+        if HAS_Z:
+            b_z = load(tok.p_z + i_xb * tok.stride_z_b + o_tok * tok.stride_z_t + i_h * tok.stride_z_h
+                       + o_m * tok.stride_z_p, both(m_vm, m_tt))
+        b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
+                         (b_B.to(tl.float32) * b_dt)[None, :] * b_x.to(tl.float32)[:, None])
+        b_y = gated_out(tl.sum(b_state * b_C[None, :], axis=1), b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        p_yt = (tok.p_out + i_xb * tok.stride_out_b + o_tok * tok.stride_out_t + i_h * tok.stride_out_h
+                + o_m * tok.stride_out_p)
+        m_yt = both(m_vm, m_tt)
+        if m_yt is None:
+            tl.store(p_yt, b_y)
+        else:
+            tl.store(p_yt, b_y, mask=m_yt)
+        _append_token(rg, wrap(start + n_old + t, pool.ring), b_x, b_dt, b_B, both(m_live, m_tt), i_m, i_h,
+                      HEADS_PER_GROUP)
+
+
+@triton.jit
 def _flush_tile(i_slot, i_m, i_h, pool, PACKED_ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Slot i_slot's state tile as a decode flush program, rows i_m of head i_h, reads and
     stores it (pool: _Pool): its pointers; its mask (m_live in it) is _flush_tile_mask's."""
@@ -631,11 +714,11 @@ def _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, b_x
 def _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_requests, stride_src_idx, pad_slot_id,
                         ring, total_tokens, WINDOW: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr,
                         HAS_SRC_IDX: tl.constexpr, HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr,
-                        LIST_BLOCK: tl.constexpr):
+                        LIST_BLOCK: tl.constexpr, T: tl.constexpr = 1):
     """Requests c .. c + LIST_BLOCK - 1 (of n_requests): their indices [LIST_BLOCK] and whether
-    each flushes this decode step (a live request by the host's flag or the ring's rule, the
-    main kernel's choice: _cursors' clamped num_cached, one token, none for a packed request of
-    none)."""
+    each flushes this step of T drafts a request (a live request by the host's flag or the
+    ring's rule, the main kernel's choice: _cursors' clamped num_cached, up to T drafts, none
+    for a packed request of none)."""
     o_b = c + tl.arange(0, LIST_BLOCK)
     m_b = o_b < n_requests
     if HAS_SRC_IDX:
@@ -647,17 +730,17 @@ def _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_request
         bos = tl.minimum(tl.maximum(tl.load(p_cu_seqlens + o_b, mask=m_b, other=0).to(tl.int64), 0), total_tokens)
         eos = tl.minimum(tl.maximum(tl.load(p_cu_seqlens + o_b + 1, mask=m_b, other=0).to(tl.int64), bos),
                          total_tokens)
-        n_tok = tl.minimum(eos - bos, 1).to(tl.int32)
+        n_tok = tl.minimum(eos - bos, T).to(tl.int32)
         m_b = m_b & (n_tok > 0)
     else:
-        n_tok = 1
+        n_tok = T
     if HOST_FLUSH:
         m_f = m_b & (tl.load(p_flush + o_b, mask=m_b, other=0) != 0)
     else:
         i_cur = o_b.to(tl.int64) if CURSOR_BY_REQUEST else i_slot
         n_old = tl.load(p_cached + i_cur, mask=m_b, other=0).to(tl.int32)
         n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)
-        m_f = m_b & (n_old + n_tok + 1 > ring)
+        m_f = m_b & (n_old + n_tok + T > ring)
     return o_b, m_f
 
 
@@ -787,7 +870,8 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
                     PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr,
-                    RANKS: tl.constexpr, CAP_SHARE: tl.constexpr, AHEAD: tl.constexpr = False):
+                    RANKS: tl.constexpr, CAP_SHARE: tl.constexpr, AHEAD: tl.constexpr = False,
+                    T: tl.constexpr = 1):
     """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
     (rows, head): the requests that flush, ranked in request order, go out rank r to program
     r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
@@ -799,6 +883,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
     pipelined, the next one's reads and the one after's cursors issued before the request in
     hand is computed (_decode_flushes_ahead)."""
     tl.static_assert(not AHEAD or (OUT and DUAL_FLUSH), "the pipelined flushes take whole steps in the dual form")
+    tl.static_assert(not AHEAD or T == 1, "the pipelined flushes are decode's")
     if PDL:
         gdc_launch_dependents()
     p_src_idx, p_cached, stride_src_idx = pool.p_src_idx, pool.p_cached, pool.stride_src_idx
@@ -808,7 +893,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
     if OUT:  # blocks of a request a thread (ROLE 4): the next block's loads issued a block ahead
         o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, 0, n_requests,
                                              stride_src_idx, pad_slot_id, ring, tok.total_tokens, WINDOW,
-                                             CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
+                                             CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK, T)
     # (Triton's interpreter takes no runtime trip count: there one block, a loop of LIST_BLOCK)
     for c in range(0, LIST_BLOCK if _INTERPRETED else n_requests, LIST_BLOCK):
         if OUT:
@@ -816,11 +901,11 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
             o_next, m_next = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, c + LIST_BLOCK,
                                                  n_requests, stride_src_idx, pad_slot_id, ring, tok.total_tokens,
                                                  WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN,
-                                                 LIST_BLOCK)
+                                                 LIST_BLOCK, T)
         else:  # one block of up to LIST_BLOCK requests (the flush kernel, ROLE 2): its loads now
             o_b, m_f = _decode_flush_share(p_src_idx, p_cached, p_flush, tok.p_cu_seqlens, c, n_requests,
                                            stride_src_idx, pad_slot_id, ring, tok.total_tokens, WINDOW,
-                                           CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK)
+                                           CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH, VARLEN, LIST_BLOCK, T)
         f = m_f.to(tl.int32)
         rank = base + tl.cumsum(f, 0) - f
         if RANKS == 0:
@@ -842,10 +927,16 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
             for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
                 if k < n_mine:
                     i_b = _kth(order, o_b, k)
-                    _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
-                                  CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
-                                  HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
-                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT)
+                    if T > 1 and OUT:  # the verify step's whole step
+                        _verify_flush(i_b, i_m, i_h, pool, tok, T, WINDOW, RP, X16, DUAL_FLUSH, CURSOR_BY_REQUEST,
+                                      HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
+                                      HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC,
+                                      PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL)
+                    else:
+                        _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
+                                      CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
+                                      HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
+                                      STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT)
         base += tl.sum(f, 0)
     # One program waits whether or not it stored anything (those that stored waited before):
     # the kernel then completes after the one it depends on, so that one waiting for it sees
@@ -900,7 +991,7 @@ def _selective_state_replay_fast_kernel(
     HOST_FLUSH: tl.constexpr,  # the flush flag a request given by the host (int8 [B])
     GRAM: tl.constexpr,  # the Grams C_t . B_j of each (request, group) precomputed (p_gram)
     ROLE: tl.constexpr,  # 0: everything; 1: out and appends, no state store; 2: the flushes' stores only;
-    # T = 1: 4, the flush programs first, then the requests that do not flush; 5, the requests
+    # 4 (T = 1), the flush programs first, then the requests that do not flush; 5, the requests
     # that do not flush; 6, the flush programs alone (run beside 5 on a stream of their own)
     VARLEN: tl.constexpr,
     EVEN_M: tl.constexpr,
@@ -916,16 +1007,18 @@ def _selective_state_replay_fast_kernel(
     EVICT_FIRST: tl.constexpr,
     PDL: tl.constexpr,
     CHUNK: tl.constexpr = 0,  # > 0: the state tile's threads laid over rows of CHUNK columns (_chunked_tile)
-    LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 at T = 1: requests a block of the flush list (_decode_flushes)
+    LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 (> 0 at T >= 2: the list), 4, 6: requests a block of the flush list
     RANKS: tl.constexpr = 0,  # ROLE 6: which of the flushing requests its programs take (_decode_flushes)
     CAP_SHARE: tl.constexpr = 8,  # ROLE 6: ceil(n_requests / CAP_SHARE) of them go to the programs beside
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
 ):
-    if T == 1 and (ROLE == 2 or ROLE == 4 or ROLE == 6):
+    if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
         # the flush kernel's grid (P blocks, H, J) for ROLE 2 and 6; for ROLE 4 the first J of
         # the grid's (P blocks, H, J + B). Those of ROLE 4 and 6 take all of a flushing request's step.
+        # The verify step's flush kernels (ROLE 2 and 6 at T >= 2) take their flushes from the same list.
         tl.static_assert(ROLE != 4 or SLOT_MAJOR, "the flush programs come first in a slot-major grid")
+        tl.static_assert(T == 1 or ROLE != 4, "at T >= 2 the flush programs are a kernel's own (ROLE 2, 6)")
         n_j = n_shares if ROLE == 4 else tl.num_programs(2)
         if tl.program_id(2) < n_j:
             tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -944,7 +1037,7 @@ def _selective_state_replay_fast_kernel(
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
                             BLOCK_N, EVICT_FIRST, PDL, ROLE != 2, LIST_BLOCK, RANKS if ROLE == 6 else 0, CAP_SHARE,
-                            AHEAD and ROLE != 2)
+                            AHEAD and ROLE != 2, T)
             return
         if ROLE != 4:  # (every program of a flush kernel is a flush program: no other code)
             return
@@ -1173,7 +1266,7 @@ def _selective_state_replay_fast_kernel(
                     else:
                         tl.store(p_yt, b_y, mask=m_yt)
 
-        if ROLE != 1:
+        if ROLE != 1 and ROLE != 5:  # (ROLE 5: the requests that flush are the flush programs')
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
                                          FAST_EXP, HAS_SRC_IDX)
@@ -1360,6 +1453,7 @@ def fast_launch(
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, grid=(*main.grid[:2], main.grid[2] + shares))
     if _side_flush(call):  # flush programs beside the main kernel and after it (ROLE 6), ROLE 5 the rest
+        decode = call.tokens == 1
         sconfig = SIDE_CONFIG or flush_config(*state.shape[-2:])
         shares, list_block = _flush_list(call.requests, FLUSH_SHARE, 32 * sconfig.num_warps)
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
@@ -1367,29 +1461,36 @@ def fast_launch(
             **flags,
             "ROLE": 6,
             "LIST_BLOCK": list_block,
-            "CAP_SHARE": SIDE_CAP_SHARE,
+            "CAP_SHARE": SIDE_CAP_SHARE if decode else SIDE_VERIFY_CAP_SHARE,
             "DUAL_FLUSH": dual_flush(sconfig, state.shape[-1]),
+            "TILES": False,
         }
         side = None
-        if SIDE_PROGRAMS:
+        programs = SIDE_PROGRAMS if decode else SIDE_VERIFY_PROGRAMS
+        after_programs = SIDE_AFTER_PROGRAMS if decode else SIDE_VERIFY_AFTER_PROGRAMS
+        if programs:
             side = dataclasses.replace(call, config=sconfig, pdl=False).launch(
                 kernel,
                 flush_args,
-                {**side_flags, "RANKS": 1, "AHEAD": SIDE_AHEAD and side_flags["DUAL_FLUSH"]},
+                {**side_flags, "RANKS": 1, "AHEAD": decode and SIDE_AHEAD and side_flags["DUAL_FLUSH"]},
             )
-            side = _flush_grid(side, sconfig, state, SIDE_PROGRAMS)
+            side = _flush_grid(side, sconfig, state, programs)
         after_pdl = call.pdl or chain_pdl
         after = dataclasses.replace(call, config=sconfig, pdl=after_pdl).launch(
             kernel,
             flush_args,
             {
                 **side_flags,
-                "RANKS": 2 if SIDE_PROGRAMS else 0,
-                "AHEAD": AFTER_AHEAD and side_flags["DUAL_FLUSH"],
+                "RANKS": 2 if programs else 0,
+                "AHEAD": decode and AFTER_AHEAD and side_flags["DUAL_FLUSH"],
             },
         )
-        after = _flush_grid(after, sconfig, state, SIDE_AFTER_PROGRAMS or shares)
+        after = _flush_grid(after, sconfig, state, after_programs or shares)
         flags["ROLE"] = 5
+        if not decode and SIDE_VERIFY_MAX_REGISTERS and call.config.max_registers is None:
+            call = dataclasses.replace(
+                call, config=dataclasses.replace(call.config, max_registers=SIDE_VERIFY_MAX_REGISTERS)
+            )
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, beside=side, after=after)
     if _split_flush(call, rows_path):
@@ -1405,10 +1506,11 @@ def fast_launch(
             "TILES": False,
         }
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
-        if call.tokens == 1:  # _decode_flushes: a program a share of the flushing requests
+        listed = call.tokens == 1 or VERIFY_FLUSH_LIST
+        if listed:  # _decode_flushes: a program a share of the flushing requests
             shares, flush_flags["LIST_BLOCK"] = _flush_list(call.requests, FLUSH_SHARE, LIST_BLOCK)
         flush_launch = flush_call.launch(kernel, flush_args, flush_flags)
-        if call.tokens == 1:
+        if listed:
             flush_launch = _flush_grid(flush_launch, fconfig, state, shares)
     main = call.launch(kernel, arguments, flags)
     return main._replace(before=gram_launch, after=flush_launch)
@@ -1451,6 +1553,15 @@ SPLIT_FLUSH = True
 SPLIT_FROM_TOKENS = 4
 SPLIT_MIN_REQUESTS = 16
 FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
+# VERIFY_FLUSH_LIST: the verify step's flush kernel takes the flushing requests from the list
+# decode's does (_decode_flushes: batch / FLUSH_SHARE programs a (rows, head), each taking its
+# share one request after the other) instead of a program a (request, rows, head), most of
+# which exit after their cursors. On the H200 (runs 137-140, T = 4, headline, window 16,
+# benchmarks/results/NVIDIA_H200/fast-verify-flush/) it took the step in which no request
+# flushes from 101.6 to 87.7 us at bs 512 (share 8; flashinfer's 87.5), but lost where many
+# do (every slot flushing: 270.8 against 252.2 us; a list program's flushes wait on each
+# other) and gained nothing in the steady state (132.6 against 131.6 us): off.
+VERIFY_FLUSH_LIST = False
 
 
 # The decode step (T = 1) splits its flushes off from SPLIT_DECODE_MIN_REQUESTS requests on:
@@ -1524,11 +1635,27 @@ SIDE_CONFIG: LaunchConfig | None = None  # None: flush_config's
 SIDE_AHEAD = False  # the programs beside: each one's requests pipelined (_decode_flushes_ahead)
 AFTER_AHEAD = True  # the programs after the main kernel likewise
 
+# The verify step (T >= 2) likewise from SIDE_VERIFY_MIN_REQUESTS requests on (SIDE_VERIFY): a
+# flushing request's whole step (_verify_flush: its checkpoint, then its drafts by the
+# recurrence from it) by flush programs, SIDE_VERIFY_PROGRAMS a (rows, head) beside the main
+# kernel for the first ceil(batch / SIDE_VERIFY_CAP_SHARE), SIDE_VERIFY_AFTER_PROGRAMS (0:
+# batch / FLUSH_SHARE) after it for the rest, unpipelined.
+SIDE_VERIFY = False
+SIDE_VERIFY_MIN_REQUESTS = 16
+SIDE_VERIFY_PROGRAMS = 4
+SIDE_VERIFY_CAP_SHARE = 4
+SIDE_VERIFY_AFTER_PROGRAMS = 0
+SIDE_VERIFY_MAX_REGISTERS: int | None = None  # the main kernel's (ROLE 5) register cap
+
 
 def _side_flush(call: ReplayCall) -> bool:
-    """Whether the decode step's flushing requests go to flush programs beside the main kernel
-    (ROLE 6 and 5)."""
-    return SIDE_DECODE and call.tokens == 1 and not call.flush and call.requests >= SIDE_DECODE_MIN_REQUESTS
+    """Whether the step's flushing requests go to flush programs beside the main kernel (ROLE 6
+    and 5)."""
+    if call.flush:
+        return False
+    if call.tokens == 1:
+        return SIDE_DECODE and call.requests >= SIDE_DECODE_MIN_REQUESTS
+    return SIDE_VERIFY and call.requests >= SIDE_VERIFY_MIN_REQUESTS
 
 
 def _flush_programs(call: ReplayCall) -> bool:
