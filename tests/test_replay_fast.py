@@ -324,61 +324,6 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("where", ["beside", "beside-after", "after"])
-@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-@pytest.mark.parametrize("shares", [1, 2, 6])
-def test_verify_flush_programs_take_the_flushing_requests(
-    shares: int, packed: bool, where: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The verify step's flush programs (replay_fast.SIDE_VERIFY, _verify_flush): the flushing
-    requests' whole steps (checkpoint, then the drafts by the recurrence from it, each out and
-    each append) shared out over J programs a (rows, head), on a stream beside the main kernel
-    (beside), the first there and the rest in a kernel after it (beside-after), or all after it
-    (after); the main kernel takes the other requests (ROLE 5). Out and the flushed states
-    within the bars of float64, the rings the one-kernel route's bits; G < H (the group's
-    first head appends B), a pad request, rings that wrap, and packed requests of fewer drafts
-    and of none."""
-    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=6, pad_rows=(2,))
-    lengths = [3, 2, 3, 0, 1, 3]
-    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)  # draft by draft
-    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_CAP_SHARE", case.batch if where == "beside-after" else 1)
-    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_PROGRAMS", 0 if where == "after" else shares)
-    monkeypatch.setattr(replay_fast, "SIDE_VERIFY_AFTER_PROGRAMS", shares)
-    monkeypatch.setattr(replay_fast, "FLUSH_SHARE", -(-case.batch // shares))
-    monkeypatch.setattr(replay_fast, "SIDE_CONFIG", _config(case))
-    results = []
-    for side in (True, False):
-        monkeypatch.setattr(replay_fast, "SIDE_VERIFY", side)
-        monkeypatch.setattr(replay_fast, "SPLIT_FLUSH", False)
-        pool, drafts = make_pool(case), make_drafts(case, 5)
-        _set_cursors(pool, case, "steady", 5, wrap=True)
-        pool["num_cached"][pool["state_batch_indices"][[0, 3, 4]]] = case.window  # these flush
-        kw = _kwargs(pool, drafts)
-        if packed:
-            tokens = {
-                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-                for k, v in drafts.items()
-            }
-            tokens["dt"] = tokens["dt"][..., :1].expand(*tokens["dt"].shape)  # tied over the head dim
-            starts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
-            cu = torch.tensor(starts, dtype=torch.int32, device=DEVICE)
-            kw = {**_kwargs(pool, tokens), "cu_seqlens": cu, "max_seqlen": case.tokens}
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, replace(_config(case), slot_major=True), exact=False)
-        if packed:
-            live_rows = torch.tensor(
-                [r not in case.pad_rows for r, n in enumerate(lengths) for _ in range(n)], device=DEVICE
-            )
-        else:
-            live_rows = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
-        assert_out_accurate(out[live_rows], want[0][live_rows])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(pool[n]).clone() for n in ("x_cache", "B_cache", "dt_cache")])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize("tokens", [1, 4], ids=["T1", "T4"])
 def test_small_tiles_flush_token_by_token(tokens: int) -> None:
     """Tiles of fewer than 16 rows (no matmul: replay_fast.dual_flush off) flush with the exact

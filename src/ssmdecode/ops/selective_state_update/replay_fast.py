@@ -550,89 +550,6 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
 
 
 @triton.jit
-def _verify_flush(i_b, i_m, i_h, pool, tok,
-                  T: tl.constexpr, WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr,
-                  DUAL_FLUSH: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
-                  DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-                  HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr,
-                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
-                  STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr):
-    """The whole verify step (T >= 2 drafts) of request i_b, one that flushes, rows i_m of head
-    i_h, as a flush program takes it (ROLE 6): the new checkpoint, h0 with the cached tokens
-    absorbed (_flushed_state), stored after the wait (PDL); then the drafts, one after the
-    other by the recurrence from that checkpoint, each one's out from its state, and each
-    appended to the ring at the main kernel's positions with its values (a packed request's
-    drafts past its count neither written nor appended). pool: _Pool, tok: _Token."""
-    i_g = i_h // HEADS_PER_GROUP
-    i_slot, m_live, i_ring, n_old, start = _cursors(
-        pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, pool.ring,
-        WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
-    o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
-    m_vm = unless(EVEN_M, m_m)
-    m_vn = unless(EVEN_N, m_n)
-    p_tile = _flush_tile(i_slot, i_m, i_h, pool, PACKED_ROWS, BLOCK_M, BLOCK_N)
-    m_read = _flush_tile_mask(m_live, i_m, pool, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
-    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
-    rg = _Ring(*_ring_pointers(pool.p_x_cache, pool.p_B_cache, pool.p_dt_cache, i_ring, i_h, i_g,
-                              o_m, o_n, pool.stride_xc_s, pool.stride_xc_h, pool.stride_xc_p, pool.stride_Bc_s,
-                              pool.stride_Bc_g, pool.stride_Bc_n, pool.stride_dtc_s, pool.stride_dtc_h),
-             pool.stride_xc_r, pool.stride_Bc_r, pool.stride_dtc_r, start, n_old, pool.ring, m_vm, m_vn, m_live)
-    b_A = tl.load(pool.p_A + i_h * pool.stride_A_h).to(tl.float32)
-    ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=pool.p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
-                     stride_s=pool.stride_state_s, stride_h=pool.stride_state_h, stride_p=pool.stride_state_p)
-    _, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
-    b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
-    b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
-                             HAS_SRC_IDX)
-    wait_prior(PDL)  # (the kernel before may write the drafts' inputs: read after it)
-    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-    t0, n_tok, i_xb = token_span(tok.p_cu_seqlens, i_b, tok.total_tokens, T, VARLEN, True)
-    b_dt_bias = 0.0
-    if HAS_DT_BIAS:
-        b_dt_bias = tl.load(tok.p_dt_bias + i_h * tok.stride_dt_bias_h).to(tl.float32)
-    b_D = 0.0
-    if HAS_D:
-        b_D = _head_D(i_h, o_m, m_vm, tok)
-    for t in tl.static_range(T):
-        m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
-        o_tok = t0 + t
-        b_x = load(tok.p_x + i_xb * tok.stride_x_b + o_tok * tok.stride_x_t + i_h * tok.stride_x_h
-                   + o_m * tok.stride_x_p, both(m_vm, m_tt))
-        p_dtt = tok.p_dt + i_xb * tok.stride_dt_b + o_tok * tok.stride_dt_t + i_h * tok.stride_dt_h
-        if VARLEN:
-            b_dt = tl.load(p_dtt, mask=m_tt, other=0.0).to(tl.float32)
-        else:
-            b_dt = tl.load(p_dtt).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_dt += b_dt_bias
-        if DT_SOFTPLUS:
-            b_dt = softplus(b_dt)  # the main kernel's operations: the same dt' bits in the ring
-        if VARLEN:
-            b_dt = tl.where(m_tt, b_dt, 0.0)  # a draft past the count leaves the state as it is
-        b_B = load(tok.p_B + i_xb * tok.stride_B_b + o_tok * tok.stride_B_t + i_g * tok.stride_B_g
-                   + o_n * tok.stride_B_n, both(m_vn, m_tt))
-        b_C = load(tok.p_C + i_xb * tok.stride_C_b + o_tok * tok.stride_C_t + i_g * tok.stride_C_g
-                   + o_n * tok.stride_C_n, both(m_vn, m_tt)).to(tl.float32)
-        b_z = b_x
-        if HAS_Z:
-            b_z = load(tok.p_z + i_xb * tok.stride_z_b + o_tok * tok.stride_z_t + i_h * tok.stride_z_h
-                       + o_m * tok.stride_z_p, both(m_vm, m_tt))
-        b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
-                         (b_B.to(tl.float32) * b_dt)[None, :] * b_x.to(tl.float32)[:, None])
-        b_y = gated_out(tl.sum(b_state * b_C[None, :], axis=1), b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-        p_yt = (tok.p_out + i_xb * tok.stride_out_b + o_tok * tok.stride_out_t + i_h * tok.stride_out_h
-                + o_m * tok.stride_out_p)
-        m_yt = both(m_vm, m_tt)
-        if m_yt is None:
-            tl.store(p_yt, b_y)
-        else:
-            tl.store(p_yt, b_y, mask=m_yt)
-        _append_token(rg, wrap(start + n_old + t, pool.ring), b_x, b_dt, b_B, both(m_live, m_tt), i_m, i_h,
-                      HEADS_PER_GROUP)
-
-
-@triton.jit
 def _flush_tile(i_slot, i_m, i_h, pool, PACKED_ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Slot i_slot's state tile as a decode flush program, rows i_m of head i_h, reads and
     stores it (pool: _Pool): its pointers; its mask (m_live in it) is _flush_tile_mask's."""
@@ -927,16 +844,10 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
             for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
                 if k < n_mine:
                     i_b = _kth(order, o_b, k)
-                    if T > 1 and OUT:  # the verify step's whole step
-                        _verify_flush(i_b, i_m, i_h, pool, tok, T, WINDOW, RP, X16, DUAL_FLUSH, CURSOR_BY_REQUEST,
-                                      HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX,
-                                      HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC,
-                                      PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL)
-                    else:
-                        _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
-                                      CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
-                                      HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
-                                      STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT)
+                    _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
+                                  CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
+                                  HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
+                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT)
         base += tl.sum(f, 0)
     # One program waits whether or not it stored anything (those that stored waited before):
     # the kernel then completes after the one it depends on, so that one waiting for it sees
@@ -1007,7 +918,7 @@ def _selective_state_replay_fast_kernel(
     EVICT_FIRST: tl.constexpr,
     PDL: tl.constexpr,
     CHUNK: tl.constexpr = 0,  # > 0: the state tile's threads laid over rows of CHUNK columns (_chunked_tile)
-    LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 (> 0 at T >= 2: the list), 4, 6: requests a block of the flush list
+    LIST_BLOCK: tl.constexpr = 0,  # ROLE 2 (at T >= 2: > 0, the list), 4, 6: requests a block of the flush list
     RANKS: tl.constexpr = 0,  # ROLE 6: which of the flushing requests its programs take (_decode_flushes)
     CAP_SHARE: tl.constexpr = 8,  # ROLE 6: ceil(n_requests / CAP_SHARE) of them go to the programs beside
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
@@ -1016,9 +927,9 @@ def _selective_state_replay_fast_kernel(
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
         # the flush kernel's grid (P blocks, H, J) for ROLE 2 and 6; for ROLE 4 the first J of
         # the grid's (P blocks, H, J + B). Those of ROLE 4 and 6 take all of a flushing request's step.
-        # The verify step's flush kernels (ROLE 2 and 6 at T >= 2) take their flushes from the same list.
+        # The verify step's flush kernel (ROLE 2 at T >= 2, VERIFY_FLUSH_LIST) takes its flushes from the same list.
         tl.static_assert(ROLE != 4 or SLOT_MAJOR, "the flush programs come first in a slot-major grid")
-        tl.static_assert(T == 1 or ROLE != 4, "at T >= 2 the flush programs are a kernel's own (ROLE 2, 6)")
+        tl.static_assert(T == 1 or ROLE != 4, "at T >= 2 the flush programs are a kernel's own (ROLE 2)")
         n_j = n_shares if ROLE == 4 else tl.num_programs(2)
         if tl.program_id(2) < n_j:
             tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1266,7 +1177,7 @@ def _selective_state_replay_fast_kernel(
                     else:
                         tl.store(p_yt, b_y, mask=m_yt)
 
-        if ROLE != 1 and ROLE != 5:  # (ROLE 5: the requests that flush are the flush programs')
+        if ROLE != 1:
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
                                          FAST_EXP, HAS_SRC_IDX)
@@ -1453,7 +1364,6 @@ def fast_launch(
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, grid=(*main.grid[:2], main.grid[2] + shares))
     if _side_flush(call):  # flush programs beside the main kernel and after it (ROLE 6), ROLE 5 the rest
-        decode = call.tokens == 1
         sconfig = SIDE_CONFIG or flush_config(*state.shape[-2:])
         shares, list_block = _flush_list(call.requests, FLUSH_SHARE, 32 * sconfig.num_warps)
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
@@ -1461,36 +1371,29 @@ def fast_launch(
             **flags,
             "ROLE": 6,
             "LIST_BLOCK": list_block,
-            "CAP_SHARE": SIDE_CAP_SHARE if decode else SIDE_VERIFY_CAP_SHARE,
+            "CAP_SHARE": SIDE_CAP_SHARE,
             "DUAL_FLUSH": dual_flush(sconfig, state.shape[-1]),
-            "TILES": False,
         }
         side = None
-        programs = SIDE_PROGRAMS if decode else SIDE_VERIFY_PROGRAMS
-        after_programs = SIDE_AFTER_PROGRAMS if decode else SIDE_VERIFY_AFTER_PROGRAMS
-        if programs:
+        if SIDE_PROGRAMS:
             side = dataclasses.replace(call, config=sconfig, pdl=False).launch(
                 kernel,
                 flush_args,
-                {**side_flags, "RANKS": 1, "AHEAD": decode and SIDE_AHEAD and side_flags["DUAL_FLUSH"]},
+                {**side_flags, "RANKS": 1, "AHEAD": SIDE_AHEAD and side_flags["DUAL_FLUSH"]},
             )
-            side = _flush_grid(side, sconfig, state, programs)
+            side = _flush_grid(side, sconfig, state, SIDE_PROGRAMS)
         after_pdl = call.pdl or chain_pdl
         after = dataclasses.replace(call, config=sconfig, pdl=after_pdl).launch(
             kernel,
             flush_args,
             {
                 **side_flags,
-                "RANKS": 2 if programs else 0,
-                "AHEAD": decode and AFTER_AHEAD and side_flags["DUAL_FLUSH"],
+                "RANKS": 2 if SIDE_PROGRAMS else 0,
+                "AHEAD": AFTER_AHEAD and side_flags["DUAL_FLUSH"],
             },
         )
-        after = _flush_grid(after, sconfig, state, after_programs or shares)
+        after = _flush_grid(after, sconfig, state, SIDE_AFTER_PROGRAMS or shares)
         flags["ROLE"] = 5
-        if not decode and SIDE_VERIFY_MAX_REGISTERS and call.config.max_registers is None:
-            call = dataclasses.replace(
-                call, config=dataclasses.replace(call.config, max_registers=SIDE_VERIFY_MAX_REGISTERS)
-            )
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, beside=side, after=after)
     if _split_flush(call, rows_path):
@@ -1635,27 +1538,11 @@ SIDE_CONFIG: LaunchConfig | None = None  # None: flush_config's
 SIDE_AHEAD = False  # the programs beside: each one's requests pipelined (_decode_flushes_ahead)
 AFTER_AHEAD = True  # the programs after the main kernel likewise
 
-# The verify step (T >= 2) likewise from SIDE_VERIFY_MIN_REQUESTS requests on (SIDE_VERIFY): a
-# flushing request's whole step (_verify_flush: its checkpoint, then its drafts by the
-# recurrence from it) by flush programs, SIDE_VERIFY_PROGRAMS a (rows, head) beside the main
-# kernel for the first ceil(batch / SIDE_VERIFY_CAP_SHARE), SIDE_VERIFY_AFTER_PROGRAMS (0:
-# batch / FLUSH_SHARE) after it for the rest, unpipelined.
-SIDE_VERIFY = False
-SIDE_VERIFY_MIN_REQUESTS = 16
-SIDE_VERIFY_PROGRAMS = 4
-SIDE_VERIFY_CAP_SHARE = 4
-SIDE_VERIFY_AFTER_PROGRAMS = 0
-SIDE_VERIFY_MAX_REGISTERS: int | None = None  # the main kernel's (ROLE 5) register cap
-
 
 def _side_flush(call: ReplayCall) -> bool:
-    """Whether the step's flushing requests go to flush programs beside the main kernel (ROLE 6
-    and 5)."""
-    if call.flush:
-        return False
-    if call.tokens == 1:
-        return SIDE_DECODE and call.requests >= SIDE_DECODE_MIN_REQUESTS
-    return SIDE_VERIFY and call.requests >= SIDE_VERIFY_MIN_REQUESTS
+    """Whether the decode step's flushing requests go to flush programs beside the main kernel
+    (ROLE 6 and 5)."""
+    return SIDE_DECODE and call.tokens == 1 and not call.flush and call.requests >= SIDE_DECODE_MIN_REQUESTS
 
 
 def _flush_programs(call: ReplayCall) -> bool:
