@@ -105,9 +105,12 @@ def spec_e2e_section(folder: Path) -> str:
             for r in data["rows"]
         ]
         shape = data["shape"]
+        window = data["method"].get("window")
         parts += [
             f"#### Verify steps, T = {tokens}: {shape['name']}, {data['layers']} Mamba2 layers, "
-            f"d_model {data['d_model']} (`{path.parent.name}/`)",
+            f"d_model {data['d_model']}"
+            + (f", replay window {window}" if window else "")
+            + f" (`{path.parent.name}/`)",
             "",
             f"One verify step of {tokens} tokens a request and its acceptance, timed as a CUDA "
             f"graph; accepted counts uniform in 1..{tokens}; tokens/s = batch x mean accepted / "
