@@ -545,10 +545,27 @@ def test_default_config_of_the_fast_route() -> None:
     assert replay_fast_config(64, 128, 512, tokens=4) == LaunchConfig(16, 1, True, True)
     assert replay_fast_config(64, 128, 512, tokens=8) == LaunchConfig(64, 4, True, True)
     assert replay_fast_config(64, 128, 8, tokens=4) == LaunchConfig(32, 4, True, True)
-    assert replay_fast_config(12, 24, 4, tokens=2) == LaunchConfig(16, 4, True, True)
+    assert replay_fast_config(12, 24, 4, tokens=3) == LaunchConfig(16, 4, True, True)
+    assert replay_fast_config(64, 128, 8, tokens=2) == LaunchConfig(16, 2, True, True)
     assert table_key(64, 128, torch.float32, "replay-fast", 4).endswith("mode=replay-fast tokens=4")
     got = lookup_config(64, 128, torch.float32, 64, "cpu", mode="replay-fast", tokens=1)
     assert got == replay_fast_config(64, 128, 64, 1)
+
+
+@pytest.mark.parametrize(
+    "tokens, batch, tiles",
+    [(2, 8, False), (3, 8, True), (4, 8, True), (2, 9, False), (4, 9, False), (8, 9, True)],
+)
+def test_verify_path_by_drafts_and_batch(tokens: int, batch: int, tiles: bool) -> None:
+    """With the default config the verify step's out is tiles at small batch (8 requests or
+    fewer) from T = 3 on and at any batch from T = 8 on, else draft by draft (the launch is
+    prepared, not run)."""
+    case = Replay(tokens=tokens, window=8, nheads=2, ngroups=1, batch=batch)
+    pool, drafts = make_pool(case), make_drafts(case, 3)
+    kw = _kwargs(pool, drafts)
+    config = replay_fast_config(case.headdim, case.dstate, batch, tokens)
+    _, launch = replay_prepare(**kw, exact=False)
+    assert launch.kwargs["TILES"] is tiles, (config, launch.kwargs["TILES"])
 
 
 # ---------------------------------------------------------------------------------------------

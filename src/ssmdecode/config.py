@@ -192,13 +192,16 @@ def replay_fast_config(
     NVIDIA_H200/fast-decode-sweep/ and fast-verify-sweep/). T = 1: 16 rows and one warp above
     batch 8 (with the precomputed Grams), 16 rows and 4 warps at batch 8 and below. T >= 2 (the
     verify step's out as tiles or draft by draft: replay_fast._tiles): at batch 8 and below 32
-    rows and 4 warps (tiles); from T = 8 on 64 rows and 4 warps (tiles); else 16 rows and one
-    warp (draft by draft). Rows capped at the head dim's next power of 2, 16 at least."""
+    rows and 4 warps (tiles) from T = 3 on, 16 rows and 2 warps at T = 2 (draft by draft;
+    fast-verify-small/); from T = 8 on 64 rows and 4 warps (tiles); else 16 rows and one warp
+    (draft by draft). Rows capped at the head dim's next power of 2, 16 at least."""
     del dstate  # the same choice for every state dim until measured
     top = max(16, 1 << max(headdim - 1, 0).bit_length())
     small = batch is not None and batch <= 8
     if tokens == 1 or tokens is None:
         return LaunchConfig(16, 4 if small else 1, True, True)
+    if small and tokens == 2:
+        return LaunchConfig(16, 2, True, True)
     if small:
         return LaunchConfig(min(32, top), 4, True, True)
     if tokens >= 8:

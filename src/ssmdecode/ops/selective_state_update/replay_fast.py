@@ -1596,11 +1596,14 @@ def dual_flush(config: LaunchConfig, dstate: int) -> bool:
 
 
 # The verify step (T >= 2) computes out as tiles on the tensor cores (h0 C^T and the weighted
-# sums as matmuls) from this many drafts on, and at any T for this many requests or fewer;
-# else draft by draft (a row sum over the state tile a draft). On the H200 (headline, window
-# 16, steady cursors: benchmarks/results/NVIDIA_H200/fast-verify-sweep/) the row sums led at
-# T = 2 and 4 from batch 64 on, the tiles at T = 8 and at batch 8.
+# sums as matmuls) from TILES_FROM_TOKENS drafts on, and from TILES_SMALL_FROM_TOKENS drafts
+# for TILES_MAX_REQUESTS requests or fewer; else draft by draft (a row sum over the state tile
+# a draft). On the H200 (headline, window 16, steady cursors: benchmarks/results/NVIDIA_H200/
+# fast-verify-sweep/ and fast-verify-small/) the row sums led at T = 2 and 4 from batch 64 on
+# and at T = 2 at batch 1 and 8 (16 rows, 2 warps: 5.82 against the tiles' 7.00 us at bs 8),
+# the tiles at T = 8 and at T = 4 at batch 1 and 8.
 TILES_FROM_TOKENS = 8
+TILES_SMALL_FROM_TOKENS = 3
 TILES_MAX_REQUESTS = 8
 
 
@@ -1608,7 +1611,8 @@ def _tiles(call: ReplayCall) -> bool:
     """Whether the verify step's out is computed as tiles (a matmul's 16 rows at least)."""
     if call.tokens == 1 or call.config.block_m < 16:
         return False
-    return call.tokens >= TILES_FROM_TOKENS or call.requests <= TILES_MAX_REQUESTS
+    small = call.requests <= TILES_MAX_REQUESTS and call.tokens >= TILES_SMALL_FROM_TOKENS
+    return call.tokens >= TILES_FROM_TOKENS or small
 
 
 # A flush absorbs the ring in the dual form (dual_flush) when this is True.
