@@ -37,6 +37,8 @@ def test_report_of_the_shipped_results_has_every_section(report) -> None:
         "#### e2e: ",
         "#### Verify calls, mode replay",
         "#### Verify steps, T = 4",
+        "#### ReplaySSM: the fast replay route",
+        "##### ReplaySSM, T = 4, steady cursors, window 16",
         "#### Stochastic rounding of 16-bit states",
         "#### Accuracy of 16-bit states",
         "#### Plots",

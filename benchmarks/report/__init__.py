@@ -8,6 +8,7 @@ spec       verify calls (bench --tokens) and verify steps (e2e --spec)
 verify     bit-identity with the upstream config (ssmdecode verify)
 sweeps     the upstream grid's sweep, each kernel's, and the measuring notes' table
 e2e        decode steps of the layer stack and greedy decoding
+replay     ReplaySSM: the fast replay route against the engines' kernels (bench-replay)
 rounding   stochastic rounding of 16-bit states
 accuracy   16-bit states over a long decode
 build      REPORT.md from the sections above

@@ -8,6 +8,7 @@ from .accuracy import accuracy_section
 from .bench import PDL_NOTE, bench_section, slot_order_note
 from .common import is_spec, load, table_rows_note
 from .e2e import e2e_section
+from .replay import replay_bench_section
 from .rounding import is_rounding, rounding_section
 from .spec import spec_bench_section, spec_e2e_section
 from .summary import summary_text
@@ -58,6 +59,8 @@ def build(folder: Path, links_from: Path) -> str:
         e2e_section(folder),
         "",
         spec_e2e_section(folder),
+        "",
+        replay_bench_section(folder),
         "",
         rounding_section(folder),
         "",
