@@ -1,6 +1,6 @@
-"""`ssmdecode e2e --spec T` under the interpreter: the three ways (and the fast replay route's,
-in the timing) run and report, and the greedy comparison finds the three identical (the GPU run
-checks bits of compiled kernels)."""
+"""`ssmdecode e2e --spec T` under the interpreter: the three ways and the fast replay route's
+run and report, and the greedy comparison finds the three identical and reports the fast
+route's share of identical tokens (the GPU run checks bits of compiled kernels)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,11 @@ def test_spec_timing_and_greedy(tmp_path: Path) -> None:
         == 0
     )
     data = json.loads((tmp_path / "g" / "e2e-greedy.json").read_text())
-    assert data["identical"] and len(data["results"]) == 3
+    results = data["results"]
+    assert data["identical"] and list(results)[3] == "d replay fast"
+    assert all(r["identical"] and r["bit_compared"] for r in list(results.values())[:3])
+    fast = results["d replay fast"]
+    assert not fast["bit_compared"] and 0 <= fast["share_ids_identical"] <= 1
 
 
 def test_spec_timing_in_interleaved_repeats(tmp_path: Path) -> None:

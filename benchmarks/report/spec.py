@@ -81,6 +81,14 @@ def spec_bench_section(folder: Path, data: dict, name: str) -> str:
     return "\n".join(parts)
 
 
+def _verdict(result: dict) -> str:
+    """A way's greedy verdict: against (a)'s bits, or float32-accurate for the fast route (runs
+    before it was compared held every way to the bits)."""
+    if not result.get("bit_compared", True):
+        return "float32-accurate (not compared bit for bit)"
+    return "identical" if result["identical"] else "DIFFERENT"
+
+
 def spec_e2e_section(folder: Path) -> str:
     """Verify steps of the layer stack (e2e --spec): each way's step time, tokens/s and the SSM
     kernels' share, against way (a) of the same run."""
@@ -151,7 +159,8 @@ def spec_e2e_section(folder: Path) -> str:
             [
                 way,
                 r["launch"],
-                "identical" if r["identical"] else "DIFFERENT",
+                _verdict(r),
+                "-" if "share_ids_identical" not in r else f"{100 * r['share_ids_identical']:.2f}%",
                 r["token_id_mismatches"],
                 r["logprob_mismatches"],
                 r["steps"],
@@ -170,6 +179,7 @@ def spec_e2e_section(folder: Path) -> str:
                     "way",
                     "config",
                     "verdict",
+                    "ids identical to (a)",
                     "id mismatches",
                     "log-prob mismatches",
                     "steps",
