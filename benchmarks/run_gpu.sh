@@ -56,7 +56,8 @@
 #           bench-spec-<modes>/)
 #   e2e_spec  ssmdecode e2e --spec 4: the Mamba2 stack's verify steps, intermediate-state path at
 #           upstream's config and at the table's, exact replay and the fast replay (3 interleaved
-#           repeats); and the greedy identity of the first three (the exact ones)
+#           repeats); and the greedy identity of the first three (the exact ones), with the
+#           fast route's share of tokens identical to (a)'s
 #   tune_dense  ssmdecode tune --tokens --params dense of modes buffer and dst (DENSE_MODES): the
 #           entries of verify calls whose A (D, dt_bias) is dense, into the shipped table
 #   bench_params  ssmdecode bench --tokens T --params tied dense, one run a T in 2 4 8, modes
