@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ssmdecode.tools.e2e import greedy_verdict
+
 from .common import is_spec, load, provenance, run_note, table, table_rows_note
 
 SPEC_MODES = {
@@ -81,14 +83,6 @@ def spec_bench_section(folder: Path, data: dict, name: str) -> str:
     return "\n".join(parts)
 
 
-def _verdict(result: dict) -> str:
-    """A way's greedy verdict: against (a)'s bits, or float32-accurate for the fast route (runs
-    before it was compared held every way to the bits)."""
-    if not result.get("bit_compared", True):
-        return "float32-accurate (not compared bit for bit)"
-    return "identical" if result["identical"] else "DIFFERENT"
-
-
 def spec_e2e_section(folder: Path) -> str:
     """Verify steps of the layer stack (e2e --spec): each way's step time, tokens/s and the SSM
     kernels' share, against way (a) of the same run."""
@@ -159,7 +153,7 @@ def spec_e2e_section(folder: Path) -> str:
             [
                 way,
                 r["launch"],
-                _verdict(r),
+                greedy_verdict(r),
                 "-" if "share_ids_identical" not in r else f"{100 * r['share_ids_identical']:.2f}%",
                 r["token_id_mismatches"],
                 r["logprob_mismatches"],

@@ -642,10 +642,11 @@ SPEC_FAST_WAY = ("d replay fast", "replay-fast", "table")
 EXACT_SPEC_WAYS = {name for name, _, _ in SPEC_WAYS}
 
 
-def _greedy_verdict(result: dict) -> str:
-    """A way's verdict in the greedy table: identical or DIFFERENT for the ways held to (a)'s
-    bits, "float32-accurate" for the fast route."""
-    if not result["bit_compared"]:
+def greedy_verdict(result: dict) -> str:
+    """A way's verdict in the spec greedy table (and the report's): identical or DIFFERENT for
+    the ways held to (a)'s bits, "float32-accurate" for the fast route (results written before
+    it was compared held every way to the bits)."""
+    if not result.get("bit_compared", True):
         return "float32-accurate (not compared bit for bit)"
     return "identical" if result["identical"] else "DIFFERENT"
 
@@ -658,8 +659,8 @@ def _spec_config(
     spec_text: str, dims: Mamba2Dims, batch: int, path: str, tokens: int, device: torch.device
 ) -> tuple[LaunchConfig | None, LaunchConfig]:
     """(what the step is given, what the kernel runs) for a way of --spec."""
-    mode = {"buffer": "buffer", "replay": "replay", "replay-fast": "replay-fast"}[path]
-    resolved = ConfigSpec(spec_text).resolve(dims.shape, batch, device, mode, tokens)
+    # each of mamba2_spec.SPEC_PATHS names its kernel's mode in the tables
+    resolved = ConfigSpec(spec_text).resolve(dims.shape, batch, device, path, tokens)
     return (None if spec_text == "table" else resolved), resolved
 
 
@@ -802,8 +803,8 @@ def _run_spec_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, de
     results = {}
     for name, run_ in runs.items():
         lp = bit_diff(first["logprobs"], run_["logprobs"])
-        ids_differ = int((first["ids"] != run_["ids"]).sum())
         same = first["ids"] == run_["ids"]
+        ids_differ = int((~same).sum())
         results[name] = {
             "launch": run_["launch"],
             "bit_compared": name in EXACT_SPEC_WAYS,
@@ -857,7 +858,7 @@ def _run_spec_greedy(args: argparse.Namespace, dims: Mamba2Dims, layers: int, de
                 [
                     n,
                     r["launch"],
-                    _greedy_verdict(r),
+                    greedy_verdict(r),
                     f"{100 * r['share_ids_identical']:.2f}%",
                     r["first_difference"] or "-",
                     r["token_id_mismatches"],
