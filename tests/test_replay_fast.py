@@ -552,6 +552,31 @@ def test_default_config_of_the_fast_route() -> None:
     assert got == replay_fast_config(64, 128, 64, 1)
 
 
+def test_tiles_flush_in_the_dual_form_inline() -> None:
+    """The tiles' verify step (T = 8) with 64 accumulator elements a thread (16 rows, one warp,
+    N = 128) flushes in its own programs in the dual form (replay_fast.TILES_DUAL_MAX_ELEMENTS;
+    the draft-by-draft step at that config token by token): out and the flushed states within
+    the bars of float64, the rings the exact route's bits, the states within the dual form's
+    bound of the exact route's."""
+    case = Replay(tokens=8, window=8, nheads=2, ngroups=1, batch=2, headdim=16, dstate=128, pad_rows=())
+    config = LaunchConfig(16, 1, True, True)
+    assert replay_fast.dual_flush(config, case.dstate, tiles=True)
+    assert not replay_fast.dual_flush(config, case.dstate)
+    pool, drafts = make_pool(case), make_drafts(case, 4)
+    _set_cursors(pool, case, "steady", 4, wrap=True)
+    pool["num_cached"][pool["state_batch_indices"][0]] = case.window  # one request flushes at least
+    twin = _twin(pool)
+    kw = _kwargs(pool, drafts)
+    _, launch = replay_prepare(**kw, config=config, exact=False)
+    assert launch.kwargs["TILES"] and launch.kwargs["DUAL_FLUSH"] and launch.after is None
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, config, exact=False)
+    assert_out_accurate(out, want[0])
+    assert_state_accurate(pool["state"], want[1])
+    _run(_kwargs(twin, drafts), config, exact=True)
+    assert_same_writes(pool, twin, config, dual=True)
+
+
 @pytest.mark.parametrize(
     "tokens, batch, tiles",
     [(2, 8, False), (3, 8, True), (4, 8, True), (2, 9, False), (4, 9, False), (8, 9, True)],
@@ -583,7 +608,7 @@ def _headline(batch: int, tokens: int, seed: int = 0) -> tuple[dict, dict, Repla
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [64, 512])
-@pytest.mark.parametrize("tokens", [1, 4])
+@pytest.mark.parametrize("tokens", [1, 4, 8])
 def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
     """H16 P64 N128 G1, fp32 state, bf16 inputs, steady state: the accuracy bars at the
     device's table config (or the fast default), and the exact route's rings and flushed
@@ -610,7 +635,7 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 4])
+@pytest.mark.parametrize("tokens", [1, 4, 8])
 def test_gpu_run_to_run_bits(tokens: int) -> None:
     """The same inputs, the same bits, five runs (no atomics; every config of the grid is
     fixed)."""

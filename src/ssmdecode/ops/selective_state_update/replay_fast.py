@@ -1312,15 +1312,16 @@ def fast_launch(
             f"got T = {call.tokens}{' with cu_seqlens' if cu_seqlens is not None else ''}"
         )
     window = call.ring - call.tokens
+    tiles = _tiles(call)
     flags = dict(
         RP=max(16, triton.next_power_of_2(window)),
         TP=triton.next_power_of_2(call.tokens),
         TD=max(16, triton.next_power_of_2(call.tokens)),
-        TILES=_tiles(call),
+        TILES=tiles,
         MMA16=call.B.dtype == call.C.dtype and call.B.dtype in (torch.bfloat16, torch.float16),
         C16=call.C.dtype == torch.bfloat16,
         X16=call.x.dtype == torch.bfloat16,
-        DUAL_FLUSH=dual_flush(config, state.shape[-1]),
+        DUAL_FLUSH=dual_flush(config, state.shape[-1], tiles),
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
@@ -1584,15 +1585,17 @@ def flush_config(headdim: int, dstate: int) -> LaunchConfig:
     return LaunchConfig(rows, triton.next_power_of_2(warps), True, True)
 
 
-def dual_flush(config: LaunchConfig, dstate: int) -> bool:
+def dual_flush(config: LaunchConfig, dstate: int, tiles: bool = False) -> bool:
     """Whether a flush of the fast route absorbs the ring in the dual form (one matmul a
     program, the checkpoint's bits then the fast route's own, within the bars of
     docs/numerics.md), not token by token with the exact kernel's operations (the exact route's
     bits): where DUAL_FLUSH is on, the matmul's tile has 16 rows or more (block_m >= 16) and its
-    accumulator takes at most DUAL_MAX_ELEMENTS registers a thread."""
+    accumulator takes at most DUAL_MAX_ELEMENTS registers a thread (TILES_DUAL_MAX_ELEMENTS in
+    a verify step whose out is tiles: tiles True)."""
     block_n = triton.next_power_of_2(dstate)
     per_thread = config.block_m * block_n // (32 * config.num_warps)
-    return DUAL_FLUSH and config.block_m >= 16 and per_thread <= DUAL_MAX_ELEMENTS
+    most = TILES_DUAL_MAX_ELEMENTS if tiles else DUAL_MAX_ELEMENTS
+    return DUAL_FLUSH and config.block_m >= 16 and per_thread <= most
 
 
 # The verify step (T >= 2) computes out as tiles on the tensor cores (h0 C^T and the weighted
@@ -1615,9 +1618,18 @@ def _tiles(call: ReplayCall) -> bool:
     return call.tokens >= TILES_FROM_TOKENS or small
 
 
-# A flush absorbs the ring in the dual form (dual_flush) when this is True.
+# A flush absorbs the ring in the dual form (dual_flush) when this is True, where its
+# accumulator takes at most DUAL_MAX_ELEMENTS registers a thread, TILES_DUAL_MAX_ELEMENTS in the
+# tiles' verify step: the tiles' kernel carries matmuls anyway, and there the flush at 64 rows
+# and 4 warps (64 a thread) in the dual form beat token by token (T = 8 steady, window 16:
+# 206.2 against 260.0 us at bs 512, 32.4 against 39.2 at bs 64; every slot flushing 288.7
+# against 381.3 at bs 512) and a flush kernel of its own after the main kernel (229.4 and 34.9)
+# on the H200 (run 151, benchmarks/results/NVIDIA_H200/fast-verify-inline/). In the draft by
+# draft step (16 rows, one warp) the dual form inline lost (T = 4 steady at bs 512: 164.7
+# against the split's 130.7; with float32 FMAs instead of the tensor cores 253.0).
 DUAL_FLUSH = True
 DUAL_MAX_ELEMENTS = 32
+TILES_DUAL_MAX_ELEMENTS = 64
 
 
 # The Grams' kernel lets the main kernel launch at once (programmatic dependent launch, on a
