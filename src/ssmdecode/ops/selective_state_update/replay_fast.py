@@ -922,6 +922,7 @@ def _selective_state_replay_fast_kernel(
     RANKS: tl.constexpr = 0,  # ROLE 6: which of the flushing requests its programs take (_decode_flushes)
     CAP_SHARE: tl.constexpr = 8,  # ROLE 6: ceil(n_requests / CAP_SHARE) of them go to the programs beside
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
+    LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
 ):
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -992,7 +993,13 @@ def _selective_state_replay_fast_kernel(
     b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     if CHUNK > 0:
         b_h0 = tl.reshape(b_h0, [BLOCK_M, BLOCK_N])
-    wait_prior(PDL)
+    # Launched programmatic-dependent on the Grams' kernel (GRAM), which writes the Grams and
+    # nothing else this program reads and reads nothing it writes (and was itself launched after
+    # everything before the call), a program waits just before it reads the Grams (LATE_WAIT,
+    # fast_launch's); else here, before it reads anything but the slot and the state.
+    LATE: tl.constexpr = GRAM and LATE_WAIT
+    if not LATE:
+        wait_prior(PDL)
 
     # The ring rows of this program: x of its head's rows, B of its group, dt' of its head.
     p_xc, p_Bc, p_dtc = _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s,
@@ -1051,6 +1058,8 @@ def _selective_state_replay_fast_kernel(
             m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
             b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
             if GRAM:  # the group's Grams, computed once for its heads by _gram_kernel
+                if LATE:
+                    wait_prior(PDL)
                 p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
                 b_gram = tl.load(p_g + o_r)  # [RP]: C . B_j, 0 past n_old
                 b_bc = tl.load(p_g + RP)  # C . B of the token
@@ -1106,6 +1115,8 @@ def _selective_state_replay_fast_kernel(
                 b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
                                 + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
                 if GRAM:
+                    if LATE:
+                        wait_prior(PDL)
                     p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
                     m_gt = o_t[None, :] < T
                     b_GrT = tl.load(p_g + o_t[None, :] * RP + o_r[:, None], mask=m_gt, other=0.0)  # [RP, TD]
@@ -1145,6 +1156,8 @@ def _selective_state_replay_fast_kernel(
                 b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
                 b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
                 if GRAM:
+                    if LATE:
+                        wait_prior(PDL)
                     p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
                 for t in tl.static_range(T):
                     m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
@@ -1349,6 +1362,7 @@ def fast_launch(
         arguments.update(p_gram=gram, stride_gram_b=gram.stride(0), stride_gram_g=gram.stride(1))
         if chain_pdl:
             call = dataclasses.replace(call, pdl=True)
+            flags["LATE_WAIT"] = LATE_WAIT and (call.tokens > 1 or call.requests < LATE_WAIT_DECODE_BELOW)
     if _flush_programs(call):  # the flush programs first in the main kernel's grid (ROLE 4, _decode_flushes)
         per_pass = PROGRAMS_LIST_BLOCK or 32 * call.config.num_warps  # a request a thread
         shares, list_block = _flush_list(call.requests, PROGRAMS_SHARE, per_pass)
@@ -1633,8 +1647,16 @@ TILES_DUAL_MAX_ELEMENTS = 64
 
 
 # The Grams' kernel lets the main kernel launch at once (programmatic dependent launch, on a
-# GPU whose Triton has it) when this is True.
+# GPU whose Triton has it) when this is True. With LATE_WAIT the main kernel's programs wait for
+# it just before they read the Grams instead of right after their state loads, at T >= 2 and
+# at T = 1 below LATE_WAIT_DECODE_BELOW requests. On the H200 (run 153, headline, window 16,
+# steady cursors, benchmarks/results/NVIDIA_H200/fast-late-wait/) it took T = 4 from 25.05 to
+# 24.02 us at bs 64 and from 41.11 to 40.24 at bs 128 (the same at bs 8 and 512), T = 1 from
+# 15.26 to 14.73 at bs 64, but made T = 1 slower from bs 128 on (81.5 against 79.5 us at bs
+# 512, 165.9 against 158.1 at 1024; why was not located).
 GRAM_PDL = True
+LATE_WAIT = True
+LATE_WAIT_DECODE_BELOW = 128
 
 
 # The decode step (T = 1) precomputes the Grams C . B_j once a (request, group) from this many
