@@ -19,7 +19,8 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   (x, B and dt' of RP rows, RP = max(16, the window's next power of 2), masked past
   num_cached). The Grams C_t . B_j are computed once a (request, group) by _gram_kernel from
   GRAM_MIN_REQUESTS requests on (launched first; the main kernel, programmatic-dependent on
-  it, issues its state loads before it waits), else by each program. Decode (T = 1) works on
+  it, issues its state loads before it waits, or with LATE_WAIT all it reads but the Grams),
+  else by each program. Decode (T = 1) works on
   vectors: h0 . C one row sum over N, the weighted sum over the ring one over RP. Verify
   (T >= 2) either takes the drafts one by one (a row sum h0 . C_t and two short sums a draft,
   out stored a draft at a time) or as tiles of TD = max(16, next power of 2 of T) drafts on
