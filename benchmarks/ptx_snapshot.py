@@ -19,7 +19,9 @@ headline shape; upstream, default, layout-sum and ordered configs (the table's
 (8,1,slot,evict,ordered) among them); and verify calls of 4 drafts in each mode (buffer, dst,
 replay) at three configs, with a bf16 state also stochastically rounded (225 files); and the
 fast replay route's kernel (replay_fast.py) for decode and verify, with its flush and engine
-conventions and decode's flush kernels, after the main kernel and beside it (50 more: 275).
+conventions and decode's flush kernels, after the main kernel and beside it (50 more: 275),
+and its Grams' kernel with the main kernel launched programmatic-dependent on it, as on a GPU
+(5 more: 280).
 PTX depends on the Triton version: a
 digest file only holds for the version it names.
 """
@@ -119,7 +121,13 @@ def _spec_inputs() -> Iterator[tuple[str, dict, bool]]:
 FAST_CONFIGS = ("16,4,slot,evict", "16,1,slot,evict", "32,4,slot,evict", "64,4,slot,evict")
 FLUSH_PART = "flushes"  # the name of a split call's flush kernel (at replay_fast.flush_config's config)
 BESIDE_PART = "beside"  # the name of the flush kernel beside the main kernel (replay_fast._side_flush)
-PARTS = {"-split": ("main", "after"), "-beside": ("main", "beside", "after")}
+GRAMS_PART = "grams"  # the name of the Grams' kernel, launched before the main one (replay_fast._gram_first)
+PARTS = {
+    "-split": ("main", "after"),
+    "-beside": ("main", "beside", "after"),
+    "-chain": ("before", "main"),
+    "-early": ("main",),
+}
 
 
 def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
@@ -139,6 +147,8 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
             if sdt != torch.float32:
                 yield f"{name}-sr", {**kw, "rand_seed": torch.tensor([1234], dtype=torch.int64)}, FAST_CONFIGS
             yield f"{name}-flush", {**kw, "_flush": True}, FAST_CONFIGS[:1]
+            if sdt == torch.float32:  # the Grams' kernel first, the main kernel dependent on it
+                yield from _chain_inputs(name, kw, tokens)
             if tokens > 1:  # the verify step's out draft by draft (a small batch takes the tiles)
                 saved = replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS
                 replay_fast.TILES_MAX_REQUESTS = 0
@@ -186,6 +196,25 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
             yield f"{name}-vllm", vllm, FAST_CONFIGS[:1]
 
 
+def _chain_inputs(name: str, kw: dict, tokens: int) -> Iterator[tuple[str, dict, tuple[str, ...]]]:
+    """The call with its Grams precomputed (as from replay_fast.GRAM_MIN_REQUESTS requests on)
+    and its kernels chained programmatic-dependent, as on a GPU (replay_fast._chain_pdl
+    replaced: the CPU tensors have no device to launch on): the Grams' kernel and the main
+    kernel, which waits just before it reads the Grams (-chain, LATE_WAIT); at T = 1 also the
+    main kernel waiting after its state loads (-chain-early, as from
+    replay_fast.LATE_WAIT_DECODE_BELOW requests on)."""
+    saved = replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl, replay_fast.LATE_WAIT
+    replay_fast.GRAM_MIN_REQUESTS = 1
+    replay_fast._chain_pdl = lambda call: replay_fast.GRAM_PDL
+    try:
+        yield f"{name}-chain", kw, FAST_CONFIGS[1:2]
+        if tokens == 1:
+            replay_fast.LATE_WAIT = False
+            yield f"{name}-chain-early", kw, FAST_CONFIGS[1:2]
+    finally:
+        replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl, replay_fast.LATE_WAIT = saved
+
+
 def instructions(ptx: str) -> list[str]:
     """The PTX's instructions: up to the debug sections, without debug labels and comments."""
     lines = []
@@ -221,7 +250,8 @@ def write(folder: Path) -> int:
             config = LaunchConfig.parse(text)
             for part in PARTS.get(name[name.rfind("-") :], ("main",)):
                 compiled = compile_config(kwargs, config, TARGET, replay=True, part=part)
-                stem = {"main": name, "beside": f"{name}-{BESIDE_PART}"}.get(part, f"{name}-{FLUSH_PART}")
+                stems = {"main": name, "beside": f"{name}-{BESIDE_PART}", "before": f"{name}-{GRAMS_PART}"}
+                stem = stems.get(part, f"{name}-{FLUSH_PART}")
                 body = "\n".join(instructions(compiled.asm["ptx"]))
                 (folder / f"{stem}_{config.label}.ptx").write_text(body)
                 count += 1

@@ -1356,7 +1356,7 @@ def fast_launch(
     # are launched programmatic-dependent on the one before: each issues its state tile's loads
     # while the one before runs, and waits for it before it reads (or writes) what that one wrote
     # (or read).
-    chain_pdl = GRAM_PDL and call.state.device.type == "cuda" and gdc_wait is not None
+    chain_pdl = _chain_pdl(call)
     gram_launch = flush_launch = None
     if _gram_first(call):
         gram_launch, gram = _gram_launch(call, flags, cursor_by_request, chain_pdl)
@@ -1668,6 +1668,13 @@ GRAM_MIN_REQUESTS = 16
 
 # The verify step (T >= 2) precomputes its Grams too (_gram_kernel) when this is True.
 GRAM_VERIFY = True
+
+
+def _chain_pdl(call: ReplayCall) -> bool:
+    """Whether the kernels of the call after the first are launched programmatic-dependent on
+    the one before: GRAM_PDL, on a GPU whose Triton has grid dependency control
+    (benchmarks/ptx_snapshot.py replaces this to compile the chain without one)."""
+    return GRAM_PDL and call.state.device.type == "cuda" and gdc_wait is not None
 
 
 def _gram_first(call: ReplayCall) -> bool:
