@@ -21,9 +21,9 @@ replay) at three configs, with a bf16 state also stochastically rounded (225 fil
 fast replay route's kernel (replay_fast.py) for decode and verify, with its flush and engine
 conventions and decode's flush kernels, after the main kernel and beside it (50 more: 275),
 and its Grams' kernel with the main kernel launched programmatic-dependent on it, as on a GPU
-(5 more: 280).
-PTX depends on the Triton version: a
-digest file only holds for the version it names.
+(5 more: 280), and with the Grams' kernel also computing the dual form's weights
+(replay_fast.WEIGHTS; 2 more: 282). PTX depends on the Triton version: a digest file only holds
+for the version it names.
 """
 
 from __future__ import annotations
@@ -202,8 +202,11 @@ def _chain_inputs(name: str, kw: dict, tokens: int) -> Iterator[tuple[str, dict,
     replaced: the CPU tensors have no device to launch on): the Grams' kernel and the main
     kernel, which waits just before it reads the Grams (-chain, LATE_WAIT); at T = 1 also the
     main kernel waiting after its state loads (-chain-early, as from
-    replay_fast.LATE_WAIT_DECODE_BELOW requests on)."""
+    replay_fast.LATE_WAIT_DECODE_BELOW requests on); and with the Grams' kernel computing the
+    dual form's weights (-chain-weights, replay_fast.WEIGHTS; at T >= 2 draft by draft, the
+    flushes split off)."""
     saved = replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl, replay_fast.LATE_WAIT
+    weights = replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS
     replay_fast.GRAM_MIN_REQUESTS = 1
     replay_fast._chain_pdl = lambda call: replay_fast.GRAM_PDL
     try:
@@ -211,8 +214,14 @@ def _chain_inputs(name: str, kw: dict, tokens: int) -> Iterator[tuple[str, dict,
         if tokens == 1:
             replay_fast.LATE_WAIT = False
             yield f"{name}-chain-early", kw, FAST_CONFIGS[1:2]
+            replay_fast.LATE_WAIT = saved[2]
+        # the dual form's weights from the Grams' kernel (replay_fast.WEIGHTS): decode, and the
+        # draft-by-draft verify step with its flushes split off (its route from 16 requests on)
+        replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = True, 0, 1
+        yield f"{name}-chain-weights", kw, FAST_CONFIGS[1:2]
     finally:
         replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl, replay_fast.LATE_WAIT = saved
+        replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = weights
 
 
 def instructions(ptx: str) -> list[str]:

@@ -385,6 +385,79 @@ def test_with_and_without_the_precomputed_grams(
         assert torch.equal(a, b)
 
 
+# (route, T): where the flushes go while the Grams' kernel weighs (replay_fast.WEIGHTS): in the
+# main kernel (inline), first in its grid (programs: ROLE 4), beside it and after it (beside:
+# ROLE 5 and 6), in a kernel after it (split: ROLE 1 and 2).
+WEIGHT_ROUTES = [("inline", 1), ("programs", 1), ("beside", 1), ("split", 1), ("inline", 3), ("split", 3)]
+
+
+def _weights_route(monkeypatch: pytest.MonkeyPatch, route: str, weights: bool) -> None:
+    set_ = monkeypatch.setattr
+    set_(replay_fast, "WEIGHTS", weights)
+    set_(replay_fast, "GRAM_MIN_REQUESTS", 1)  # the Grams' kernel (as from 16 requests on)
+    set_(replay_fast, "TILES_MAX_REQUESTS", 0)  # draft by draft, the weights' path
+    set_(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1 if route == "programs" else 10**9)
+    set_(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1 if route == "beside" else 10**9)
+    set_(replay_fast, "SIDE_PROGRAMS", 1)
+    set_(replay_fast, "SIDE_CAP_SHARE", 2)  # the first flushing request beside, the rest after
+    split = route == "split"
+    set_(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if split else 10**9)
+    set_(replay_fast, "SPLIT_MIN_REQUESTS", 1 if split else 10**9)
+    set_(replay_fast, "SPLIT_FROM_TOKENS", 1 if split else 10**9)
+    for name in ("FLUSH_CONFIG", "SIDE_CONFIG"):
+        set_(replay_fast, name, LaunchConfig(16, 4))
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+@pytest.mark.parametrize(("route", "tokens"), WEIGHT_ROUTES, ids=[f"{r}-T{t}" for r, t in WEIGHT_ROUTES])
+def test_with_and_without_the_precomputed_weights(
+    route: str, tokens: int, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dual form's weights of each (request, head) computed by the Grams' kernel, which
+    then appends the drafts' dt' and B (replay_fast.WEIGHTS), and by the main kernel's
+    programs: both within the bars of the float64 recurrence, the same out, rings and
+    flushed states bit for bit (the same operations; on the CPU, where the sums' order is the
+    same too), with the flushes inline, first in the main grid, beside it or after it; steady
+    cursors with two requests flushing, G < H, a pad request, rings that wrap, packed requests
+    of up to T tokens or none."""
+    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    lengths = [tokens, 0, 1, max(1, tokens - 1)]  # packed: request 1 has no token
+    results = []
+    for weights in (True, False):
+        _weights_route(monkeypatch, route, weights)
+        pool, drafts = make_pool(case), make_drafts(case, 9)
+        _set_cursors(pool, case, "steady", 9, wrap=True)
+        pool["num_cached"][pool["state_batch_indices"][[0, 3]]] = case.window  # these flush
+        extra: dict = {}
+        request = torch.arange(case.batch).repeat_interleave(tokens)
+        if packed:
+            drafts = {
+                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+                for k, v in drafts.items()
+            }
+            drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)
+            ends = torch.tensor(lengths).cumsum(0).tolist()
+            extra = {
+                "cu_seqlens": torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE),
+                "max_seqlen": tokens,
+            }
+            request = torch.arange(case.batch).repeat_interleave(torch.tensor(lengths))
+        kw = {**_kwargs(pool, drafts), **extra}
+        want = selective_state_replay_reference(**kw)
+        _, launch = replay_prepare(**kw, config=LaunchConfig(16, 1, True, True), exact=False)
+        role = {"inline": 0, "programs": 4, "beside": 5, "split": 1}[route]
+        assert (launch.kwargs["ROLE"], launch.kwargs["WEIGHTS"]) == (role, weights)  # the route under test
+        out = _run(kw, LaunchConfig(16, 1, True, True), exact=False)
+        live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append(
+            [bits(t).clone() for t in (out, *(pool[n] for n in ("state", "x_cache", "B_cache", "dt_cache")))]
+        )
+    for name, a, b in zip(("out", "state", "x_cache", "B_cache", "dt_cache"), *results, strict=True):
+        assert torch.equal(a, b), f"{name}: with and without the precomputed weights"
+
+
 @pytest.mark.parametrize("state", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("seeded", [False, True], ids=["nearest", "stochastic"])
 def test_16bit_state_flushes_as_the_exact_route(state: torch.dtype, seeded: bool) -> None:
@@ -649,6 +722,40 @@ def test_gpu_run_to_run_bits(tokens: int) -> None:
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [64, 512])
+@pytest.mark.parametrize("tokens", [1, 2, 4])
+def test_gpu_precomputed_weights(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The headline steady step with the dual form's weights from the Grams' kernel
+    (replay_fast.WEIGHTS): out within the bars of float64, the rings and flushed states the
+    bits of the step without them (their operations are the same; out may differ by the order
+    of the weights' float32 sums, which the two kernels lay out differently), and the same
+    bits run to run."""
+    results = []
+    for weights in (False, True, True):
+        monkeypatch.setattr(replay_fast, "WEIGHTS", weights)
+        pool, drafts, _ = _headline(batch, tokens)
+        checked = weights and len(results) == 1  # the first step with the weights, against float64
+        want = selective_state_replay_reference(**_kwargs(pool, drafts)) if checked else None
+        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+        torch.cuda.synchronize()
+        if want is not None:
+            live = pool["state_batch_indices"] != PAD
+            assert_out_accurate(out[live], want[0][live])
+            assert_state_accurate(pool["state"], want[1])
+        results.append(
+            [bits(t).clone() for t in (out, *(pool[k] for k in ("state", "x_cache", "B_cache", "dt_cache")))]
+        )
+    without, first, second = results
+    for name, a, b, c in zip(
+        ("out", "state", "x_cache", "B_cache", "dt_cache"), without, first, second, strict=True
+    ):
+        assert torch.equal(b, c), f"{name}: run to run"
+        if name != "out":
+            assert torch.equal(a, b), f"{name}: with and without the precomputed weights"
 
 
 @pytest.mark.gpu

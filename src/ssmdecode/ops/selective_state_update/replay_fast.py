@@ -117,7 +117,13 @@ _HEURISTICS = {
     **HEURISTICS,
     **given(VARLEN="p_cu_seqlens", HOST_FLUSH="p_flush", HAS_RING_START="p_ring_start", GRAM="p_gram"),
 }
-_GRAM_HEURISTICS = given(HAS_SRC_IDX="p_src_idx", VARLEN="p_cu_seqlens", HAS_RING_START="p_ring_start")
+_GRAM_HEURISTICS = given(
+    HAS_SRC_IDX="p_src_idx",
+    VARLEN="p_cu_seqlens",
+    HAS_RING_START="p_ring_start",
+    HAS_DT_BIAS="p_dt_bias",
+    HOST_FLUSH="p_flush",
+)
 
 
 # fmt: off
@@ -328,11 +334,12 @@ def _ring_dt_next(rg, o_r, HAS_SRC_IDX: tl.constexpr):
 
 
 @triton.jit
-def _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP: tl.constexpr):
-    """(S, w) of _ring_weights from the ring's dt' b_dtr and the same one row on, b_dtr1."""
-    b_r = tl.cumsum(b_dtr1, axis=0, reverse=True)
+def _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP: tl.constexpr, AXIS: tl.constexpr = 0):
+    """(S, w) of _ring_weights from the ring's dt' b_dtr and the same one row on, b_dtr1, over
+    their axis AXIS (1: a row a head, b_A [heads, 1])."""
+    b_r = tl.cumsum(b_dtr1, axis=AXIS, reverse=True)
     b_w = b_dtr * exp_dA(b_A * b_r, FAST_EXP)  # b_dtr is 0 past n_old: so is w
-    return tl.sum(b_dtr, axis=0), b_w
+    return tl.sum(b_dtr, axis=AXIS), b_w
 
 
 @triton.jit
@@ -347,26 +354,43 @@ def _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n,
 
 
 @triton.jit
+def _ring_positions(n_old, start, ring, m_live, RP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
+    """A ring of n_old cached tokens from row start in age order: (o_r, m_r, pos_r) [RP], the
+    rows, their mask (off past n_old and for a pad request) and their rows in the ring (0 where
+    off)."""
+    o_r = tl.arange(0, RP)
+    m_r = o_r < n_old
+    if HAS_SRC_IDX:
+        m_r = m_r & m_live
+    return o_r, m_r, tl.where(m_r, wrap(start + o_r, ring), 0)
+
+
+@triton.jit
+def _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+    """(S, w) of the ring rg (_Ring) at its rows pos_r (_ring_positions'): _ring_weights' from
+    its dt'."""
+    b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
+    return _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+
+
+@triton.jit
 def _ring_rows(rg, b_A, RP: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
     """The ring rg (_Ring) gathered in age order, masked past its n_old cached tokens: (o_r,
     m_r, pos_r, S, w) [RP], the rows, their mask and ring positions, and _ring_weights'."""
-    o_r = tl.arange(0, RP)
-    m_r = o_r < rg.n_old
-    if HAS_SRC_IDX:
-        m_r = m_r & rg.m_live
-    pos_r = tl.where(m_r, wrap(rg.start + o_r, rg.ring), 0)
-    b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
-    b_S, b_w = _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+    o_r, m_r, pos_r = _ring_positions(rg.n_old, rg.start, rg.ring, rg.m_live, RP, HAS_SRC_IDX)
+    b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
     return o_r, m_r, pos_r, b_S, b_w
 
 
 @triton.jit
-def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.constexpr):
+def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.constexpr,
+                  X_ONLY: tl.constexpr = False):
     """The decode token appended to the ring rg (_Ring) at row pos, as the exact kernel appends
     it: x by each program of its rows, dt' by the head's first, B by the group's first head's
-    (m_app: whether the request appends, None: it does)."""
+    (m_app: whether the request appends, None: it does); X_ONLY: x alone (the Grams' kernel
+    appends dt' and B with WEIGHTS)."""
     tl.store(rg.p_x + pos * rg.stride_x, b_x, mask=both(rg.m_vm, m_app))
-    if i_m == 0:
+    if i_m == 0 and not X_ONLY:
         if m_app is None:
             tl.store(rg.p_dt + pos * rg.stride_dt, b_dt)
         else:
@@ -924,6 +948,7 @@ def _selective_state_replay_fast_kernel(
     CAP_SHARE: tl.constexpr = 8,  # ROLE 6: ceil(n_requests / CAP_SHARE) of them go to the programs beside
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
     LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
+    WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
 ):
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -1035,8 +1060,11 @@ def _selective_state_replay_fast_kernel(
         b_z = b_x
         if HAS_Z:
             b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
-        # The ring gathered in age order, masked past n_old: its dt' and weights.
-        o_r, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
+        # The ring gathered in age order, masked past n_old: its rows (and, unless the Grams'
+        # kernel weighed them, WEIGHTS, their dt' and weights).
+        o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
+        if not WEIGHTS:
+            b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         # A flush's out comes from its new state, but for ROLE 1 (the flush kernel stores it):
         # there every request's out is the dual form's.
         if ROLE == 0:
@@ -1045,7 +1073,11 @@ def _selective_state_replay_fast_kernel(
             m_flush_out = False
         if m_flush_out:
             b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
-            b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
+            if WEIGHTS:
+                b_Sf, b_wf = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+            else:
+                b_Sf, b_wf = b_S, b_w
+            b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_Sf, b_wf, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
                                      HAS_SRC_IDX)
             if not FLUSH_DRAFTS:
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
@@ -1058,7 +1090,14 @@ def _selective_state_replay_fast_kernel(
             # The dual form with one token.
             m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
             b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
-            if GRAM:  # the group's Grams, computed once for its heads by _gram_kernel
+            if WEIGHTS:  # the head's weights from _gram_kernel: w_j C . B_j [RP], exp(A S), exp(A dt'), dt' C . B
+                if LATE:
+                    wait_prior(PDL)
+                p_wt = p_gram + i_b * stride_gram_b + i_h * stride_gram_g
+                b_acc = (tl.load(p_wt + RP) * tl.sum(b_h0 * b_C[None, :], axis=1)
+                         + tl.sum(b_xr * tl.load(p_wt + o_r)[:, None], axis=0))
+                b_y = tl.load(p_wt + RP + 1) * b_acc + tl.load(p_wt + RP + 2) * b_xf
+            elif GRAM:  # the group's Grams, computed once for its heads by _gram_kernel
                 if LATE:
                     wait_prior(PDL)
                 p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
@@ -1069,9 +1108,10 @@ def _selective_state_replay_fast_kernel(
                 b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
                 b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
                 b_bc = tl.sum(b_B.to(tl.float32) * b_C, axis=0)
-            b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
-                     + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
-            b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * b_bc) * b_xf
+            if not WEIGHTS:
+                b_acc = (exp_dA(b_A * b_S, FAST_EXP) * tl.sum(b_h0 * b_C[None, :], axis=1)
+                         + tl.sum(b_xr * (b_w * b_gram)[:, None], axis=0))
+                b_y = exp_dA(b_A * b_dt, FAST_EXP) * b_acc + (b_dt * b_bc) * b_xf
         b_y = gated_out(b_y, b_x, b_z, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
         tl.store(p_out + i_xb * stride_out_b + t0 * stride_out_t + i_h * stride_out_h + o_m * stride_out_p,
                  b_y, mask=m_vm)
@@ -1079,7 +1119,7 @@ def _selective_state_replay_fast_kernel(
         m_app = m_live
         if FLUSH_DRAFTS:
             m_app = both(m_app, m_flush == 0)
-        _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP)
+        _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP, WEIGHTS)
     else:
         # Verify: the drafts' inputs as tiles of DW rows (the first n_tok live), all loaded
         # before any store: x [BLOCK_M, DW] (a column a draft), B [DW, BLOCK_N], dt' [DW]; DW
@@ -1103,8 +1143,12 @@ def _selective_state_replay_fast_kernel(
         b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
                        + o_n[None, :] * stride_B_n, mask=m_nd, other=0.0)
 
-        # The ring gathered in age order, masked past n_old: dt', weights, x [BLOCK_M, RP].
-        o_r, m_r, pos_r, b_S, b_w = _ring_rows(rg, b_A, RP, HAS_SRC_IDX, FAST_EXP)
+        # The ring gathered in age order, masked past n_old: x [BLOCK_M, RP] (and, unless the
+        # Grams' kernel weighed them, WEIGHTS, their dt' and weights).
+        tl.static_assert(not (WEIGHTS and TILES), "the precomputed weights are the draft-by-draft step's")
+        o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
+        if not WEIGHTS:
+            b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
@@ -1154,28 +1198,38 @@ def _selective_state_replay_fast_kernel(
                 if not GRAM:
                     m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
                     b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
-                b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
-                b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+                if not WEIGHTS:
+                    b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
+                    b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
                 if GRAM:
                     if LATE:
                         wait_prior(PDL)
-                    p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+                    if WEIGHTS:  # the head's, [T RP] then [T TP] then [T] (_gram_kernel)
+                        p_g = p_gram + i_b * stride_gram_b + i_h * stride_gram_g
+                    else:
+                        p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
                 for t in tl.static_range(T):
                     m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
                     o_xt = i_xb * stride_x_b + (t0 + t) * stride_x_t + i_h * stride_x_h
                     b_Ct = load(p_C + i_xb * stride_C_b + (t0 + t) * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
                                 both(m_vn, m_tt)).to(tl.float32)
-                    if GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
+                    if WEIGHTS:  # draft t's weights of the ring's tokens, of the drafts', of h0 . C_t
+                        b_cr = tl.load(p_g + t * RP + o_r)
+                        b_cd = tl.load(p_g + T * RP + t * TP + o_t)
+                        b_sc = tl.load(p_g + T * (RP + TP) + t)
+                    elif GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
                         b_gr = tl.load(p_g + t * RP + o_r)
                         b_gd = tl.load(p_g + T * RP + t * TP + o_t)
                     else:
                         b_gr = tl.sum(b_Br * b_Ct[None, :], axis=1)  # [RP]
                         b_gd = tl.sum(b_Bd.to(tl.float32) * b_Ct[None, :], axis=1)  # [TP]
-                    b_dt_t = tl.sum(tl.where(o_t == t, b_d, 0.0), axis=0)  # d_t
-                    b_e = exp_dA(b_A * b_dt_t, FAST_EXP)
-                    b_cr = b_w * b_gr * b_e  # the ring tokens' weights for draft t
-                    b_cd = tl.where(o_t <= t, exp_dA(b_A * (b_dt_t - b_d), FAST_EXP) * b_dtd * b_gd, 0.0)
-                    b_y = ((b_decay0 * b_e) * tl.sum(b_h0 * b_Ct[None, :], axis=1)
+                    if not WEIGHTS:
+                        b_dt_t = tl.sum(tl.where(o_t == t, b_d, 0.0), axis=0)  # d_t
+                        b_e = exp_dA(b_A * b_dt_t, FAST_EXP)
+                        b_cr = b_w * b_gr * b_e  # the ring tokens' weights for draft t
+                        b_cd = tl.where(o_t <= t, exp_dA(b_A * (b_dt_t - b_d), FAST_EXP) * b_dtd * b_gd, 0.0)
+                        b_sc = b_decay0 * b_e
+                    b_y = (b_sc * tl.sum(b_h0 * b_Ct[None, :], axis=1)
                            + tl.sum(b_xrf * b_cr[None, :], axis=1) + tl.sum(b_xdf * b_cd[None, :], axis=1))
                     b_xt = load(p_x + o_xt + o_m * stride_x_p, both(m_vm, m_tt))
                     b_zt = b_xt
@@ -1193,7 +1247,11 @@ def _selective_state_replay_fast_kernel(
 
         if ROLE != 1:
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
-                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
+                if WEIGHTS:
+                    b_Sf, b_wf = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+                else:
+                    b_Sf, b_wf = b_S, b_w
+                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_Sf, b_wf, b_A, DUAL_FLUSH, X16, WINDOW,
                                          FAST_EXP, HAS_SRC_IDX)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
@@ -1206,7 +1264,7 @@ def _selective_state_replay_fast_kernel(
         pos_t = wrap(start + n_old + o_t, ring)
         m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
         tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
-        if i_m == 0:
+        if i_m == 0 and not WEIGHTS:  # (with WEIGHTS the Grams' kernel appends dt' and B)
             tl.store(p_dtc + pos_t * stride_dtc_r, b_dtd, mask=m_app)
             if i_h % HEADS_PER_GROUP == 0:
                 m_appn = m_app[:, None] if m_vn is None else m_app[:, None] & m_vn[None, :]
@@ -1228,12 +1286,124 @@ _ring_lanes_kernel = triton.heuristics(_HEURISTICS)(
 
 
 # fmt: off
+@triton.jit
+def _head_dt(p_dt, p_dt_bias, o_tok, i_hs, m_h, m_t, stride_dt_t, stride_dt_h, stride_dt_bias_h,
+             DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
+    """The drafts' dt' of heads i_hs (m_h) at tokens o_tok (m_t; 0 past them) [heads, tokens],
+    with the main kernel's operations (the same bits in the ring)."""
+    m = m_h[:, None] & m_t[None, :]
+    b_dt = tl.load(p_dt + i_hs[:, None] * stride_dt_h + o_tok[None, :] * stride_dt_t, mask=m, other=0.0)
+    b_dt = b_dt.to(tl.float32)
+    if HAS_DT_BIAS:
+        b_dt += tl.load(p_dt_bias + i_hs * stride_dt_bias_h, mask=m_h, other=0.0).to(tl.float32)[:, None]
+    if DT_SOFTPLUS:
+        b_dt = softplus(b_dt)
+    return tl.where(m_t[None, :], b_dt, 0.0)
+
+
+@triton.jit
+def _weights(p_B_cache, p_dt_cache, p_flush, p_dt, p_dt_bias, p_A, p_B, p_C, p_w, b_Br, i_b, i_g, i_ring,
+             i_xb, t0, n_tok, n_old, start, m_live, o_r, m_r, pos_r, o_n, m_vn, ring,
+             stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n, stride_dtc_s, stride_dtc_h, stride_dtc_r,
+             stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_bias_h, stride_A_h, stride_B_b, stride_B_t,
+             stride_B_g, stride_B_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_w_b, stride_w_h,
+             T: tl.constexpr, TD: tl.constexpr, TP: tl.constexpr, MMA16: tl.constexpr, RP: tl.constexpr,
+             HAS_SRC_IDX: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HB: tl.constexpr,
+             DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, FAST_EXP: tl.constexpr,
+             HOST_FLUSH: tl.constexpr, FLUSH_DRAFTS: tl.constexpr, LEAVE_FLUSHING: tl.constexpr):
+    """_gram_kernel's program with WEIGHTS: request i_b's Grams of group i_g (b_Br its ring's B
+    rows [RP, BLOCK_N] in age order), its heads' weights into p_w [B, H, W], and its drafts' dt'
+    and B appended to the ring (as the main kernel would: at rows start + n_old + t)."""
+    m_app = m_live
+    if FLUSH_DRAFTS or LEAVE_FLUSHING:  # the flushing request appends nothing, or its flush programs do
+        if HOST_FLUSH:
+            m_fl = tl.load(p_flush + i_b) != 0
+        else:
+            m_fl = n_old + n_tok + T > ring
+        m_app = both(m_app, m_fl == 0)
+    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n  # [BLOCK_N]
+    # the ring's dt' one row further on in age order (_ring_dt_next's rows)
+    m_r1 = (o_r + 1) < n_old
+    if HAS_SRC_IDX:
+        m_r1 = m_r1 & m_live
+    pos_r1 = tl.where(m_r1, wrap(start + o_r + 1, ring), 0)
+    o_t = tl.arange(0, TD)
+    m_t = o_t < n_tok
+    pos_t = wrap(start + n_old + o_t, ring)  # the drafts' rows
+    m_tt = o_t < T
+    if T == 1:
+        b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                   m_vn).to(tl.float32)
+        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
+        b_gram = tl.sum(b_Br.to(tl.float32) * b_C[None, :], axis=1)  # [RP]: C . B_j
+        b_bc = tl.sum(b_B.to(tl.float32) * b_C, axis=0)
+        tl.store(p_Bc + wrap(start + n_old, ring) * stride_Bc_r, b_B, mask=both(m_vn, m_app))
+    else:
+        o_tok = t0 + o_t
+        m_nd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+        b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                        + o_tok[None, :] * stride_C_t, mask=m_nd, other=0.0)
+        b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
+                       + o_n[None, :] * stride_B_n, mask=tl.trans(m_nd), other=0.0)
+        b_gr = tl.trans(_dot_exact(b_Br, b_CdT, MMA16))  # [TD (t), RP]: C_t . B_j
+        b_gd = tl.trans(_dot_exact(b_Bd, b_CdT, MMA16))  # [TD (t), TD (u)]: C_t . B_u
+        m_ta = both(m_t, m_app)
+        m_tn = m_ta[:, None] if m_vn is None else m_ta[:, None] & m_vn[None, :]
+        tl.store(p_Bc[None, :] + pos_t[:, None] * stride_Bc_r, b_Bd, mask=m_tn)
+    for h_lo in tl.static_range(0, HEADS_PER_GROUP, HB):
+        o_hh = h_lo + tl.arange(0, HB)
+        m_h = o_hh < HEADS_PER_GROUP
+        i_hs = i_g * HEADS_PER_GROUP + o_hh
+        b_A = tl.load(p_A + i_hs * stride_A_h, mask=m_h, other=0.0).to(tl.float32)
+        p_dth = p_dt_cache + i_ring * stride_dtc_s + i_hs * stride_dtc_h  # [HB]
+        b_dtr = tl.load(p_dth[:, None] + pos_r[None, :] * stride_dtc_r, mask=m_h[:, None] & m_r[None, :],
+                        other=0.0)
+        b_dtr1 = tl.load(p_dth[:, None] + pos_r1[None, :] * stride_dtc_r, mask=m_h[:, None] & m_r1[None, :],
+                         other=0.0)
+        b_S, b_w = _ring_decay(b_dtr, b_dtr1, b_A[:, None], FAST_EXP, 1)  # [HB], [HB, RP]
+        p_wh = p_w + i_b * stride_w_b + i_hs * stride_w_h  # [HB]
+        if T == 1:
+            b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_hs * stride_dt_h, mask=m_h, other=0.0)
+            b_dt = b_dt.to(tl.float32)
+            if HAS_DT_BIAS:
+                b_dt += tl.load(p_dt_bias + i_hs * stride_dt_bias_h, mask=m_h, other=0.0).to(tl.float32)
+            if DT_SOFTPLUS:
+                b_dt = softplus(b_dt)  # the main kernel's operations: the same dt' bits in the ring
+            tl.store(p_wh[:, None] + o_r[None, :], b_w * b_gram[None, :], mask=m_h[:, None])
+            tl.store(p_wh + RP, exp_dA(b_A * b_S, FAST_EXP), mask=m_h)
+            tl.store(p_wh + RP + 1, exp_dA(b_A * b_dt, FAST_EXP), mask=m_h)
+            tl.store(p_wh + RP + 2, b_dt * b_bc, mask=m_h)
+            tl.store(p_dth + wrap(start + n_old, ring) * stride_dtc_r, b_dt, mask=both(m_h, m_app))
+        else:
+            b_dtd = _head_dt(p_dt + i_xb * stride_dt_b, p_dt_bias, t0 + o_t, i_hs, m_h, m_t, stride_dt_t,
+                             stride_dt_h, stride_dt_bias_h, DT_SOFTPLUS, HAS_DT_BIAS)  # [HB, TD]
+            b_d = tl.cumsum(b_dtd, axis=1)  # the drafts' cumulative dt'
+            b_e = exp_dA(b_A[:, None] * b_d, FAST_EXP)  # exp(A d_t) [HB, TD]
+            m_w = m_h[:, None, None] & m_tt[None, :, None]
+            b_cr = b_w[:, None, :] * b_gr[None, :, :] * b_e[:, :, None]  # [HB, TD (t), RP]
+            tl.store(p_wh[:, None, None] + o_t[None, :, None] * RP + o_r[None, None, :], b_cr, mask=m_w)
+            b_dd = b_d[:, :, None] - b_d[:, None, :]  # d_t - d_u [HB, TD (t), TD (u)]
+            b_cd = tl.where(o_t[None, None, :] <= o_t[None, :, None],
+                            exp_dA(b_A[:, None, None] * b_dd, FAST_EXP) * b_dtd[:, None, :] * b_gd[None, :, :], 0.0)
+            tl.store(p_wh[:, None, None] + T * RP + o_t[None, :, None] * TP + o_t[None, None, :], b_cd,
+                     mask=m_w & (o_t < TP)[None, None, :])
+            b_sc = exp_dA(b_A * b_S, FAST_EXP)[:, None] * b_e  # [HB, TD]
+            tl.store(p_wh[:, None] + T * (RP + TP) + o_t[None, :], b_sc, mask=m_h[:, None] & m_tt[None, :])
+            m_hd = m_h[:, None] & m_t[None, :]
+            if m_app is not None:
+                m_hd = m_hd & m_app
+            tl.store(p_dth[:, None] + pos_t[None, :] * stride_dtc_r, b_dtd, mask=m_hd)
+
+
 @triton.heuristics(_GRAM_HEURISTICS)
 @triton.jit
 def _gram_kernel(
-    p_B_cache, p_ring_start, p_cached, p_B, p_C, p_src_idx, p_cu_seqlens, p_gram,
+    p_B_cache, p_dt_cache, p_ring_start, p_cached, p_flush, p_dt, p_dt_bias, p_A, p_B, p_C, p_src_idx,
+    p_cu_seqlens, p_gram,
     dstate, pad_slot_id, total_tokens, ring,
     stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n,
+    stride_dtc_s, stride_dtc_h, stride_dtc_r,
+    stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_bias_h, stride_A_h,
     stride_B_b, stride_B_t, stride_B_g, stride_B_n,
     stride_C_b, stride_C_t, stride_C_g, stride_C_n,
     stride_src_idx, stride_gram_b, stride_gram_g,
@@ -1241,6 +1411,14 @@ def _gram_kernel(
     WINDOW: tl.constexpr, RP: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
     HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr,
     PDL: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, HOST_FLUSH: tl.constexpr,
+    WEIGHTS: tl.constexpr = False,  # the dual form's weights a (request, head) into p_gram, and dt' and B appended
+    HEADS_PER_GROUP: tl.constexpr = 1,
+    HB: tl.constexpr = 16,  # WEIGHTS: heads a block
+    DT_SOFTPLUS: tl.constexpr = False,
+    FAST_EXP: tl.constexpr = False,
+    FLUSH_DRAFTS: tl.constexpr = False,  # WEIGHTS: a flushing request appends nothing (vLLM's ring restart)
+    LEAVE_FLUSHING: tl.constexpr = False,  # WEIGHTS: a flushing request's appends are its flush programs'
 ):
     """The Grams of the drafts' C against the B rows, one program a (request, group): the same
     for every head of the group, which the main kernel's programs then read instead of each
@@ -1254,7 +1432,18 @@ def _gram_kernel(
     tiles B_ring C^T [RP, TD] and B_drafts C^T [TD, TD] (TD = max(16, TP): a matmul's least
     side) on the tensor cores, whose 16-bit products are exact (_dot_exact). PDL: the main
     kernel, launched programmatic-dependent, may start at once; it reads the Grams after its
-    wait, once it has issued its state tile's loads."""
+    wait, once it has issued its state tile's loads.
+
+    WEIGHTS (the draft-by-draft step and decode): the Grams stay in registers and the program
+    writes, for each head of its group (HB at a time), the dual form's weights the main kernel
+    would compute from them, with its operations (module docstring), a row [B, H, W] a
+    (request, head):
+    T = 1, W = RP + 3: w_j C . B_j [RP], exp(A S), exp(A dt'), dt' C . B;
+    T >= 2, W = T (RP + TP + 1): for each draft t the ring's w_j (C_t . B_j) exp(A d_t) [RP],
+    then for each t the drafts' exp(A (d_t - d_u)) dt'_u (C_t . B_u) for u <= t, else 0 [TP],
+    then exp(A S) exp(A d_t) [T];
+    and it appends the drafts' dt' (each head's) and B (the group's) to the ring, which the
+    main kernel then leaves (it appends x)."""
     if PDL:
         gdc_launch_dependents()
     i_b = tl.program_id(0)
@@ -1266,18 +1455,22 @@ def _gram_kernel(
     _, m_live, i_ring, n_old, start = _cursors(
         p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
         HAS_SRC_IDX, HAS_RING_START, False)
-    o_r = tl.arange(0, RP)
-    m_r = o_r < n_old
-    if HAS_SRC_IDX:
-        m_r = m_r & m_live
-    pos_r = tl.where(m_r, wrap(start + o_r, ring), 0)
+    o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
     o_n = tl.arange(0, BLOCK_N)
     m_vn = unless(EVEN_N, o_n < dstate)
     m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
     b_Br = tl.load(p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + pos_r[:, None] * stride_Bc_r
                    + o_n[None, :] * stride_Bc_n, mask=m_Br, other=0.0)
     p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-    if T == 1:
+    if WEIGHTS:
+        _weights(p_B_cache, p_dt_cache, p_flush, p_dt, p_dt_bias, p_A, p_B, p_C, p_gram, b_Br, i_b, i_g, i_ring,
+                 i_xb, t0, n_tok, n_old, start, m_live, o_r, m_r, pos_r, o_n, m_vn, ring,
+                 stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n, stride_dtc_s, stride_dtc_h, stride_dtc_r,
+                 stride_dt_b, stride_dt_t, stride_dt_h, stride_dt_bias_h, stride_A_h, stride_B_b, stride_B_t,
+                 stride_B_g, stride_B_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_gram_b,
+                 stride_gram_g, T, TD, TP, MMA16, RP, HAS_SRC_IDX, HEADS_PER_GROUP, HB, DT_SOFTPLUS, HAS_DT_BIAS,
+                 FAST_EXP, HOST_FLUSH, FLUSH_DRAFTS, LEAVE_FLUSHING)
+    elif T == 1:
         b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
                    m_vn).to(tl.float32)
         b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n,
@@ -1359,7 +1552,13 @@ def fast_launch(
     chain_pdl = _chain_pdl(call)
     gram_launch = flush_launch = None
     if _gram_first(call):
-        gram_launch, gram = _gram_launch(call, flags, cursor_by_request, chain_pdl)
+        weights = WEIGHTS and not tiles
+        # (the flush programs of ROLE 4 and 6 take their requests' whole steps, appends and all)
+        leave = weights and call.tokens == 1 and (_flush_programs(call) or _side_flush(call))
+        gram_launch, gram = _gram_launch(
+            call, flags, cursor_by_request, chain_pdl, weights, host_flush, leave
+        )
+        flags["WEIGHTS"] = weights
         arguments.update(p_gram=gram, stride_gram_b=gram.stride(0), stride_gram_g=gram.stride(1))
         if chain_pdl:
             call = dataclasses.replace(call, pdl=True)
@@ -1385,6 +1584,7 @@ def fast_launch(
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         side_flags = {
             **flags,
+            "WEIGHTS": False,
             "ROLE": 6,
             "LIST_BLOCK": list_block,
             "CAP_SHARE": SIDE_CAP_SHARE,
@@ -1420,6 +1620,7 @@ def fast_launch(
         flush_call = dataclasses.replace(call, config=fconfig, pdl=pdl)
         flush_flags = {
             **flags,
+            "WEIGHTS": False,
             "ROLE": 2,
             "DUAL_FLUSH": dual_flush(fconfig, state.shape[-1]),
             "TILES": False,
@@ -1670,6 +1871,19 @@ GRAM_MIN_REQUESTS = 16
 GRAM_VERIFY = True
 
 
+# With WEIGHTS the Grams' kernel also computes, WEIGHTS_HEADS heads at a time, the dual form's
+# weights of each (request, head) from the Grams, the cursors and dt' (its _weights), and appends
+# the drafts' dt' and B, in the draft-by-draft verify step and in decode: the main kernel's
+# programs, four a head at the headline, then read T (RP + TP + 1) floats (RP + 3 at T = 1)
+# instead of each loading the ring's dt' and the drafts' dt and computing the same softplus,
+# cumulative sums and exps. Offline (sm_90, headline, bs 512, .scratch-free:
+# benchmarks/compile_info.py) the draft-by-draft T = 4 main kernel falls from 1368 SASS
+# instructions and 128 registers to about 1060 and 116, decode's from 904 to about 680; not
+# timed yet, so off.
+WEIGHTS = False
+WEIGHTS_HEADS = 16
+
+
 def _chain_pdl(call: ReplayCall) -> bool:
     """Whether the kernels of the call after the first are launched programmatic-dependent on
     the one before: GRAM_PDL, on a GPU whose Triton has grid dependency control
@@ -1684,14 +1898,25 @@ def _gram_first(call: ReplayCall) -> bool:
 
 
 def _gram_launch(
-    call: ReplayCall, flags: dict[str, Any], cursor_by_request: bool, pdl: bool
+    call: ReplayCall,
+    flags: dict[str, Any],
+    cursor_by_request: bool,
+    pdl: bool,
+    weights: bool = False,
+    host_flush: torch.Tensor | None = None,
+    leave_flushing: bool = False,
 ) -> tuple[Launch, torch.Tensor]:
     """The Grams' launch (_gram_kernel) and the float32 [B, G, RP + 1] (T = 1) or
-    [B, G, T RP + T TP] they go into."""
-    requests, groups = call.requests, call.B.shape[-2]
+    [B, G, T RP + T TP] they go into; with weights, the float32 [B, H, RP + 3] (T = 1) or
+    [B, H, T (RP + TP + 1)] of the dual form's weights (the kernel's WEIGHTS; leave_flushing:
+    a flushing request's appends are its flush programs')."""
+    requests, groups, heads = call.requests, call.B.shape[-2], call.state.shape[1]
     rp, tp, tokens = flags["RP"], flags["TP"], call.tokens
-    width = rp + 1 if tokens == 1 else tokens * (rp + tp)
-    gram = torch.empty(requests, groups, width, dtype=torch.float32, device=call.state.device)
+    if weights:
+        rows, width = heads, (rp + 3 if tokens == 1 else tokens * (rp + tp + 1))
+    else:
+        rows, width = groups, (rp + 1 if tokens == 1 else tokens * (rp + tp))
+    gram = torch.empty(requests, rows, width, dtype=torch.float32, device=call.state.device)
     args = call.arguments()
     names = set(inspect.signature(_gram_kernel.fn.fn).parameters)
     kwargs = {k: v for k, v in args.items() if k in names}
@@ -1711,5 +1936,16 @@ def _gram_launch(
         BLOCK_N=triton.next_power_of_2(call.state.shape[-1]),
         PDL=pdl,
         num_warps=4,
+        p_flush=host_flush,
+        WEIGHTS=weights,
     )
+    if weights:
+        kwargs.update(
+            HEADS_PER_GROUP=heads // groups,
+            HB=min(WEIGHTS_HEADS, triton.next_power_of_2(heads // groups)),
+            DT_SOFTPLUS=call.dt_softplus,
+            FAST_EXP=call.fast_exp,
+            FLUSH_DRAFTS=flags["FLUSH_DRAFTS"],
+            LEAVE_FLUSHING=leave_flushing,
+        )
     return Launch(_gram_kernel, (requests, groups), (), kwargs), gram
