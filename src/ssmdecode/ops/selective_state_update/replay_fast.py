@@ -1876,10 +1876,12 @@ GRAM_VERIFY = True
 # the drafts' dt' and B, in the draft-by-draft verify step and in decode: the main kernel's
 # programs, four a head at the headline, then read T (RP + TP + 1) floats (RP + 3 at T = 1)
 # instead of each loading the ring's dt' and the drafts' dt and computing the same softplus,
-# cumulative sums and exps. Offline (sm_90, headline, bs 512, .scratch-free:
-# benchmarks/compile_info.py) the draft-by-draft T = 4 main kernel falls from 1368 SASS
-# instructions and 128 registers to about 1060 and 116, decode's from 904 to about 680; not
-# timed yet, so off.
+# cumulative sums and exps. Offline (sm_90, headline, bs 512, (16,1):
+# benchmarks/compile_info.py) the draft-by-draft T = 4 main kernel falls from 1416 SASS
+# instructions and 128 registers to about 1100 and 118, decode's from 952 to 744 (but 80 to 96
+# registers). Timed on an H100 (run 156, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-weights/):
+# no gain in decode, 1-8% slower in the verify step, so off; not yet timed on the H200, where
+# the verify step's main kernel is bound by its instructions.
 WEIGHTS = False
 WEIGHTS_HEADS = 16
 
