@@ -366,6 +366,18 @@ def _ring_positions(n_old, start, ring, m_live, RP: tl.constexpr, HAS_SRC_IDX: t
 
 
 @triton.jit
+def _flushes(p_flush, i_b, n_old, n_tok, ring, T: tl.constexpr, FLUSH: tl.constexpr, HOST_FLUSH: tl.constexpr):
+    """Whether request i_b's call flushes: always (FLUSH, replay_flush), by the host's flag
+    (HOST_FLUSH), else by the exact route's rule, its cached tokens and drafts overflowing the ring."""
+    if FLUSH:
+        return n_old >= 0
+    elif HOST_FLUSH:
+        return tl.load(p_flush + i_b) != 0
+    else:
+        return n_old + n_tok + T > ring
+
+
+@triton.jit
 def _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
     """(S, w) of the ring rg (_Ring) at its rows pos_r (_ring_positions'): _ring_weights' from
     its dt'."""
@@ -992,12 +1004,7 @@ def _selective_state_replay_fast_kernel(
     i_slot, m_live, i_ring, n_old, start = _cursors(
         p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
         HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
-    if FLUSH:
-        m_flush = n_old >= 0
-    elif HOST_FLUSH:
-        m_flush = tl.load(p_flush + i_b) != 0
-    else:  # the exact route's rule: the cached tokens and the drafts overflow the window
-        m_flush = n_old + n_tok + T > ring
+    m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, HOST_FLUSH)
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
             return
@@ -1073,11 +1080,9 @@ def _selective_state_replay_fast_kernel(
             m_flush_out = False
         if m_flush_out:
             b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
-            if WEIGHTS:
-                b_Sf, b_wf = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-            else:
-                b_Sf, b_wf = b_S, b_w
-            b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_Sf, b_wf, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
+            if WEIGHTS:  # (out's were the Grams' kernel's)
+                b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+            b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
                                      HAS_SRC_IDX)
             if not FLUSH_DRAFTS:
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
@@ -1247,11 +1252,9 @@ def _selective_state_replay_fast_kernel(
 
         if ROLE != 1:
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
-                if WEIGHTS:
-                    b_Sf, b_wf = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-                else:
-                    b_Sf, b_wf = b_S, b_w
-                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_Sf, b_wf, b_A, DUAL_FLUSH, X16, WINDOW,
+                if WEIGHTS:  # (out's were the Grams' kernel's)
+                    b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
                                          FAST_EXP, HAS_SRC_IDX)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
@@ -1316,17 +1319,10 @@ def _weights(p_B_cache, p_dt_cache, p_flush, p_dt, p_dt_bias, p_A, p_B, p_C, p_w
     and B appended to the ring (as the main kernel would: at rows start + n_old + t)."""
     m_app = m_live
     if FLUSH_DRAFTS or LEAVE_FLUSHING:  # the flushing request appends nothing, or its flush programs do
-        if HOST_FLUSH:
-            m_fl = tl.load(p_flush + i_b) != 0
-        else:
-            m_fl = n_old + n_tok + T > ring
-        m_app = both(m_app, m_fl == 0)
+        m_app = both(m_app, _flushes(p_flush, i_b, n_old, n_tok, ring, T, False, HOST_FLUSH) == 0)
     p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g + o_n * stride_Bc_n  # [BLOCK_N]
     # the ring's dt' one row further on in age order (_ring_dt_next's rows)
-    m_r1 = (o_r + 1) < n_old
-    if HAS_SRC_IDX:
-        m_r1 = m_r1 & m_live
-    pos_r1 = tl.where(m_r1, wrap(start + o_r + 1, ring), 0)
+    _, m_r1, pos_r1 = _ring_positions(n_old - 1, start + 1, ring, m_live, RP, HAS_SRC_IDX)
     o_t = tl.arange(0, TD)
     m_t = o_t < n_tok
     pos_t = wrap(start + n_old + o_t, ring)  # the drafts' rows
