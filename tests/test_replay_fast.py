@@ -222,6 +222,70 @@ def test_both_verify_paths_against_float64(
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize(
+    ("tokens", "headdim", "dstate", "packed"),
+    [(4, 8, 16, False), (2, 12, 72, False), (3, 8, 40, True)],
+    ids=["T4", "T2-P12-N72", "T3-N40-cu_seqlens"],
+)
+def test_flush_in_chunks_in_the_main_kernel(
+    tokens: int, headdim: int, dstate: int, packed: bool, cached: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replay_fast.VERIFY_FLUSH_CHUNK: the draft-by-draft verify step flushes in its main kernel,
+    the checkpoint read again after out in chunks of 16 columns, or of 32 with the dual form's
+    matmul accumulating onto the decayed checkpoint (FLUSH_INPLACE) in a pipelined loop
+    (_flush_chunks; at dstate 72 and 40 the last chunks masked past N, at head dim 12 the rows
+    past P), the ring absorbed in the dual form: out and the flushed state within the bars of
+    float64, the rings and the flushed states as the exact route's (assert_same_writes, dual), a
+    state written iff its request flushes; G < H, a pad request, rings that wrap, packed
+    requests of 3, 0, 1 and 2 drafts."""
+    chunk, inplace = (16, False) if tokens == 4 else (32, True)
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", chunk)
+    monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", inplace)
+    monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft: the chunks' path
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
+    monkeypatch.setattr(replay_fast, "SPLIT_MIN_REQUESTS", 1)  # the split it replaces, from T = 2
+    monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 2)
+    case = Replay(
+        tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), headdim=headdim, dstate=dstate
+    )
+    pool, drafts = make_pool(case), make_drafts(case, 9)
+    _set_cursors(pool, case, cached, 9, wrap=True)
+    extra: dict = {}
+    lengths = [tokens] * case.batch
+    if packed:
+        lengths = [3, 0, 1, 2]
+        drafts = {
+            k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+            for k, v in drafts.items()
+        }
+        drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)
+        cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
+        extra = {"cu_seqlens": cu, "max_seqlen": 3}
+    config = _config(case)
+    _, launch = replay_prepare(**_kwargs(pool, drafts), **extra, config=config, exact=False)
+    route = (launch.kwargs["ROLE"], launch.kwargs["FLUSH_CHUNK"], launch.after)
+    want_chunk = min(chunk, 1 << (dstate - 1).bit_length())
+    assert route == (0, want_chunk, None), "the route under test: flushes in the main kernel, in chunks"
+    twin = _twin(pool)
+    before = bits(pool["state"]).clone()
+    kw = {**_kwargs(pool, drafts), **extra}
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, config, exact=False)
+    live = (torch.arange(case.batch).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
+    live = live.view(out.shape[: 1 if packed else 2])  # request 2: the pad
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    _run({**_kwargs(twin, drafts), **extra}, config, exact=True)
+    assert_same_writes(pool, twin, config, dual=True)
+    # a state is written iff its request flushed (the exact route's writes say which)
+    exact_written = (bits(twin["state"]) != before).flatten(1).any(1)
+    fast_written = (bits(pool["state"]) != before).flatten(1).any(1)
+    assert torch.equal(exact_written, fast_written)
+    assert bool(fast_written.any()) or cached != "flush"
+
+
+@pytest.mark.parametrize("cached", ["steady", "flush"])
+@pytest.mark.parametrize(
     "tokens, layout",
     [(1, "list"), (3, "grid"), (3, "list")],
     ids=["T1", "T3-grid", "T3-list"],
@@ -702,9 +766,41 @@ def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
 def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
     """Whether the programs that store a fast-route call's flushes absorb the ring in the dual
     form: those of the flush kernel where the call splits them off (a launch after the main
-    kernel, replay_fast._split_flush), else the main kernel's (its flush programs', ROLE 4)."""
+    kernel, replay_fast._split_flush), else the main kernel's (its flush programs', ROLE 4, or
+    its chunks, replay_fast.VERIFY_FLUSH_CHUNK)."""
     _, launch = replay_prepare(**kw, config=config, exact=False)
-    return bool((launch.beside or launch.after or launch).kwargs["DUAL_FLUSH"])
+    flushes = launch.beside or launch.after or launch
+    return bool(flushes.kwargs["DUAL_FLUSH"] or flushes.kwargs.get("FLUSH_CHUNK"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [64, 512])
+@pytest.mark.parametrize("tokens", [2, 4])
+def test_gpu_flush_in_chunks(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.VERIFY_FLUSH_CHUNK at the headline, steady state: the accuracy bars, the
+    exact route's rings, its flushed states within the dual form's bars, and the same bits
+    run to run."""
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", 16 if tokens == 4 else 32)
+    monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", tokens == 2)
+    monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
+    results = []
+    for _ in range(2):
+        pool, drafts, _ = _headline(batch, tokens)
+        twin = _twin(pool)
+        want = selective_state_replay_reference(**_kwargs(pool, drafts))
+        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
+        assert (launch.kwargs["FLUSH_CHUNK"], launch.after) == (16 if tokens == 4 else 32, None)
+        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+        live = pool["state_batch_indices"] != PAD
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        selective_state_replay(**_kwargs(twin, drafts), exact=True)
+        config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=tokens)
+        assert_same_writes(pool, twin, config, dual=True)
+        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.gpu

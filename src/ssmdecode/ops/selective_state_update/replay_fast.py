@@ -149,20 +149,20 @@ def _dot_exact(a, b, MMA16: tl.constexpr):
 
 
 @triton.jit
-def _dot_split(a, b, X16: tl.constexpr):
-    """a @ b for a bf16 tile a and a float32 tile b, float32-accurate: b split into three
-    bf16 parts (b = b1 + b2 + b3 to float32's 24 bits), each product exact on the tensor cores,
-    the small parts first; without X16 (a not bf16), float32 FMAs."""
+def _dot_split(a, b, X16: tl.constexpr, acc=None):
+    """(acc +) a @ b for a bf16 tile a and a float32 tile b, float32-accurate: b split into
+    three bf16 parts (b = b1 + b2 + b3 to float32's 24 bits), each product exact on the tensor
+    cores, the small parts first; without X16 (a not bf16), float32 FMAs."""
     if X16:
         b1 = b.to(tl.bfloat16)
         r1 = b - b1.to(tl.float32)
         b2 = r1.to(tl.bfloat16)
         b3 = (r1 - b2.to(tl.float32)).to(tl.bfloat16)
-        acc = _mma(a, b3, None)
+        acc = _mma(a, b3, acc)
         acc = _mma(a, b2, acc)
         return _mma(a, b1, acc)
     else:
-        return tl.dot(a.to(tl.float32), b, input_precision="ieee", out_dtype=tl.float32)
+        return tl.dot(a.to(tl.float32), b, acc, input_precision="ieee", out_dtype=tl.float32)
 
 
 @triton.jit
@@ -307,6 +307,40 @@ def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr
     else:
         b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
     return b_state
+
+
+@triton.jit
+def _flush_chunks(p_rows, stride_n, m_vm, m_live, p_B, stride_B_n, stride_B_r, pos_r, m_r, b_xr, b_S, b_w, b_A, dstate,
+                  X16: tl.constexpr, FAST_EXP: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr,
+                  FLUSH_CHUNK: tl.constexpr, EVICT_FIRST: tl.constexpr, FLUSH_INPLACE: tl.constexpr = False,
+                  FLUSH_STAGES: tl.constexpr = 1):
+    """The new checkpoint of a program's rows stored chunk by chunk, the ring absorbed in the
+    dual form: for each FLUSH_CHUNK columns, the checkpoint read again (the program read it for
+    out a moment before, so from L2), exp(A S) h0 + x_ring (w B_ring) (_dual_absorb's terms, one
+    matmul of K = RP on the tensor cores, _dot_split) and stored. p_rows [BLOCK_M]: the rows'
+    pointers at column 0 of the slot's state (m_vm: their mask, m_live: the request's, None:
+    not masked); p_B: the ring's B row 0 of the group at column 0; b_xr [BLOCK_M, RP]: the
+    ring's x rows as gathered (_ring_x). Against _flushed_state on the whole tile, the
+    accumulator takes FLUSH_CHUNK / BLOCK_N of its registers and the checkpoint tile read for
+    out is dead by now."""
+    b_decay = exp_dA(b_A * b_S, FAST_EXP)
+    for c in tl.range(BLOCK_N // FLUSH_CHUNK, num_stages=FLUSH_STAGES):
+        o_c = c * FLUSH_CHUNK + tl.arange(0, FLUSH_CHUNK)
+        m_c = unless(EVEN_N, o_c < dstate)
+        m_tile = m_live
+        if m_vm is not None:
+            m_tile = both(m_tile, m_vm[:, None])
+        if m_c is not None:
+            m_tile = both(m_tile, m_c[None, :])
+        p_c = p_rows[:, None] + o_c[None, :] * stride_n
+        b_h0 = load_state(p_c, m_tile, EVICT_FIRST)
+        m_Br = m_r[:, None] if m_c is None else m_r[:, None] & m_c[None, :]
+        b_Br = tl.load(p_B + pos_r[:, None] * stride_B_r + o_c[None, :] * stride_B_n, mask=m_Br, other=0.0)
+        if FLUSH_INPLACE:
+            b_new = _dot_split(b_xr, b_w[:, None] * b_Br.to(tl.float32), X16, b_decay * b_h0)
+        else:
+            b_new = b_decay * b_h0 + _dot_split(b_xr, b_w[:, None] * b_Br.to(tl.float32), X16)
+        store_state(p_c, b_new.to(p_rows.dtype.element_ty), m_tile, EVICT_FIRST)
 
 
 @triton.jit
@@ -961,6 +995,10 @@ def _selective_state_replay_fast_kernel(
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
     LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
     WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
+    FLUSH_CHUNK: tl.constexpr = 0,  # > 0 (draft by draft, ROLE 0): the flush re-reads h0 in chunks (_flush_chunks)
+    FLUSH_INPLACE: tl.constexpr = False,
+    FLUSH_STAGES: tl.constexpr = 1,
+    FLUSH_KEEP: tl.constexpr = 0,
 ):
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -1023,7 +1061,15 @@ def _selective_state_replay_fast_kernel(
     else:
         m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
-    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    if FLUSH_KEEP == 1:  # h0 kept in L2 for the flush's second read (_flush_chunks): every program's
+        b_h0 = load_state(p_tile, m_read, False)
+    elif FLUSH_KEEP == 2:  # the flushing programs' alone
+        if m_flush:
+            b_h0 = load_state(p_tile, m_read, False)
+        else:
+            b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    else:
+        b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     if CHUNK > 0:
         b_h0 = tl.reshape(b_h0, [BLOCK_M, BLOCK_N])
     # Launched programmatic-dependent on the Grams' kernel (GRAM), which writes the Grams and
@@ -1254,9 +1300,17 @@ def _selective_state_replay_fast_kernel(
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
-                                         FAST_EXP, HAS_SRC_IDX)
-                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+                if FLUSH_CHUNK > 0:  # h0 read again chunk by chunk: the tile above is dead here
+                    tl.static_assert(not TILES and not STOCHASTIC and ROLE == 0)
+                    p_rows = (p_state + i_slot * stride_state_s + i_h * stride_state_h) + o_m * stride_state_p
+                    _flush_chunks(p_rows, stride_state_n, m_vm, m_live,
+                                  p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g, stride_Bc_n, stride_Bc_r,
+                                  pos_r, m_r, b_xr, b_S, b_w, b_A, dstate, X16, FAST_EXP, EVEN_N, BLOCK_N,
+                                  FLUSH_CHUNK, EVICT_FIRST, FLUSH_INPLACE, FLUSH_STAGES)
+                else:
+                    b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
+                                             FAST_EXP, HAS_SRC_IDX)
+                    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
 
@@ -1532,6 +1586,9 @@ def fast_launch(
     # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
     rows_path = call.tokens > 1 and not flags["TILES"]
     kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
+    flags["FLUSH_CHUNK"] = _flush_chunk(call, rows_path)
+    if flags["FLUSH_CHUNK"]:
+        flags.update(FLUSH_INPLACE=FLUSH_INPLACE, FLUSH_STAGES=FLUSH_STAGES, FLUSH_KEEP=FLUSH_KEEP)
     flags["CHUNK"] = min(CHUNK, triton.next_power_of_2(state.shape[-1])) if rows_path else 0
     arguments: dict[str, Any] = {
         "p_flush": host_flush,
@@ -1678,6 +1735,15 @@ FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 # do (every slot flushing: 270.8 against 252.2 us; a list program's flushes wait on each
 # other) and gained nothing in the steady state (132.6 against 131.6 us): off.
 VERIFY_FLUSH_LIST = False
+# VERIFY_FLUSH_CHUNK > 0: the draft-by-draft verify step keeps its flushes in the main kernel
+# (ROLE 0, no flush kernel) and a flushing program, after out, reads its checkpoint again in
+# chunks of this many columns and absorbs the ring chunk by chunk in the dual form
+# (_flush_chunks): the checkpoint is read from HBM once (the second read finds it in L2), no
+# grid of flush programs that exit, and the state tile is not live across the flush.
+VERIFY_FLUSH_CHUNK = 0
+FLUSH_INPLACE = False
+FLUSH_STAGES = 1
+FLUSH_KEEP = 0
 
 
 # The decode step (T = 1) splits its flushes off from SPLIT_DECODE_MIN_REQUESTS requests on:
@@ -1780,8 +1846,21 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
     if call.tokens == 1:
         return SPLIT_DECODE and call.requests >= SPLIT_DECODE_MIN_REQUESTS and not _side_flush(call)
     return (
-        SPLIT_FLUSH and rows_path and call.tokens >= SPLIT_FROM_TOKENS and call.requests >= SPLIT_MIN_REQUESTS
+        SPLIT_FLUSH
+        and rows_path
+        and call.tokens >= SPLIT_FROM_TOKENS
+        and call.requests >= SPLIT_MIN_REQUESTS
+        and not _flush_chunk(call, rows_path)
     )
+
+
+def _flush_chunk(call: ReplayCall, rows_path: bool) -> int:
+    """The columns a chunk of the draft-by-draft verify step's flush in the main kernel
+    (VERIFY_FLUSH_CHUNK, _flush_chunks), 0 where it keeps its flush as before (a 16-bit
+    checkpoint stored with stochastic rounding keys its random bits by the whole tile)."""
+    if not (VERIFY_FLUSH_CHUNK and rows_path and call.rand_seed is None):
+        return 0
+    return min(VERIFY_FLUSH_CHUNK, triton.next_power_of_2(call.state.shape[-1]))
 
 
 def flush_config(headdim: int, dstate: int) -> LaunchConfig:
