@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ssmdecode import config as cfgmod
+from ssmdecode.compat import sglang
 from ssmdecode.config import (
     LaunchConfig,
     TableEntry,
@@ -25,6 +26,7 @@ from ssmdecode.config import (
     upstream_config,
     write_table,
 )
+from ssmdecode.ops.selective_state_update import decode
 
 
 @pytest.fixture
@@ -232,6 +234,46 @@ def test_lookup_uses_table_then_default(table_dir: Path) -> None:
 def test_unknown_device_gets_default(table_dir: Path) -> None:
     assert load_table("FAKE_GPU") is None
     assert lookup_config(64, 128, torch.float32, 512) == default_config(128)
+
+
+def test_default_follows_a_narrower_tile(table_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a table entry, a call that reads a state tile in a 16-bit dtype (an EAGLE tree's
+    parents from a bf16 intermediate buffer) takes default_config of that dtype, upstream's
+    config at dstate 128 (the 2-byte tile's row-sum order); a float32 buffer keeps (8,1). The
+    sglang adapter passes the buffer's dtype for a tree call, and only then."""
+    buffer = dict(mode="buffer", tokens=4)
+    assert lookup_config(64, 128, torch.float32, 7, **buffer) == LaunchConfig(8, 1)
+    assert lookup_config(64, 128, torch.float32, 7, **buffer, tile_dtype=torch.float32) == LaunchConfig(8, 1)
+    narrow = lookup_config(64, 128, torch.float32, 7, **buffer, tile_dtype=torch.bfloat16)
+    assert narrow == upstream_config(128)
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("tile_dtype"), lookup_config(*args, **kwargs)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(decode, "lookup_config", spy)
+    g = torch.Generator().manual_seed(0)
+    B, T, H, P, N = 2, 3, 2, 8, 16
+    state = torch.randn(3, H, P, N, generator=g)
+    x = torch.randn(B, T, H, P, generator=g).bfloat16()
+    dt = torch.rand(B, T, H, P, generator=g).bfloat16()
+    A = -torch.rand(H, P, N, generator=g)
+    BC = torch.randn(B, T, 1, N, generator=g).bfloat16()
+    src = torch.tensor([2, 0], dtype=torch.int32)
+    parents = torch.tensor([[-1, 0, 0], [-1, 0, 1]], dtype=torch.int32)
+    for dtype, tree, want in ((torch.bfloat16, True, upstream_config(N)), (torch.bfloat16, False, None)):
+        buf = torch.zeros(2, T, H, P, N, dtype=dtype)
+        sglang.selective_state_update(
+            state, x, dt, A, BC, BC, None, None, None, True, src, out=torch.empty_like(x),
+            disable_state_update=True, intermediate_states_buffer=buf, cache_steps=T,
+            retrieve_parent_token=parents if tree else None,
+            intermediate_state_indices=torch.tensor([1, 0], dtype=torch.int32),
+        )  # fmt: skip
+        tile, config = seen[-1]
+        assert tile == (dtype if tree else None)
+        assert want is None or config == want
 
 
 def test_cpu_has_no_table() -> None:

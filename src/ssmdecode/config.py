@@ -516,6 +516,7 @@ def lookup_config(
     tokens: int = 0,
     stochastic: bool = False,
     dense: bool = False,
+    tile_dtype: torch.dtype | None = None,
 ) -> LaunchConfig:
     """The table's config for this shape and batch on this device, else default_config.
     Multi-token calls (mode final, buffer or dst, tokens T) take the entry of their mode with
@@ -524,7 +525,12 @@ def lookup_config(
     that rounds a 16-bit state stochastically takes the entries of its rounding where the
     table has them for its shape (and mode), else those of round-to-nearest. dense: a
     multi-token call whose dt, A or dt_bias is not tied over the head dim takes the entries
-    keyed " params=dense" where the table has them, else the tied ones."""
+    keyed " params=dense" where the table has them, else the tied ones. tile_dtype: the dtype
+    of a state tile the kernel reads other than the pool's (a 16-bit intermediate-state buffer
+    an EAGLE tree's tokens read their parents' states from), which default_config then
+    follows: its (8,1) for a float32 state lays a 2-byte tile out otherwise than upstream's
+    config, another row-sum order (an H100 without a table, run 167: out differed from
+    sglang's kernel on such a tree)."""
     return _lookup(
         headdim,
         dstate,
@@ -536,6 +542,7 @@ def lookup_config(
         tokens,
         stochastic,
         dense,
+        tile_dtype,
     )
 
 
@@ -583,6 +590,7 @@ def _lookup(
     tokens: int,
     stochastic: bool,
     dense: bool,
+    tile_dtype: torch.dtype | None = None,
 ) -> LaunchConfig:
     # Cached: a decode step calls this once per layer, so no file system work on the hot path.
     # write_table clears it; so does clear_config_cache() for a table edited by hand.
@@ -597,6 +605,8 @@ def _lookup(
                     return buckets[nearest_bucket(list(buckets), batch)].config
     if mode == "replay-fast":
         return replay_fast_config(headdim, dstate, batch, tokens)
+    if tile_dtype is not None and tile_dtype.itemsize < state_dtype.itemsize:
+        return default_config(dstate, tile_dtype)
     return default_config(dstate, state_dtype)
 
 

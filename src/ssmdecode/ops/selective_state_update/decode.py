@@ -317,6 +317,8 @@ def prepare(
             tokens=call.tokens,
             stochastic=call.rand_seed is not None,
             dense=call.multi_token and not ties_head_dim(call.dt, call.A, call.dt_bias),
+            # a tree's tokens read their parents' states back from the buffer
+            tile_dtype=call.buffer.dtype if call.buffer is not None and call.parents is not None else None,
         )
     if call.multi_token:
         return call, verify.prepare_multi_token(
