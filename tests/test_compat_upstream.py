@@ -527,6 +527,15 @@ SGLANG_MULTI = [
     Sglang(tokens=4, buffer=True, extra_steps=2, disable=True),  # cache_steps > T
     Sglang(tokens=4, buffer=True, parents=True),  # the buffer and the final state
     Sglang(tokens=4, buffer=True, parents=True, disable=True, buffer_dtype="bf16"),
+    # an EAGLE tree reading its parents' states from a bf16 buffer at the other token counts and
+    # at the table's larger buckets (with config=None: the device's entries for a float32 pool,
+    # admitted by the tuner on buffers of the pool's dtype; without a table, the default)
+    *(Sglang(tokens=t, buffer=True, parents=True, disable=True, buffer_dtype="bf16") for t in (2, 8)),
+    *(
+        Sglang(batch=b, tokens=t, buffer=True, parents=True, disable=True, buffer_dtype="bf16")
+        for b in (64, 512)
+        for t in (2, 4, 8)
+    ),
     Sglang(tokens=4, buffer=True, buffer_idx=True, disable=True, tie=False, z=True),
     Sglang(tokens=4, buffer=True, disable=True, state="bf16", pad_rows=(2,)),
 ]
