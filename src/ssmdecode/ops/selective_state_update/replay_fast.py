@@ -996,9 +996,9 @@ def _selective_state_replay_fast_kernel(
     LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
     WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
     FLUSH_CHUNK: tl.constexpr = 0,  # > 0 (draft by draft, ROLE 0): the flush re-reads h0 in chunks (_flush_chunks)
-    FLUSH_INPLACE: tl.constexpr = False,
-    FLUSH_STAGES: tl.constexpr = 1,
-    FLUSH_KEEP: tl.constexpr = 0,
+    FLUSH_INPLACE: tl.constexpr = False,  # _flush_chunks' matmul onto the decayed checkpoint
+    FLUSH_STAGES: tl.constexpr = 1,  # _flush_chunks' loop stages
+    FLUSH_KEEP: tl.constexpr = 0,  # 1: h0 read without the evict-first hint; 2: by the flushing programs
 ):
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -1739,7 +1739,17 @@ VERIFY_FLUSH_LIST = False
 # (ROLE 0, no flush kernel) and a flushing program, after out, reads its checkpoint again in
 # chunks of this many columns and absorbs the ring chunk by chunk in the dual form
 # (_flush_chunks): the checkpoint is read from HBM once (the second read finds it in L2), no
-# grid of flush programs that exit, and the state tile is not live across the flush.
+# grid of flush programs that exit, and the state tile is not live across the flush (128
+# registers at T = 4, as the split's main kernel). FLUSH_INPLACE: each chunk's matmul
+# accumulates onto the decayed checkpoint (chunks of 32 at 128 registers; 154 otherwise);
+# FLUSH_STAGES: the chunk loop's software-pipelining stages (its loads by cp.async); FLUSH_KEEP
+# 1: h0's first read without the evict-first hint in every program, 2: in the flushing ones
+# (158 registers). On an H100 (runs 160-167, benchmarks/results/NVIDIA_H100_80GB_HBM3/
+# fast-flush-chunks/, docs/performance.md step 15) the best of them (32 columns, in place, 3
+# stages) did not beat the split in the steady T = 4 step at bs 512 (158.2-167.1 against
+# 156.5-159.9 us) but did where no request flushes (110.1 against 122.4) or all do (299.3
+# against 319.3, FLUSH_KEEP 1), and at T = 2 bs 64 (20.1 against 22.1-22.4): off until the
+# H200, where the main kernel is bound by its instructions, has timed it.
 VERIFY_FLUSH_CHUNK = 0
 FLUSH_INPLACE = False
 FLUSH_STAGES = 1
