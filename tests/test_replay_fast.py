@@ -221,23 +221,35 @@ def test_both_verify_paths_against_float64(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
+@pytest.mark.parametrize("where", ["chunks", "first"])
 @pytest.mark.parametrize(
     ("tokens", "headdim", "dstate", "packed"),
     [(4, 8, 16, False), (2, 12, 72, False), (3, 8, 40, True), (4, 8, 32, "bf16")],
     ids=["T4", "T2-P12-N72", "T3-N40-cu_seqlens", "T4-bf16-state"],
 )
-def test_flush_in_chunks_in_the_main_kernel(
-    tokens: int, headdim: int, dstate: int, packed: bool | str, cached: str, monkeypatch: pytest.MonkeyPatch
+def test_flush_in_the_main_kernel(
+    tokens: int,
+    headdim: int,
+    dstate: int,
+    packed: bool | str,
+    where: str,
+    cached: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """replay_fast.VERIFY_FLUSH_CHUNK: the draft-by-draft verify step flushes in its main kernel,
-    the checkpoint read again after out in chunks of 16 columns, or of 32 with the dual form's
-    matmul accumulating onto the decayed checkpoint (FLUSH_INPLACE) in a pipelined loop
-    (_flush_chunks; at dstate 72 and 40 the last chunks masked past N, at head dim 12 the rows
-    past P), the ring absorbed in the dual form: out and the flushed state within the bars of
-    float64, the rings and the flushed states as the exact route's (assert_same_writes, dual), a
-    state written iff its request flushes; G < H, a pad request, rings that wrap, packed
-    requests of 3, 0, 1 and 2 drafts, a bf16 pool (its checkpoint rounded to nearest)."""
+    """The draft-by-draft verify step flushes in its main kernel (no flush kernel), the ring
+    absorbed in the dual form: replay_fast.VERIFY_FLUSH_CHUNK ("chunks"), the checkpoint read
+    again after out in chunks of 16 columns, or of 32 with the matmul accumulating onto the
+    decayed checkpoint (FLUSH_INPLACE) in a pipelined loop (_flush_chunks; at dstate 72 and 40
+    the last chunks masked past N, at head dim 12 the rows past P); VERIFY_FLUSH_FIRST
+    ("first"), the flush on the tile before out (_absorb_in_place) and out from the flushed
+    state. Out and the flushed state within the bars of float64, the rings and the flushed
+    states as the exact route's (assert_same_writes, dual), a state written iff its request
+    flushes; G < H, a pad request, rings that wrap, packed requests of 3, 0, 1 and 2 drafts, a
+    bf16 pool (its checkpoint rounded to nearest)."""
     chunk, inplace = (16, False) if tokens == 4 else (32, True)
+    if where == "first":
+        chunk = 0
+        monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", True)
     monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", chunk)
     monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", inplace)
     monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
@@ -266,9 +278,11 @@ def test_flush_in_chunks_in_the_main_kernel(
         extra = {"cu_seqlens": cu, "max_seqlen": 3}
     config = _config(case)
     _, launch = replay_prepare(**_kwargs(pool, drafts), **extra, config=config, exact=False)
-    route = (launch.kwargs["ROLE"], launch.kwargs["FLUSH_CHUNK"], launch.after)
+    route = (launch.kwargs["ROLE"], launch.kwargs["FLUSH_CHUNK"], launch.kwargs["FLUSH_FIRST"], launch.after)
     want_chunk = min(chunk, 1 << (dstate - 1).bit_length())
-    assert route == (0, want_chunk, None), "the route under test: flushes in the main kernel, in chunks"
+    assert route == (0, want_chunk, where == "first", None), (
+        f"the route under test: flushes in the main kernel, {where}"
+    )
     twin = _twin(pool)
     before = bits(pool["state"]).clone()
     kw = {**_kwargs(pool, drafts), **extra}
@@ -778,13 +792,18 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("where", ["chunks", "first"])
 @pytest.mark.parametrize("batch", [64, 512])
 @pytest.mark.parametrize("tokens", [2, 4])
-def test_gpu_flush_in_chunks(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.VERIFY_FLUSH_CHUNK at the headline, steady state: the accuracy bars, the
-    exact route's rings, its flushed states within the dual form's bars, and the same bits
-    run to run."""
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", 16 if tokens == 4 else 32)
+def test_gpu_flush_in_the_main_kernel(
+    tokens: int, batch: int, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replay_fast.VERIFY_FLUSH_CHUNK ("chunks") and VERIFY_FLUSH_FIRST ("first") at the
+    headline, steady state: the accuracy bars, the exact route's rings, its flushed states
+    within the dual form's bars, and the same bits run to run."""
+    chunk = 0 if where == "first" else 16 if tokens == 4 else 32
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", where == "first")
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", chunk)
     monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", tokens == 2)
     monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
     results = []
@@ -794,7 +813,8 @@ def test_gpu_flush_in_chunks(tokens: int, batch: int, monkeypatch: pytest.Monkey
         want = selective_state_replay_reference(**_kwargs(pool, drafts))
         out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
         _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
-        assert (launch.kwargs["FLUSH_CHUNK"], launch.after) == (16 if tokens == 4 else 32, None)
+        route = (launch.kwargs["FLUSH_CHUNK"], launch.kwargs["FLUSH_FIRST"], launch.after)
+        assert route == (chunk, not chunk, None)
         selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
         live = pool["state_batch_indices"] != PAD
         assert_out_accurate(out[live], want[0][live])

@@ -270,6 +270,33 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
 
 
 @triton.jit
+def _absorb_in_place(b_state, rg, b_S, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr,
+                     HAS_SRC_IDX: tl.constexpr):
+    """The checkpoint b_state [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
+    (_Ring) absorbed in the dual form on the tile itself: exp(A S) h0 + sum_j w_j x_j B_j^T
+    (b_S: the cached tokens' dt' summed, _ring_weights'), the tokens taken from the newest back
+    so that r_j, and with it w_j = dt'_j exp(A r_j), builds up as the loop goes: one FMA an
+    element a token (the exact kernel's operations take two) and no accumulator beside the
+    tile."""
+    b_state = b_state * exp_dA(b_A * b_S, FAST_EXP)
+    b_r = b_S * 0.0
+    # A loop of n_old tokens (the interpreter takes no runtime trip count: there the window,
+    # each token past the count skipped), as _replay_cached.
+    for i in range(0, WINDOW if _INTERPRETED else rg.n_old):
+        if i < rg.n_old:
+            m_k = i < rg.n_old
+            if HAS_SRC_IDX:
+                m_k = m_k & rg.m_live
+            pos = wrap(rg.start + (rg.n_old - 1 - i), rg.ring)
+            b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
+            b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
+            b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
+            b_state += (b_xk * (b_dtk * exp_dA(b_A * b_r, FAST_EXP)))[:, None] * b_Bk[None, :]
+            b_r += b_dtk
+    return b_state
+
+
+@triton.jit
 def _ring_x(rg, pos_r, m_r):
     """The ring's x rows of this program's head rows, gathered at pos_r as [BLOCK_M, RP] (a
     column a cached token, 0 where m_r is off), in the ring's dtype."""
@@ -999,6 +1026,7 @@ def _selective_state_replay_fast_kernel(
     FLUSH_INPLACE: tl.constexpr = False,  # _flush_chunks' matmul onto the decayed checkpoint
     FLUSH_STAGES: tl.constexpr = 1,  # _flush_chunks' loop stages
     FLUSH_KEEP: tl.constexpr = 0,  # 1: h0 read without the evict-first hint; 2: by the flushing programs
+    FLUSH_FIRST: tl.constexpr = False,  # draft by draft, ROLE 0: a flush before out, on the tile (_absorb_in_place)
 ):
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -1200,6 +1228,13 @@ def _selective_state_replay_fast_kernel(
         o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
         if not WEIGHTS:
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+        if FLUSH_FIRST:  # a flushing request's new checkpoint first; its out from it, nothing cached
+            tl.static_assert(not TILES and not WEIGHTS and ROLE == 0)
+            if m_flush:
+                b_h0 = _absorb_in_place(b_h0, rg, b_S, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
+                _store_state(b_h0, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+            b_S = tl.where(m_flush, 0.0, b_S)
+            b_w = tl.where(m_flush, 0.0, b_w)
         b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
@@ -1296,7 +1331,7 @@ def _selective_state_replay_fast_kernel(
                     else:
                         tl.store(p_yt, b_y, mask=m_yt)
 
-        if ROLE != 1:
+        if ROLE != 1 and not FLUSH_FIRST:
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
@@ -1587,6 +1622,7 @@ def fast_launch(
     rows_path = call.tokens > 1 and not flags["TILES"]
     kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
     flags["FLUSH_CHUNK"] = _flush_chunk(call, rows_path)
+    flags["FLUSH_FIRST"] = _flush_first(call, rows_path)
     if flags["FLUSH_CHUNK"]:
         flags.update(FLUSH_INPLACE=FLUSH_INPLACE, FLUSH_STAGES=FLUSH_STAGES, FLUSH_KEEP=FLUSH_KEEP)
     flags["CHUNK"] = min(CHUNK, triton.next_power_of_2(state.shape[-1])) if rows_path else 0
@@ -1751,6 +1787,12 @@ VERIFY_FLUSH_LIST = False
 # against 319.3, FLUSH_KEEP 1), and at T = 2 bs 64 (20.1 against 22.1-22.4): off until the
 # H200, where the main kernel is bound by its instructions, has timed it.
 VERIFY_FLUSH_CHUNK = 0
+# VERIFY_FLUSH_FIRST: the draft-by-draft verify step keeps its flushes in the main kernel too,
+# but a flushing program absorbs the ring into the state tile it holds before out, one FMA an
+# element a token (_absorb_in_place), stores it, and computes out from it with nothing cached
+# (flashinfer's order: the flush first, out from the flushed state): h0 read once, no second
+# kernel, no accumulator beside the tile, and a flushing request's out needs no ring terms.
+VERIFY_FLUSH_FIRST = False
 FLUSH_INPLACE = False
 FLUSH_STAGES = 1
 FLUSH_KEEP = 0
@@ -1861,7 +1903,15 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
         and call.tokens >= SPLIT_FROM_TOKENS
         and call.requests >= SPLIT_MIN_REQUESTS
         and not _flush_chunk(call, rows_path)
+        and not _flush_first(call, rows_path)
     )
+
+
+def _flush_first(call: ReplayCall, rows_path: bool) -> bool:
+    """Whether the draft-by-draft verify step flushes in its main kernel before out, on the state
+    tile (VERIFY_FLUSH_FIRST, _absorb_in_place; not with WEIGHTS, whose weights are the ring's,
+    nor with VERIFY_FLUSH_CHUNK)."""
+    return VERIFY_FLUSH_FIRST and rows_path and not WEIGHTS and not _flush_chunk(call, rows_path)
 
 
 def _flush_chunk(call: ReplayCall, rows_path: bool) -> int:
