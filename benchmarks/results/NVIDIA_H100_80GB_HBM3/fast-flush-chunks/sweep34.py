@@ -3,7 +3,8 @@ chunks of 16 or 32 columns (replay_fast.VERIFY_FLUSH_CHUNK), against the shipped
 kernel after the main kernel at T >= 4, token by token from the live tile at T = 2), with and
 without the precomputed weights (replay_fast.WEIGHTS, never timed on the H200), the anchors in
 the same process where they load.
-Usage: python sweep34.py TOKENS BATCHES LAWS VARIANTS (shipped, weights, c<chunk>[i]s<stages>[+w])"""
+Usage: python sweep34.py TOKENS BATCHES LAWS VARIANTS (shipped, weights, first, c<chunk>[i]s<stages>[k<keep>][+w],
+each optionally @R:W:flags, the fast route's config)"""
 import json, os, sys
 import torch
 from ssmdecode.bench import replay as br
@@ -36,7 +37,7 @@ def use(text):
 
 def variant(name):
     """(chunk, inplace, stages, weights, keep): shipped, weights, or c<chunk>[i]s<stages>[k<keep>][+w]."""
-    if name in ("shipped", "weights"):
+    if name in ("shipped", "weights", "first"):
         return 0, False, 1, name == "weights", 0
     m = re.fullmatch(r"c(\d+)(i?)s(\d+)(?:k(\d))?(\+w)?", name)
     return int(m[1]), bool(m[2]), int(m[3]), bool(m[5]), int(m[4] or 0)
@@ -61,6 +62,7 @@ for law in laws:
                     chunk, inplace, stages, weights, keep = variant(base)
                     rf.VERIFY_FLUSH_CHUNK, rf.FLUSH_INPLACE, rf.FLUSH_STAGES, rf.WEIGHTS = chunk, inplace, stages, weights
                     rf.FLUSH_KEEP = keep
+                    rf.VERIFY_FLUSH_FIRST = base == "first"
                 try:
                     us = br.time_route(case, route, dev).us
                     acc = br.accuracy_of(case, route) if (batch <= 128 and route is fast) else {}
@@ -72,6 +74,7 @@ for law in laws:
                       r.get("state_rel"), r.get("error", ""), flush=True)
                 rows.append(r)
             rf.VERIFY_FLUSH_CHUNK, rf.FLUSH_INPLACE, rf.FLUSH_STAGES, rf.WEIGHTS = 0, False, 1, False
+            rf.VERIFY_FLUSH_FIRST = False
 
             use(None)
 out = os.environ.get("OUT", ".")

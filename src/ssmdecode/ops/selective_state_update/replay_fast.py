@@ -1791,7 +1791,11 @@ VERIFY_FLUSH_CHUNK = 0
 # but a flushing program absorbs the ring into the state tile it holds before out, one FMA an
 # element a token (_absorb_in_place), stores it, and computes out from it with nothing cached
 # (flashinfer's order: the flush first, out from the flushed state): h0 read once, no second
-# kernel, no accumulator beside the tile, and a flushing request's out needs no ring terms.
+# kernel, no accumulator beside the tile, and a flushing request's out needs no ring terms. 156
+# registers at T = 4 (128 capped, regs128, no spill). On an H100 (run 172, the same folder as
+# VERIFY_FLUSH_CHUNK's) it took the T = 4 step where nothing flushes at bs 512 from 120.0 to
+# 105.8 us (capped), but the steady step from 156.6-157.2 to 163.6 (178.1 uncapped): the tile's
+# 16 passes of FMAs cost a flushing program more than the split's second read: off.
 VERIFY_FLUSH_FIRST = False
 FLUSH_INPLACE = False
 FLUSH_STAGES = 1
