@@ -113,6 +113,17 @@ def _set_cursors(pool: dict, case: Replay, cached: str, seed: int, wrap: bool = 
 WRITTEN = ("state", "x_cache", "B_cache", "dt_cache", "ring_start", "num_cached")
 
 
+def _packed(drafts: dict, lengths: list[int]) -> dict:
+    """The drafts [B, T, ...] as a cu_seqlens call takes them: request b's first lengths[b]
+    tokens, one request after the other; dt a head, broadcast over the head dim (a view)."""
+    packed = {
+        k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
+        for k, v in drafts.items()
+    }
+    packed["dt"] = packed["dt"][..., :1].expand(*packed["dt"].shape)
+    return packed
+
+
 def _twin(pool: dict) -> dict:
     """The pool with its own copies of what a call or replay_advance writes (A, D, dt_bias stay
     the tied broadcasts they are)."""
@@ -202,11 +213,7 @@ def test_both_verify_paths_against_float64(
     pool, drafts = make_pool(case), make_drafts(case, 7)
     _set_cursors(pool, case, cached, 7, wrap=True)
     lengths = [3, 0, 1, 2]
-    packed = {
-        k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-        for k, v in drafts.items()
-    }
-    packed["dt"] = packed["dt"][..., :1].expand(*packed["dt"].shape)
+    packed = _packed(drafts, lengths)
     cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
     twin = _twin(pool)
     kw = {**_kwargs(pool, packed), "cu_seqlens": cu, "max_seqlen": 3}
@@ -269,11 +276,7 @@ def test_flush_in_the_main_kernel(
     lengths = [tokens] * case.batch
     if packed:
         lengths = [3, 0, 1, 2]
-        drafts = {
-            k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-            for k, v in drafts.items()
-        }
-        drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)
+        drafts = _packed(drafts, lengths)
         cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
         extra = {"cu_seqlens": cu, "max_seqlen": 3}
     config = _config(case)
@@ -388,11 +391,7 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         pool["num_cached"][pool["state_batch_indices"][[0, 3, 4]]] = case.window  # these flush
         kw = _kwargs(pool, drafts)
         if packed:
-            tokens = {
-                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-                for k, v in drafts.items()
-            }
-            tokens["dt"] = tokens["dt"][..., :1].expand(*tokens["dt"].shape)
+            tokens = _packed(drafts, lengths)
             cu = torch.tensor([0, 1, 2, 3, 3, 4, 5], dtype=torch.int32, device=DEVICE)
             kw = {**_kwargs(pool, tokens), "cu_seqlens": cu, "max_seqlen": 1}
         want = selective_state_replay_reference(**kw)
@@ -447,11 +446,7 @@ def test_with_and_without_the_precomputed_grams(
         extra: dict = {}
         request = torch.arange(case.batch).repeat_interleave(tokens)  # each token's request
         if packed:
-            drafts = {
-                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-                for k, v in drafts.items()
-            }
-            drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)
+            drafts = _packed(drafts, lengths)
             ends = torch.tensor(lengths).cumsum(0).tolist()
             cu = torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE)
             extra = {"cu_seqlens": cu, "max_seqlen": tokens}
@@ -513,11 +508,7 @@ def test_with_and_without_the_precomputed_weights(
         extra: dict = {}
         request = torch.arange(case.batch).repeat_interleave(tokens)
         if packed:
-            drafts = {
-                k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-                for k, v in drafts.items()
-            }
-            drafts["dt"] = drafts["dt"][..., :1].expand(*drafts["dt"].shape)
+            drafts = _packed(drafts, lengths)
             ends = torch.tensor(lengths).cumsum(0).tolist()
             extra = {
                 "cu_seqlens": torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE),
@@ -586,11 +577,7 @@ def test_packed_drafts_against_float64() -> None:
     pool, drafts = make_pool(case), make_drafts(case, 1)
     _set_cursors(pool, case, "steady", 1)
     lengths = [3, 0, 1, 2]
-    packed = {
-        k: (torch.cat([v[b, :n] for b, n in enumerate(lengths)]) if v is not None else None)
-        for k, v in drafts.items()
-    }
-    packed["dt"] = packed["dt"][..., :1].expand(*packed["dt"].shape)
+    packed = _packed(drafts, lengths)
     cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
     kw = _kwargs(pool, packed)
     twin = _twin(pool)

@@ -250,6 +250,20 @@ def _cursors(p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id
 
 
 @triton.jit
+def _cached_token(rg, k, HAS_SRC_IDX: tl.constexpr):
+    """Cached token k (age order, k < rg.n_old) of the ring rg (_Ring): its x over the program's
+    rows, B over its columns (both float32) and dt', masked for a pad request."""
+    m_k = k < rg.n_old
+    if HAS_SRC_IDX:
+        m_k = m_k & rg.m_live
+    pos = wrap(rg.start + k, rg.ring)
+    b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
+    b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
+    b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
+    return b_xk, b_Bk, b_dtk
+
+
+@triton.jit
 def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
     """The checkpoint b_state [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
     (_Ring) replayed in order, with the exact kernel's operations (replay.py):
@@ -258,13 +272,7 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
     # window, each token past the count skipped); the same operations either way.
     for k in range(0, WINDOW if _INTERPRETED else rg.n_old):
         if k < rg.n_old:
-            m_k = k < rg.n_old
-            if HAS_SRC_IDX:
-                m_k = m_k & rg.m_live
-            pos = wrap(rg.start + k, rg.ring)
-            b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
-            b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
-            b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
+            b_xk, b_Bk, b_dtk = _cached_token(rg, k, HAS_SRC_IDX)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP), (b_Bk * b_dtk)[None, :] * b_xk[:, None])
     return b_state
 
@@ -280,17 +288,10 @@ def _absorb_in_place(b_state, rg, b_S, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.c
     tile."""
     b_state = b_state * exp_dA(b_A * b_S, FAST_EXP)
     b_r = b_S * 0.0
-    # A loop of n_old tokens (the interpreter takes no runtime trip count: there the window,
-    # each token past the count skipped), as _replay_cached.
+    # A loop of n_old tokens, as _replay_cached's, the newest first.
     for i in range(0, WINDOW if _INTERPRETED else rg.n_old):
         if i < rg.n_old:
-            m_k = i < rg.n_old
-            if HAS_SRC_IDX:
-                m_k = m_k & rg.m_live
-            pos = wrap(rg.start + (rg.n_old - 1 - i), rg.ring)
-            b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
-            b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
-            b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
+            b_xk, b_Bk, b_dtk = _cached_token(rg, rg.n_old - 1 - i, HAS_SRC_IDX)
             b_state += (b_xk * (b_dtk * exp_dA(b_A * b_r, FAST_EXP)))[:, None] * b_Bk[None, :]
             b_r += b_dtk
     return b_state
@@ -313,10 +314,14 @@ def _ring_B(rg, pos_r, m_r):
 
 
 @triton.jit
-def _dual_absorb(b_h0, b_xr, b_Br, b_S, b_w, b_A, X16: tl.constexpr, FAST_EXP: tl.constexpr):
+def _dual_absorb(b_h0, b_xr, b_Br, b_S, b_w, b_A, X16: tl.constexpr, FAST_EXP: tl.constexpr,
+                 INPLACE: tl.constexpr = False):
     """The checkpoint b_h0 with the ring absorbed in the dual form: exp(A S) h0 + x_ring (w B_ring),
-    b_xr [BLOCK_M, RP] and b_Br [RP, BLOCK_N] the ring's rows (_ring_x, _ring_B), b_S and b_w
-    _ring_weights'."""
+    b_xr [BLOCK_M, RP] and b_Br [RP, BLOCK_N] (float32) the ring's rows (_ring_x, _ring_B), b_S
+    and b_w _ring_weights'. INPLACE: the matmul accumulates onto exp(A S) h0 (no accumulator
+    beside it; the sum in another order)."""
+    if INPLACE:
+        return _dot_split(b_xr, b_w[:, None] * b_Br, X16, exp_dA(b_A * b_S, FAST_EXP) * b_h0)
     return exp_dA(b_A * b_S, FAST_EXP) * b_h0 + _dot_split(b_xr, b_w[:, None] * b_Br, X16)
 
 
@@ -337,36 +342,26 @@ def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr
 
 
 @triton.jit
-def _flush_chunks(p_rows, stride_n, m_vm, m_live, p_B, stride_B_n, stride_B_r, pos_r, m_r, b_xr, b_S, b_w, b_A, dstate,
-                  X16: tl.constexpr, FAST_EXP: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr,
-                  FLUSH_CHUNK: tl.constexpr, EVICT_FIRST: tl.constexpr, FLUSH_INPLACE: tl.constexpr = False,
-                  FLUSH_STAGES: tl.constexpr = 1):
+def _flush_chunks(p_rows, stride_n, m_m, m_live, p_B, stride_B_n, stride_B_r, pos_r, m_r, b_xr, b_S, b_w, b_A, dstate,
+                  X16: tl.constexpr, FAST_EXP: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+                  BLOCK_N: tl.constexpr, FLUSH_CHUNK: tl.constexpr, EVICT_FIRST: tl.constexpr,
+                  FLUSH_INPLACE: tl.constexpr = False, FLUSH_STAGES: tl.constexpr = 1):
     """The new checkpoint of a program's rows stored chunk by chunk, the ring absorbed in the
     dual form: for each FLUSH_CHUNK columns, the checkpoint read again (the program read it for
-    out a moment before, so from L2), exp(A S) h0 + x_ring (w B_ring) (_dual_absorb's terms, one
-    matmul of K = RP on the tensor cores, _dot_split) and stored. p_rows [BLOCK_M]: the rows'
-    pointers at column 0 of the slot's state (m_vm: their mask, m_live: the request's, None:
-    not masked); p_B: the ring's B row 0 of the group at column 0; b_xr [BLOCK_M, RP]: the
-    ring's x rows as gathered (_ring_x). Against _flushed_state on the whole tile, the
-    accumulator takes FLUSH_CHUNK / BLOCK_N of its registers and the checkpoint tile read for
-    out is dead by now."""
-    b_decay = exp_dA(b_A * b_S, FAST_EXP)
+    out a moment before, so from L2), _dual_absorb's (one matmul of K = RP on the tensor cores;
+    FLUSH_INPLACE its INPLACE) and stored. p_rows [BLOCK_M]: the rows' pointers at column 0 of
+    the slot's state (m_m: the rows inside the head dim, m_live: the request's); p_B: the
+    ring's B row 0 of the group at column 0; b_xr [BLOCK_M, RP]: the ring's x rows as gathered
+    (_ring_x). Against _flushed_state on the whole tile, the accumulator takes FLUSH_CHUNK /
+    BLOCK_N of its registers and the checkpoint tile read for out is dead by now."""
     for c in tl.range(BLOCK_N // FLUSH_CHUNK, num_stages=FLUSH_STAGES):
         o_c = c * FLUSH_CHUNK + tl.arange(0, FLUSH_CHUNK)
-        m_c = unless(EVEN_N, o_c < dstate)
-        m_tile = m_live
-        if m_vm is not None:
-            m_tile = both(m_tile, m_vm[:, None])
-        if m_c is not None:
-            m_tile = both(m_tile, m_c[None, :])
+        m_tile = both(tile_mask(m_m, o_c < dstate, EVEN_M, EVEN_N, False), m_live)
         p_c = p_rows[:, None] + o_c[None, :] * stride_n
         b_h0 = load_state(p_c, m_tile, EVICT_FIRST)
-        m_Br = m_r[:, None] if m_c is None else m_r[:, None] & m_c[None, :]
+        m_Br = m_r[:, None] if EVEN_N else m_r[:, None] & (o_c < dstate)[None, :]
         b_Br = tl.load(p_B + pos_r[:, None] * stride_B_r + o_c[None, :] * stride_B_n, mask=m_Br, other=0.0)
-        if FLUSH_INPLACE:
-            b_new = _dot_split(b_xr, b_w[:, None] * b_Br.to(tl.float32), X16, b_decay * b_h0)
-        else:
-            b_new = b_decay * b_h0 + _dot_split(b_xr, b_w[:, None] * b_Br.to(tl.float32), X16)
+        b_new = _dual_absorb(b_h0, b_xr, b_Br.to(tl.float32), b_S, b_w, b_A, X16, FAST_EXP, FLUSH_INPLACE)
         store_state(p_c, b_new.to(p_rows.dtype.element_ty), m_tile, EVICT_FIRST)
 
 
@@ -1338,9 +1333,9 @@ def _selective_state_replay_fast_kernel(
                 if FLUSH_CHUNK > 0:  # h0 read again chunk by chunk: the tile above is dead here
                     tl.static_assert(not TILES and not STOCHASTIC and ROLE == 0)
                     p_rows = (p_state + i_slot * stride_state_s + i_h * stride_state_h) + o_m * stride_state_p
-                    _flush_chunks(p_rows, stride_state_n, m_vm, m_live,
+                    _flush_chunks(p_rows, stride_state_n, m_m, m_live,
                                   p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g, stride_Bc_n, stride_Bc_r,
-                                  pos_r, m_r, b_xr, b_S, b_w, b_A, dstate, X16, FAST_EXP, EVEN_N, BLOCK_N,
+                                  pos_r, m_r, b_xr, b_S, b_w, b_A, dstate, X16, FAST_EXP, EVEN_M, EVEN_N, BLOCK_N,
                                   FLUSH_CHUNK, EVICT_FIRST, FLUSH_INPLACE, FLUSH_STAGES)
                 else:
                     b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
