@@ -22,8 +22,9 @@ fast replay route's kernel (replay_fast.py) for decode and verify, with its flus
 conventions and decode's flush kernels, after the main kernel and beside it (50 more: 275),
 and its Grams' kernel with the main kernel launched programmatic-dependent on it, as on a GPU
 (5 more: 280), and with the Grams' kernel also computing the dual form's weights
-(replay_fast.WEIGHTS; 2 more: 282). PTX depends on the Triton version: a digest file only holds
-for the version it names.
+(replay_fast.WEIGHTS; 2 more: 282), and the verify step's flushing requests' whole steps beside
+its main kernel (replay_fast.VERIFY_FLUSH_BESIDE; 4 more: 286). PTX depends on the Triton
+version: a digest file only holds for the version it names.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ GRAMS_PART = "grams"  # the name of the Grams' kernel, launched before the main 
 PARTS = {
     "-split": ("main", "after"),
     "-beside": ("main", "beside", "after"),
+    "-steps": ("main", "beside"),
     "-chain": ("before", "main"),
     "-early": ("main",),
 }
@@ -151,6 +153,7 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                 yield from _chain_inputs(name, kw, tokens)
             if tokens > 1:  # the verify step's out draft by draft (a small batch takes the tiles)
                 saved = replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS
+                saved_beside = replay_fast.BESIDE_MIN_REQUESTS
                 replay_fast.TILES_MAX_REQUESTS = 0
                 try:
                     yield f"{name}-rows", kw, FAST_CONFIGS[:2]
@@ -158,8 +161,13 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                     # main kernel, then the flush kernel (FLUSH_PART) launched after it
                     replay_fast.SPLIT_MIN_REQUESTS = 1
                     yield f"{name}-split", kw, FAST_CONFIGS[1:2]
+                    # and with its flushing requests' whole steps beside the main kernel (from
+                    # BESIDE_MIN_REQUESTS on): the main kernel, and the flush programs (BESIDE_PART)
+                    replay_fast.BESIDE_MIN_REQUESTS = 1
+                    yield f"{name}-steps", kw, FAST_CONFIGS[1:2]
                 finally:
                     replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = saved
+                    replay_fast.BESIDE_MIN_REQUESTS = saved_beside
                 continue  # compat.vllm's conventions are decode's (T = 1)
             # decode with its flushes in a kernel of their own (from SPLIT_DECODE_MIN_REQUESTS on),
             # and with its flush programs first in the main kernel's grid (from

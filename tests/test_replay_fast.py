@@ -228,7 +228,7 @@ def test_both_verify_paths_against_float64(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize("where", ["chunks", "first"])
+@pytest.mark.parametrize("where", ["chunks", "first", "first-mma", "beside"])
 @pytest.mark.parametrize(
     ("tokens", "headdim", "dstate", "packed"),
     [(4, 8, 16, False), (2, 12, 72, False), (3, 8, 40, True), (4, 8, 32, "bf16")],
@@ -248,15 +248,21 @@ def test_flush_in_the_main_kernel(
     again after out in chunks of 16 columns, or of 32 with the matmul accumulating onto the
     decayed checkpoint (FLUSH_INPLACE) in a pipelined loop (_flush_chunks; at dstate 72 and 40
     the last chunks masked past N, at head dim 12 the rows past P); VERIFY_FLUSH_FIRST
-    ("first"), the flush on the tile before out (_absorb_in_place) and out from the flushed
-    state. Out and the flushed state within the bars of float64, the rings and the flushed
-    states as the exact route's (assert_same_writes, dual), a state written iff its request
-    flushes; G < H, a pad request, rings that wrap, packed requests of 3, 0, 1 and 2 drafts, a
+    ("first"), the flush on the tile before out (_absorb_in_place, or as one matmul onto the
+    tile, FLUSH_FIRST_MMA: "first-mma") and out from the flushed state; VERIFY_FLUSH_BESIDE
+    ("beside"), the flushing requests' whole steps so (the matmul) in flush programs beside the
+    main kernel (ROLE 7), the main kernel the others' (ROLE 5). Out and the flushed state within
+    the bars of float64, the rings and the flushed states as the exact route's
+    (assert_same_writes, dual), a state written iff its request flushes; G < H, a pad request,
+    rings that wrap, packed requests of 3, 0, 1 and 2 drafts, a
     bf16 pool (its checkpoint rounded to nearest)."""
     chunk, inplace = (16, False) if tokens == 4 else (32, True)
-    if where == "first":
+    if where != "chunks":
         chunk = 0
-        monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", True)
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", where.startswith("first"))
+    monkeypatch.setattr(replay_fast, "FLUSH_FIRST_MMA", where == "first-mma")
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", where == "beside")
+    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", chunk)
     monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", inplace)
     monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
@@ -281,11 +287,22 @@ def test_flush_in_the_main_kernel(
         extra = {"cu_seqlens": cu, "max_seqlen": 3}
     config = _config(case)
     _, launch = replay_prepare(**_kwargs(pool, drafts), **extra, config=config, exact=False)
-    route = (launch.kwargs["ROLE"], launch.kwargs["FLUSH_CHUNK"], launch.kwargs["FLUSH_FIRST"], launch.after)
-    want_chunk = min(chunk, 1 << (dstate - 1).bit_length())
-    assert route == (0, want_chunk, where == "first", None), (
-        f"the route under test: flushes in the main kernel, {where}"
-    )
+    if where == "beside":
+        route = (
+            launch.kwargs["ROLE"],
+            launch.beside.kwargs["ROLE"],
+            launch.beside.kwargs["FIRST_MMA"],
+            launch.after,
+        )
+        assert route == (5, 7, True, None), "the route under test: the flushing requests' steps beside"
+    else:
+        kw = launch.kwargs
+        route = (kw["ROLE"], kw["FLUSH_CHUNK"], kw["FLUSH_FIRST"], launch.after)
+        want_chunk = min(chunk, 1 << (dstate - 1).bit_length())
+        assert route == (0, want_chunk, where.startswith("first"), None), (
+            f"the route under test: flushes in the main kernel, {where}"
+        )
+        assert launch.kwargs.get("FIRST_MMA", False) == (where == "first-mma")
     twin = _twin(pool)
     before = bits(pool["state"]).clone()
     kw = {**_kwargs(pool, drafts), **extra}
@@ -694,6 +711,31 @@ def test_default_config_of_the_fast_route() -> None:
     assert got == replay_fast_config(64, 128, 64, 1)
 
 
+@pytest.mark.parametrize(
+    ("tokens", "batch", "route"),
+    [(4, 64, (16, 1)), (4, 512, (64, 4)), (4, 32, "split"), (2, 512, "inline"), (8, 512, "tiles")],
+)
+def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: object) -> None:
+    """The default routes of the verify step's flushes (no kernel runs): at T = 4 from
+    BESIDE_MIN_REQUESTS requests the flushing requests' whole steps beside the main kernel
+    (ROLE 7 beside ROLE 5, beside_config's rows and warps, both capped at 128 registers); below
+    it the split flush kernel after the main kernel; at T = 2 in the main kernel; at T = 8 the
+    tiles' own programs."""
+    case = Replay(
+        tokens=tokens, window=16, nheads=2, ngroups=1, batch=batch, headdim=64, dstate=128, pad_rows=()
+    )
+    _, launch = replay_prepare(**_kwargs(make_pool(case), make_drafts(case, 0)), exact=False)
+    main, beside, after = launch.kwargs, launch.beside, launch.after
+    if isinstance(route, tuple):
+        assert (main["ROLE"], beside.kwargs["ROLE"], after) == (5, 7, None)
+        assert (beside.kwargs["BLOCK_M"], beside.kwargs["num_warps"]) == route
+        assert beside.kwargs["FIRST_MMA"] and beside.kwargs["FLUSH_FIRST"]
+    elif route == "split":
+        assert (main["ROLE"], after.kwargs["ROLE"], beside) == (1, 2, None)
+    else:
+        assert (main["ROLE"], after, beside, main["TILES"]) == (0, None, None, route == "tiles")
+
+
 def test_tiles_flush_in_the_dual_form_inline() -> None:
     """The tiles' verify step (T = 8) with 64 accumulator elements a thread (16 rows, one warp,
     N = 128) flushes in its own programs in the dual form (replay_fast.TILES_DUAL_MAX_ELEMENTS;
@@ -779,17 +821,21 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("where", ["chunks", "first"])
+@pytest.mark.parametrize("where", ["chunks", "first", "first-mma", "beside"])
 @pytest.mark.parametrize("batch", [64, 512])
 @pytest.mark.parametrize("tokens", [2, 4])
 def test_gpu_flush_in_the_main_kernel(
     tokens: int, batch: int, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """replay_fast.VERIFY_FLUSH_CHUNK ("chunks") and VERIFY_FLUSH_FIRST ("first") at the
-    headline, steady state: the accuracy bars, the exact route's rings, its flushed states
-    within the dual form's bars, and the same bits run to run."""
-    chunk = 0 if where == "first" else 16 if tokens == 4 else 32
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", where == "first")
+    """replay_fast.VERIFY_FLUSH_CHUNK ("chunks"), VERIFY_FLUSH_FIRST ("first", with
+    FLUSH_FIRST_MMA "first-mma") and VERIFY_FLUSH_BESIDE ("beside") at the headline, steady
+    state: the accuracy bars, the exact route's rings, its flushed states within the dual form's
+    bars, and the same bits run to run."""
+    chunk = 0 if where != "chunks" else 16 if tokens == 4 else 32
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", where.startswith("first"))
+    monkeypatch.setattr(replay_fast, "FLUSH_FIRST_MMA", where == "first-mma")
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", 1 if where == "beside" else 0)
+    monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 2)
     monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", chunk)
     monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", tokens == 2)
     monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
@@ -800,8 +846,11 @@ def test_gpu_flush_in_the_main_kernel(
         want = selective_state_replay_reference(**_kwargs(pool, drafts))
         out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
         _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
-        route = (launch.kwargs["FLUSH_CHUNK"], launch.kwargs["FLUSH_FIRST"], launch.after)
-        assert route == (chunk, not chunk, None)
+        if where == "beside":
+            assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"]) == (5, 7)
+        else:
+            route = (launch.kwargs["FLUSH_CHUNK"], launch.kwargs["FLUSH_FIRST"], launch.after)
+            assert route == (chunk, not chunk, None)
         selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
         live = pool["state_batch_indices"] != PAD
         assert_out_accurate(out[live], want[0][live])

@@ -42,8 +42,13 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   6), a few on a stream of their own beside the Grams and the main kernel (ROLE 5, which leaves
   those requests) and the rest in a kernel after it, whose programs pipeline their requests
   (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
-  in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2);
-  the draft-by-draft verify step splits them off likewise (_split_flush).
+  in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2).
+  The draft-by-draft verify step from 4 drafts gives its flushing requests whole to flush
+  programs on a stream of their own beside the Grams and the main kernel from
+  BESIDE_MIN_REQUESTS requests on (ROLE 7 beside ROLE 5, _flush_beside): each flushes first,
+  on the state tile it holds, the ring absorbed as one matmul onto the tile (_absorb_mma), and
+  computes out from the new checkpoint with nothing cached, so h0 is read once; with fewer
+  requests it splits them off after the main kernel as decode does (_split_flush).
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
@@ -166,20 +171,20 @@ def _dot_split(a, b, X16: tl.constexpr, acc=None):
 
 
 @triton.jit
-def _dot_split_a(a, b, B16: tl.constexpr):
-    """a @ b for a float32 tile a and a bf16 tile b, float32-accurate: a split into three bf16
-    parts, each product exact on the tensor cores, the small parts first; without B16 (b not
+def _dot_split_a(a, b, B16: tl.constexpr, acc=None):
+    """(acc +) a @ b for a float32 tile a and a bf16 tile b, float32-accurate: a split into three
+    bf16 parts, each product exact on the tensor cores, the small parts first; without B16 (b not
     bf16), float32 FMAs."""
     if B16:
         a1 = a.to(tl.bfloat16)
         r1 = a - a1.to(tl.float32)
         a2 = r1.to(tl.bfloat16)
         a3 = (r1 - a2.to(tl.float32)).to(tl.bfloat16)
-        acc = _mma(a3, b, None)
+        acc = _mma(a3, b, acc)
         acc = _mma(a2, b, acc)
         return _mma(a1, b, acc)
     else:
-        return tl.dot(a, b.to(tl.float32), input_precision="ieee", out_dtype=tl.float32)
+        return tl.dot(a, b.to(tl.float32), acc, input_precision="ieee", out_dtype=tl.float32)
 
 
 class _Ring(NamedTuple):
@@ -295,6 +300,20 @@ def _absorb_in_place(b_state, rg, b_S, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.c
             b_state += (b_xk * (b_dtk * exp_dA(b_A * b_r, FAST_EXP)))[:, None] * b_Bk[None, :]
             b_r += b_dtk
     return b_state
+
+
+@triton.jit
+def _absorb_mma(b_state, rg, pos_r, m_r, b_S, b_w, b_A, B16: tl.constexpr, FAST_EXP: tl.constexpr):
+    """The checkpoint b_state [BLOCK_M, BLOCK_N] with the cached tokens of its ring rg (_Ring,
+    gathered at pos_r, m_r: _ring_positions') absorbed in the dual form on the tile itself:
+    exp(A S) h0 + (x_ring w) B_ring, one matmul of K = RP accumulating onto the decayed tile
+    (_dot_split_a: the float32 x_j w_j split in three bf16 parts against the ring's bf16 B rows,
+    every product exact; B16 off, float32 FMAs). _absorb_in_place's result on the tensor cores:
+    no pass over the tile a token."""
+    m_Br = m_r[:, None] if rg.m_vn is None else m_r[:, None] & rg.m_vn[None, :]
+    b_Br = tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0)
+    b_xw = _ring_x(rg, pos_r, m_r).to(tl.float32) * b_w[None, :]
+    return _dot_split_a(b_xw, b_Br, B16, exp_dA(b_A * b_S, FAST_EXP) * b_state)
 
 
 @triton.jit
@@ -550,6 +569,40 @@ class _Token(NamedTuple):
     stride_out_p: Any
 
 
+class _Step(NamedTuple):
+    """A verify program's values that its out (_drafts_out) reads: the ring's gathered x, the
+    drafts' x, B and dt', A and D; the ring (_Ring) and its rows (_ring_positions'), the drafts'
+    offsets, the drafts' inputs and out (_Token), the request's token span, the program's
+    request, head, group, rows and columns with their masks, and the Grams."""
+
+    b_xr: Any
+    b_xd: Any
+    b_Bd: Any
+    b_dtd: Any
+    b_A: Any
+    b_D: Any
+    rg: Any
+    pos_r: Any
+    o_r: Any
+    m_r: Any
+    o_t: Any
+    tok: Any
+    i_xb: Any
+    t0: Any
+    n_tok: Any
+    i_b: Any
+    i_h: Any
+    i_g: Any
+    o_m: Any
+    o_n: Any
+    m_vm: Any
+    m_vn: Any
+    m_live: Any
+    p_gram: Any
+    stride_gram_b: Any
+    stride_gram_g: Any
+
+
 class _Pool(NamedTuple):
     """The state pool, its rings and cursors as the decode flush programs read and write them:
     the pointers (None where not given), the sizes, and the strides."""
@@ -640,6 +693,50 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
         _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, b_x, b_dt, b_B, b_C, b_z, b_D, b_A,
                     FLUSH_DRAFTS, HEADS_PER_GROUP, HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS,
                     BLOCK_N, EVICT_FIRST, OUT)
+
+
+@triton.jit
+def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW: tl.constexpr,
+            HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
+    """A verify program's drafts (tok, _Token; the first n_tok of DW live), all loaded before any
+    store: (o_t, m_t, o_tok, m_md, x [BLOCK_M, DW] a column a draft, dt' [DW] with the bias and
+    softplus, 0 past n_tok, B [DW, BLOCK_N])."""
+    o_t = tl.arange(0, DW)
+    m_t = o_t < n_tok
+    o_tok = t0 + o_t
+    m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
+    b_xd = tl.load(tok.p_x + i_xb * tok.stride_x_b + i_h * tok.stride_x_h + o_m[:, None] * tok.stride_x_p
+                   + o_tok[None, :] * tok.stride_x_t, mask=m_md, other=0.0)
+    b_dtd = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + i_h * tok.stride_dt_h + o_tok * tok.stride_dt_t, mask=m_t,
+                    other=0.0).to(tl.float32)
+    if HAS_DT_BIAS:
+        b_dtd += b_dt_bias
+    if DT_SOFTPLUS:
+        b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
+    b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
+    m_nd = m_t[:, None] if m_vn is None else m_t[:, None] & m_vn[None, :]
+    b_Bd = tl.load(tok.p_B + i_xb * tok.stride_B_b + i_g * tok.stride_B_g + o_tok[:, None] * tok.stride_B_t
+                   + o_n[None, :] * tok.stride_B_n, mask=m_nd, other=0.0)
+    return o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd
+
+
+@triton.jit
+def _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP: tl.constexpr,
+                   HAS_SRC_IDX: tl.constexpr, DT_B: tl.constexpr):
+    """The drafts (m_t live) appended to the ring rg (_Ring) at the exact kernel's positions, with
+    its values: x by every program, dt' and B (DT_B; with WEIGHTS the Grams' kernel appends them)
+    by the first rows' programs, B by the group's first head."""
+    m_app = m_t
+    if HAS_SRC_IDX:
+        m_app = m_app & rg.m_live
+    pos_t = wrap(rg.start + rg.n_old + o_t, rg.ring)
+    m_appv = m_app[None, :] if rg.m_vm is None else rg.m_vm[:, None] & m_app[None, :]
+    tl.store(rg.p_x[:, None] + pos_t[None, :] * rg.stride_x, b_xd, mask=m_appv)
+    if i_m == 0 and DT_B:
+        tl.store(rg.p_dt + pos_t * rg.stride_dt, b_dtd, mask=m_app)
+        if i_h % HEADS_PER_GROUP == 0:
+            m_appn = m_app[:, None] if rg.m_vn is None else m_app[:, None] & rg.m_vn[None, :]
+            tl.store(rg.p_B[None, :] + pos_t[:, None] * rg.stride_B, b_Bd, mask=m_appn)
 
 
 @triton.jit
@@ -949,6 +1046,117 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
         wait_prior(PDL)
 
 
+@triton.jit
+def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr, NO_RING: tl.constexpr, GRAM: tl.constexpr,
+                WEIGHTS: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, VARLEN: tl.constexpr,
+                HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+    """The verify step's out draft by draft, stored: for each draft t, y_t [BLOCK_M] in the dual
+    form (module docstring) from the checkpoint b_h0's h0 . C_t and the ring's (b_xr, weighed by
+    b_S, b_w; none with NO_RING, a state flushed first) and the earlier drafts' x weighted by
+    their Grams (from _gram_kernel with GRAM, with WEIGHTS its weights), then D and the z gate.
+    tok (_Token): the drafts' inputs and out; rg (_Ring) and pos_r, o_r, m_r (_ring_positions'):
+    the ring's rows: in step, with the program's other values."""
+    b_xr = step.b_xr
+    b_xd = step.b_xd
+    b_Bd = step.b_Bd
+    b_dtd = step.b_dtd
+    b_A = step.b_A
+    b_D = step.b_D
+    rg = step.rg
+    pos_r = step.pos_r
+    o_r = step.o_r
+    m_r = step.m_r
+    o_t = step.o_t
+    tok = step.tok
+    i_xb = step.i_xb
+    t0 = step.t0
+    n_tok = step.n_tok
+    i_b = step.i_b
+    i_h = step.i_h
+    i_g = step.i_g
+    o_m = step.o_m
+    o_n = step.o_n
+    m_vm = step.m_vm
+    m_vn = step.m_vn
+    m_live = step.m_live
+    p_gram = step.p_gram
+    stride_gram_b = step.stride_gram_b
+    stride_gram_g = step.stride_gram_g
+    # out in the dual form (module docstring), draft by draft: y_t [BLOCK_M] from the
+    # checkpoint's h0 . C_t, the ring's and the earlier drafts' x weighted by their Grams.
+    if not NO_RING:
+        b_xrf = b_xr.to(tl.float32)
+    b_xdf = b_xd.to(tl.float32)
+    if not GRAM and not NO_RING:
+        b_Br = _ring_B(rg, pos_r, m_r)
+    if not WEIGHTS:
+        b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
+        b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+    if GRAM:
+        if LATE:
+            wait_prior(PDL)
+        if WEIGHTS:  # the head's, [T RP] then [T TP] then [T] (_gram_kernel)
+            p_g = p_gram + i_b * stride_gram_b + i_h * stride_gram_g
+        else:
+            p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+    for t in tl.static_range(T):
+        m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
+        o_xt = i_xb * tok.stride_x_b + (t0 + t) * tok.stride_x_t + i_h * tok.stride_x_h
+        p_Ct = tok.p_C + i_xb * tok.stride_C_b + (t0 + t) * tok.stride_C_t + i_g * tok.stride_C_g
+        b_Ct = load(p_Ct + o_n * tok.stride_C_n, both(m_vn, m_tt)).to(tl.float32)
+        if WEIGHTS:  # draft t's weights of the ring's tokens, of the drafts', of h0 . C_t
+            b_cr = tl.load(p_g + t * RP + o_r)
+            b_cd = tl.load(p_g + T * RP + t * TP + o_t)
+            b_sc = tl.load(p_g + T * (RP + TP) + t)
+        elif GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
+            b_gr = tl.load(p_g + t * RP + o_r)
+            b_gd = tl.load(p_g + T * RP + t * TP + o_t)
+        else:
+            if not NO_RING:
+                b_gr = tl.sum(b_Br * b_Ct[None, :], axis=1)  # [RP]
+            b_gd = tl.sum(b_Bd.to(tl.float32) * b_Ct[None, :], axis=1)  # [TP]
+        if not WEIGHTS:
+            b_dt_t = tl.sum(tl.where(o_t == t, b_d, 0.0), axis=0)  # d_t
+            b_e = exp_dA(b_A * b_dt_t, FAST_EXP)
+            if not NO_RING:
+                b_cr = b_w * b_gr * b_e  # the ring tokens' weights for draft t
+            b_cd = tl.where(o_t <= t, exp_dA(b_A * (b_dt_t - b_d), FAST_EXP) * b_dtd * b_gd, 0.0)
+            b_sc = b_decay0 * b_e
+        b_y = b_sc * tl.sum(b_h0 * b_Ct[None, :], axis=1)
+        if not NO_RING:  # (the sums in this order: the shipped kernel's bits)
+            b_y = b_y + tl.sum(b_xrf * b_cr[None, :], axis=1)
+        b_y = b_y + tl.sum(b_xdf * b_cd[None, :], axis=1)
+        b_xt = load(tok.p_x + o_xt + o_m * tok.stride_x_p, both(m_vm, m_tt))
+        b_zt = b_xt
+        if HAS_Z:
+            b_zt = load(tok.p_z + i_xb * tok.stride_z_b + (t0 + t) * tok.stride_z_t + i_h * tok.stride_z_h
+                        + o_m * tok.stride_z_p, both(m_vm, m_tt))
+        b_y = gated_out(b_y, b_xt, b_zt, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
+        p_yt = (tok.p_out + i_xb * tok.stride_out_b + (t0 + t) * tok.stride_out_t + i_h * tok.stride_out_h
+                + o_m * tok.stride_out_p)
+        m_yt = both(m_vm, m_tt)
+        if m_yt is None:
+            tl.store(p_yt, b_y)
+        else:
+            tl.store(p_yt, b_y, mask=m_yt)
+
+
+@triton.jit
+def _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, FIRST_MMA: tl.constexpr, B16: tl.constexpr,
+                       WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
+                       STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr,
+                       EVICT_FIRST: tl.constexpr):
+    """A flushing request's new checkpoint on the tile it holds (FLUSH_FIRST), stored (ck,
+    _Checkpoint) and returned: the ring absorbed as one matmul onto the tile (FIRST_MMA,
+    _absorb_mma) or one FMA an element a token (_absorb_in_place)."""
+    if FIRST_MMA:
+        b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
+    else:
+        b_h1 = _absorb_in_place(b_h0, rg, b_S, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
+    _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+    return b_h1
+
+
 @triton.heuristics(_HEURISTICS)
 @triton.jit
 def _selective_state_replay_fast_kernel(
@@ -1022,6 +1230,8 @@ def _selective_state_replay_fast_kernel(
     FLUSH_STAGES: tl.constexpr = 1,  # _flush_chunks' loop stages
     FLUSH_KEEP: tl.constexpr = 0,  # 1: h0 read without the evict-first hint; 2: by the flushing programs
     FLUSH_FIRST: tl.constexpr = False,  # draft by draft, ROLE 0: a flush before out, on the tile (_absorb_in_place)
+    FIRST_MMA: tl.constexpr = False,  # FLUSH_FIRST's absorb as one matmul onto the tile (_absorb_mma)
+    B16: tl.constexpr = False,  # the ring's B bf16 (FIRST_MMA's products on the tensor cores)
 ):
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -1069,8 +1279,11 @@ def _selective_state_replay_fast_kernel(
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
             return
-    if ROLE == 4 or ROLE == 5:  # a live request that flushes is a flush program's (_decode_flushes)
+    if ROLE == 4 or ROLE == 5:  # a live request that flushes is a flush program's (_decode_flushes; ROLE 7)
         if both(m_flush, m_live):
+            return
+    if ROLE == 7:  # the verify step's flush programs beside the main kernel: the live flushing requests'
+        if not both(m_flush, m_live):
             return
 
     o_m, o_n, m_m, m_n = tile_offsets(i_m, headdim, dstate, BLOCK_M, BLOCK_N, False)
@@ -1200,36 +1413,26 @@ def _selective_state_replay_fast_kernel(
         # = TP draft by draft, TD (a matmul's least side) with TILES.
         tl.static_assert(not FLUSH_DRAFTS, "a flush that absorbs the drafts is for T = 1")
         DW: tl.constexpr = TD if TILES else TP
-        o_t = tl.arange(0, DW)
-        m_t = o_t < n_tok
-        o_tok = t0 + o_t
-        m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
-        b_xd = tl.load(p_x + i_xb * stride_x_b + i_h * stride_x_h + o_m[:, None] * stride_x_p
-                       + o_tok[None, :] * stride_x_t, mask=m_md, other=0.0)
-        b_dtd = tl.load(p_dt + i_xb * stride_dt_b + i_h * stride_dt_h + o_tok * stride_dt_t, mask=m_t,
-                        other=0.0).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_dtd += b_dt_bias
-        if DT_SOFTPLUS:
-            b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
-        b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
-        m_nd = m_t[:, None] if m_vn is None else m_t[:, None] & m_vn[None, :]
-        b_Bd = tl.load(p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
-                       + o_n[None, :] * stride_B_n, mask=m_nd, other=0.0)
+        tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
+                     stride_x_b, stride_x_t, stride_x_h, stride_x_p, stride_dt_b, stride_dt_t, stride_dt_h,
+                     stride_dt_bias_h, stride_B_b, stride_B_t, stride_B_g, stride_B_n,
+                     stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_D_h, stride_D_p,
+                     stride_z_b, stride_z_t, stride_z_h, stride_z_p,
+                     stride_out_b, stride_out_t, stride_out_h, stride_out_p)
+        o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd = _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
+                                                           b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS)
 
         # The ring gathered in age order, masked past n_old: x [BLOCK_M, RP] (and, unless the
         # Grams' kernel weighed them, WEIGHTS, their dt' and weights).
         tl.static_assert(not (WEIGHTS and TILES), "the precomputed weights are the draft-by-draft step's")
         o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
-        if not WEIGHTS:
+        if WEIGHTS:  # (the Grams' kernel's, in the weights out reads)
+            b_S = 0.0
+            b_w = 0.0
+        else:
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         if FLUSH_FIRST:  # a flushing request's new checkpoint first; its out from it, nothing cached
-            tl.static_assert(not TILES and not WEIGHTS and ROLE == 0)
-            if m_flush:
-                b_h0 = _absorb_in_place(b_h0, rg, b_S, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
-                _store_state(b_h0, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-            b_S = tl.where(m_flush, 0.0, b_S)
-            b_w = tl.where(m_flush, 0.0, b_w)
+            tl.static_assert(not TILES and not WEIGHTS and (ROLE == 0 or ROLE == 7))
         b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
@@ -1272,61 +1475,27 @@ def _selective_state_replay_fast_kernel(
                 tl.store(p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
                          + o_tok[None, :] * stride_out_t, b_y, mask=m_md)
             else:
-                # out in the dual form (module docstring), draft by draft: y_t [BLOCK_M] from the
-                # checkpoint's h0 . C_t, the ring's and the earlier drafts' x weighted by their Grams.
-                b_xrf = b_xr.to(tl.float32)
-                b_xdf = b_xd.to(tl.float32)
-                if not GRAM:
-                    m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-                    b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
-                if not WEIGHTS:
-                    b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
-                    b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
-                if GRAM:
-                    if LATE:
-                        wait_prior(PDL)
-                    if WEIGHTS:  # the head's, [T RP] then [T TP] then [T] (_gram_kernel)
-                        p_g = p_gram + i_b * stride_gram_b + i_h * stride_gram_g
+                # out in the dual form (module docstring), draft by draft (_drafts_out). Flushed
+                # first (FLUSH_FIRST), a flushing request's out comes from its new checkpoint with
+                # nothing cached, in a branch of its own: the other requests' out keeps its layout
+                # and registers.
+                step = _Step(b_xr, b_xd, b_Bd, b_dtd, b_A, b_D, rg, pos_r, o_r, m_r, o_t, tok, i_xb, t0, n_tok, i_b,
+                          i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g)
+                if FLUSH_FIRST:
+                    if m_flush:
+                        b_h1 = _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, FIRST_MMA, B16, WINDOW,
+                                                  FAST_EXP, HAS_SRC_IDX, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N,
+                                                  EVICT_FIRST)
+                        _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN,
+                                    HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP)
                     else:
-                        p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-                for t in tl.static_range(T):
-                    m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
-                    o_xt = i_xb * stride_x_b + (t0 + t) * stride_x_t + i_h * stride_x_h
-                    b_Ct = load(p_C + i_xb * stride_C_b + (t0 + t) * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
-                                both(m_vn, m_tt)).to(tl.float32)
-                    if WEIGHTS:  # draft t's weights of the ring's tokens, of the drafts', of h0 . C_t
-                        b_cr = tl.load(p_g + t * RP + o_r)
-                        b_cd = tl.load(p_g + T * RP + t * TP + o_t)
-                        b_sc = tl.load(p_g + T * (RP + TP) + t)
-                    elif GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
-                        b_gr = tl.load(p_g + t * RP + o_r)
-                        b_gd = tl.load(p_g + T * RP + t * TP + o_t)
-                    else:
-                        b_gr = tl.sum(b_Br * b_Ct[None, :], axis=1)  # [RP]
-                        b_gd = tl.sum(b_Bd.to(tl.float32) * b_Ct[None, :], axis=1)  # [TP]
-                    if not WEIGHTS:
-                        b_dt_t = tl.sum(tl.where(o_t == t, b_d, 0.0), axis=0)  # d_t
-                        b_e = exp_dA(b_A * b_dt_t, FAST_EXP)
-                        b_cr = b_w * b_gr * b_e  # the ring tokens' weights for draft t
-                        b_cd = tl.where(o_t <= t, exp_dA(b_A * (b_dt_t - b_d), FAST_EXP) * b_dtd * b_gd, 0.0)
-                        b_sc = b_decay0 * b_e
-                    b_y = (b_sc * tl.sum(b_h0 * b_Ct[None, :], axis=1)
-                           + tl.sum(b_xrf * b_cr[None, :], axis=1) + tl.sum(b_xdf * b_cd[None, :], axis=1))
-                    b_xt = load(p_x + o_xt + o_m * stride_x_p, both(m_vm, m_tt))
-                    b_zt = b_xt
-                    if HAS_Z:
-                        b_zt = load(p_z + i_xb * stride_z_b + (t0 + t) * stride_z_t + i_h * stride_z_h
-                                    + o_m * stride_z_p, both(m_vm, m_tt))
-                    b_y = gated_out(b_y, b_xt, b_zt, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
-                    p_yt = (p_out + i_xb * stride_out_b + (t0 + t) * stride_out_t + i_h * stride_out_h
-                            + o_m * stride_out_p)
-                    m_yt = both(m_vm, m_tt)
-                    if m_yt is None:
-                        tl.store(p_yt, b_y)
-                    else:
-                        tl.store(p_yt, b_y, mask=m_yt)
+                        _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, ROLE == 7, GRAM, WEIGHTS, LATE, PDL, VARLEN,
+                                    HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP)
+                else:
+                    _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, ROLE == 7, GRAM, WEIGHTS, LATE, PDL, VARLEN,
+                                HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP)
 
-        if ROLE != 1 and not FLUSH_FIRST:
+        if ROLE != 1 and ROLE != 5 and not FLUSH_FIRST:
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
@@ -1345,17 +1514,7 @@ def _selective_state_replay_fast_kernel(
             return
 
         # append: the same positions and values as the exact kernel
-        m_app = m_t
-        if HAS_SRC_IDX:
-            m_app = m_app & m_live
-        pos_t = wrap(start + n_old + o_t, ring)
-        m_appv = m_app[None, :] if m_vm is None else m_vm[:, None] & m_app[None, :]
-        tl.store(p_xc[:, None] + pos_t[None, :] * stride_xc_r, b_xd, mask=m_appv)
-        if i_m == 0 and not WEIGHTS:  # (with WEIGHTS the Grams' kernel appends dt' and B)
-            tl.store(p_dtc + pos_t * stride_dtc_r, b_dtd, mask=m_app)
-            if i_h % HEADS_PER_GROUP == 0:
-                m_appn = m_app[:, None] if m_vn is None else m_app[:, None] & m_vn[None, :]
-                tl.store(p_Bc[None, :] + pos_t[:, None] * stride_Bc_r, b_Bd, mask=m_appn)
+        _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP, HAS_SRC_IDX, not WEIGHTS)
 # fmt: on
 
 
@@ -1618,6 +1777,8 @@ def fast_launch(
     kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
     flags["FLUSH_CHUNK"] = _flush_chunk(call, rows_path)
     flags["FLUSH_FIRST"] = _flush_first(call, rows_path)
+    if flags["FLUSH_FIRST"] and FLUSH_FIRST_MMA:
+        flags.update(FIRST_MMA=True, B16=call.B_cache.dtype == torch.bfloat16)
     if flags["FLUSH_CHUNK"]:
         flags.update(FLUSH_INPLACE=FLUSH_INPLACE, FLUSH_STAGES=FLUSH_STAGES, FLUSH_KEEP=FLUSH_KEEP)
     flags["CHUNK"] = min(CHUNK, triton.next_power_of_2(state.shape[-1])) if rows_path else 0
@@ -1696,6 +1857,32 @@ def fast_launch(
         flags["ROLE"] = 5
         main = call.launch(kernel, arguments, flags)
         return main._replace(before=gram_launch, beside=side, after=after)
+    if _flush_beside(call, rows_path):
+        # The flushing requests' whole steps (ROLE 7: the flush first, on the tile, as one matmul;
+        # out from the new checkpoint), the other requests' in the main kernel (ROLE 5). The two
+        # touch disjoint requests and the flush programs read neither the Grams nor anything
+        # the main kernel writes: they run beside it, on a stream of their own.
+        bconfig = beside_config(call.requests)
+        beside_flags = {
+            **flags,
+            "ROLE": 7,
+            "FLUSH_FIRST": True,
+            "FIRST_MMA": True,
+            "B16": call.B_cache.dtype == torch.bfloat16,
+            "WEIGHTS": False,
+            "LATE_WAIT": False,
+        }
+        beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
+        beside = dataclasses.replace(call, config=bconfig, pdl=False).launch(
+            kernel, beside_args, beside_flags
+        )
+        if call.config.max_registers is None:
+            call = dataclasses.replace(
+                call, config=dataclasses.replace(call.config, max_registers=BESIDE_MAIN_REGISTERS)
+            )
+        flags["ROLE"] = 5
+        main = call.launch(kernel, arguments, flags)
+        return main._replace(before=gram_launch, beside=beside)
     if _split_flush(call, rows_path):
         flags["ROLE"] = 1
         fconfig = flush_config(*state.shape[-2:])
@@ -1790,8 +1977,40 @@ VERIFY_FLUSH_CHUNK = 0
 # registers at T = 4 (128 capped, regs128, no spill). On an H100 (run 172, the same folder as
 # VERIFY_FLUSH_CHUNK's) it took the T = 4 step where nothing flushes at bs 512 from 120.0 to
 # 105.8 us (capped), but the steady step from 156.6-157.2 to 163.6 (178.1 uncapped): the tile's
-# 16 passes of FMAs cost a flushing program more than the split's second read: off.
+# 16 passes of FMAs cost a flushing program more than the split's second read: off. Since run
+# 177 a flushing program's out runs in a branch of its own (_drafts_out twice), so that the
+# other programs keep their layout; FLUSH_FIRST_MMA absorbs the ring as one matmul onto the tile
+# (_absorb_mma, as the flush programs beside the main kernel do): 168 registers, and the steady
+# step at bs 512 154.7 us against the split's 159.4-160.1 but the flush programs beside's 146.6
+# (run 177): off.
 VERIFY_FLUSH_FIRST = False
+FLUSH_FIRST_MMA = False
+
+
+# From SPLIT_FROM_TOKENS drafts and BESIDE_MIN_REQUESTS requests on (VERIFY_FLUSH_BESIDE), the
+# draft-by-draft verify step gives its flushing requests whole to flush programs (ROLE 7) on a
+# stream of their own beside the Grams and the main kernel (ROLE 5, the other requests): a flush
+# program flushes first, on the state tile it holds, the ring absorbed as one matmul onto the
+# tile (_absorb_mma: x_j w_j split in three bf16 parts against the ring's bf16 B rows, every
+# product exact), stores it, and computes out from it with nothing cached; so h0 is read once,
+# and neither kernel carries the other's registers. Configs: beside_config's for the flush
+# programs, the main kernel's capped at BESIDE_MAIN_REGISTERS (its uncapped allocation, 154,
+# follows from the early return before the state's load). On an H100 (runs 173-180,
+# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-flush-beside/, headline, window 16, steady
+# cursors) it took T = 4 at bs 512 from the split's 156.6-160.1 us to 140.4 with (64,4) flush
+# programs and 143.0-146.6 with (16,1) (flashinfer's best 130.5-134.1 in the same runs); bs 128
+# from 46.5-47.7 to 39.9-41.3 and bs 64 from 26.5-27.0 to 21.9-23.2 with (16,1) (flashinfer
+# 38.6-39.7 and 23.4-23.9); every slot flushing 274.8 against 313.4; where none flushes it costs
+# 3 us at (16,1) (125.9 against 122.7: the grid of flush programs that find nothing) and gains
+# at (64,4) (112.3). Not yet timed on the H200. Tried and lost in the same runs: the flush
+# after the main kernel instead of beside it (165-168), the one-kernel flush first with the
+# matmul (VERIFY_FLUSH_FIRST with FLUSH_FIRST_MMA: 154.7, its registers every program's), flush
+# programs taking their requests from a list (150.9-198.5), the main kernel's state loads
+# issued before its flushing requests leave (160.9: their checkpoints read twice).
+VERIFY_FLUSH_BESIDE = True
+BESIDE_MIN_REQUESTS = 64
+BESIDE_MAIN_REGISTERS = 128
+BESIDE_CONFIG: LaunchConfig | None = None  # None: beside_config's rule
 FLUSH_INPLACE = False
 FLUSH_STAGES = 1
 FLUSH_KEEP = 0
@@ -1904,6 +2123,31 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
         and not _flush_chunk(call, rows_path)
         and not _flush_first(call, rows_path)
     )
+
+
+def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
+    """Whether the draft-by-draft verify step's flushing requests take their whole steps in
+    flush programs beside the main kernel (VERIFY_FLUSH_BESIDE; not in replay_flush, where every
+    request flushes, nor with VERIFY_FLUSH_CHUNK or VERIFY_FLUSH_FIRST)."""
+    return (
+        VERIFY_FLUSH_BESIDE
+        and rows_path
+        and not call.flush
+        and call.tokens >= SPLIT_FROM_TOKENS
+        and call.requests >= BESIDE_MIN_REQUESTS
+        and not _flush_chunk(call, rows_path)
+        and not (VERIFY_FLUSH_FIRST and not WEIGHTS)
+    )
+
+
+def beside_config(requests: int) -> LaunchConfig:
+    """The verify step's flush programs' config (BESIDE_CONFIG, else): 64 rows and 4 warps from
+    512 requests on, 16 rows and one warp below, capped at 128 registers (their flush's matmul
+    spills a little: 168 uncapped at (16,1), slower on the H100)."""
+    if BESIDE_CONFIG is not None:
+        return BESIDE_CONFIG
+    rows, warps = (64, 4) if requests >= 512 else (16, 1)
+    return LaunchConfig(rows, warps, True, True, max_registers=128)
 
 
 def _flush_first(call: ReplayCall, rows_path: bool) -> bool:
