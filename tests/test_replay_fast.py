@@ -813,11 +813,13 @@ def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
 def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
     """Whether the programs that store a fast-route call's flushes absorb the ring in the dual
     form: those of the flush kernel where the call splits them off (a launch after the main
-    kernel, replay_fast._split_flush), else the main kernel's (its flush programs', ROLE 4, or
-    its chunks, replay_fast.VERIFY_FLUSH_CHUNK)."""
+    kernel, replay_fast._split_flush), the flush programs beside it (decode's ROLE 6, or the
+    verify step's ROLE 7, whose flush is one matmul, FIRST_MMA), else the main kernel's (its
+    flush programs', ROLE 4, or its chunks, replay_fast.VERIFY_FLUSH_CHUNK)."""
     _, launch = replay_prepare(**kw, config=config, exact=False)
     flushes = launch.beside or launch.after or launch
-    return bool(flushes.kwargs["DUAL_FLUSH"] or flushes.kwargs.get("FLUSH_CHUNK"))
+    kw = flushes.kwargs
+    return bool(kw["DUAL_FLUSH"] or kw.get("FLUSH_CHUNK") or kw.get("FIRST_MMA"))
 
 
 @pytest.mark.gpu

@@ -1426,9 +1426,9 @@ def _selective_state_replay_fast_kernel(
         # Grams' kernel weighed them, WEIGHTS, their dt' and weights).
         tl.static_assert(not (WEIGHTS and TILES), "the precomputed weights are the draft-by-draft step's")
         o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
-        if WEIGHTS:  # (the Grams' kernel's, in the weights out reads)
+        if WEIGHTS:  # (the Grams' kernel's, in the weights out reads; a flush computes its own)
             b_S = 0.0
-            b_w = 0.0
+            b_w = tl.zeros([RP], tl.float32)
         else:
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         if FLUSH_FIRST:  # a flushing request's new checkpoint first; its out from it, nothing cached
