@@ -228,47 +228,25 @@ def test_both_verify_paths_against_float64(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize("where", ["chunks", "first", "first-mma", "beside"])
 @pytest.mark.parametrize(
     ("tokens", "headdim", "dstate", "packed"),
     [(4, 8, 16, False), (2, 12, 72, False), (3, 8, 40, True), (4, 8, 32, "bf16")],
     ids=["T4", "T2-P12-N72", "T3-N40-cu_seqlens", "T4-bf16-state"],
 )
-def test_flush_in_the_main_kernel(
-    tokens: int,
-    headdim: int,
-    dstate: int,
-    packed: bool | str,
-    where: str,
-    cached: str,
-    monkeypatch: pytest.MonkeyPatch,
+def test_flushes_beside_the_main_kernel(
+    tokens: int, headdim: int, dstate: int, packed: bool | str, cached: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The draft-by-draft verify step flushes in its main kernel (no flush kernel), the ring
-    absorbed in the dual form: replay_fast.VERIFY_FLUSH_CHUNK ("chunks"), the checkpoint read
-    again after out in chunks of 16 columns, or of 32 with the matmul accumulating onto the
-    decayed checkpoint (FLUSH_INPLACE) in a pipelined loop (_flush_chunks; at dstate 72 and 40
-    the last chunks masked past N, at head dim 12 the rows past P); VERIFY_FLUSH_FIRST
-    ("first"), the flush on the tile before out (_absorb_in_place, or as one matmul onto the
-    tile, FLUSH_FIRST_MMA: "first-mma") and out from the flushed state; VERIFY_FLUSH_BESIDE
-    ("beside"), the flushing requests' whole steps so (the matmul) in flush programs beside the
-    main kernel (ROLE 7), the main kernel the others' (ROLE 5). Out and the flushed state within
-    the bars of float64, the rings and the flushed states as the exact route's
-    (assert_same_writes, dual), a state written iff its request flushes; G < H, a pad request,
-    rings that wrap, packed requests of 3, 0, 1 and 2 drafts, a
-    bf16 pool (its checkpoint rounded to nearest)."""
-    chunk, inplace = (16, False) if tokens == 4 else (32, True)
-    if where != "chunks":
-        chunk = 0
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", where.startswith("first"))
-    monkeypatch.setattr(replay_fast, "FLUSH_FIRST_MMA", where == "first-mma")
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", where == "beside")
-    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", chunk)
-    monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", inplace)
-    monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
-    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft: the chunks' path
+    """The draft-by-draft verify step's flushing requests taken whole by flush programs beside
+    the main kernel (replay_fast.VERIFY_FLUSH_BESIDE, ROLE 7; the main kernel the others', ROLE
+    5): the flush first, on the tile, as one matmul (_absorb_mma), out from the new checkpoint.
+    Out and the flushed state within the bars of float64, the rings and the flushed states as
+    the exact route's (assert_same_writes, dual), a state written iff its request flushes; G <
+    H, a pad request, rings that wrap, packed requests of 3, 0, 1 and 2 drafts, head dim 12 and
+    dstate 72 and 40 (rows and columns masked), a bf16 pool (its checkpoint rounded to
+    nearest)."""
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
-    monkeypatch.setattr(replay_fast, "SPLIT_MIN_REQUESTS", 1)  # the split it replaces, from T = 2
+    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 2)
     state = torch.bfloat16 if packed == "bf16" else torch.float32  # a 16-bit pool, rounded to nearest
     packed = packed is True
@@ -287,22 +265,7 @@ def test_flush_in_the_main_kernel(
         extra = {"cu_seqlens": cu, "max_seqlen": 3}
     config = _config(case)
     _, launch = replay_prepare(**_kwargs(pool, drafts), **extra, config=config, exact=False)
-    if where == "beside":
-        route = (
-            launch.kwargs["ROLE"],
-            launch.beside.kwargs["ROLE"],
-            launch.beside.kwargs["FIRST_MMA"],
-            launch.after,
-        )
-        assert route == (5, 7, True, None), "the route under test: the flushing requests' steps beside"
-    else:
-        kw = launch.kwargs
-        route = (kw["ROLE"], kw["FLUSH_CHUNK"], kw["FLUSH_FIRST"], launch.after)
-        want_chunk = min(chunk, 1 << (dstate - 1).bit_length())
-        assert route == (0, want_chunk, where.startswith("first"), None), (
-            f"the route under test: flushes in the main kernel, {where}"
-        )
-        assert launch.kwargs.get("FIRST_MMA", False) == (where == "first-mma")
+    assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None)
     twin = _twin(pool)
     before = bits(pool["state"]).clone()
     kw = {**_kwargs(pool, drafts), **extra}
@@ -729,7 +692,6 @@ def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: obje
     if isinstance(route, tuple):
         assert (main["ROLE"], beside.kwargs["ROLE"], after) == (5, 7, None)
         assert (beside.kwargs["BLOCK_M"], beside.kwargs["num_warps"]) == route
-        assert beside.kwargs["FIRST_MMA"] and beside.kwargs["FLUSH_FIRST"]
     elif route == "split":
         assert (main["ROLE"], after.kwargs["ROLE"], beside) == (1, 2, None)
     else:
@@ -814,33 +776,22 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
     """Whether the programs that store a fast-route call's flushes absorb the ring in the dual
     form: those of the flush kernel where the call splits them off (a launch after the main
     kernel, replay_fast._split_flush), the flush programs beside it (decode's ROLE 6, or the
-    verify step's ROLE 7, whose flush is one matmul, FIRST_MMA), else the main kernel's (its
-    flush programs', ROLE 4, or its chunks, replay_fast.VERIFY_FLUSH_CHUNK)."""
+    verify step's ROLE 7, whose flush is one matmul), else the main kernel's (its flush
+    programs', ROLE 4)."""
     _, launch = replay_prepare(**kw, config=config, exact=False)
     flushes = launch.beside or launch.after or launch
     kw = flushes.kwargs
-    return bool(kw["DUAL_FLUSH"] or kw.get("FLUSH_CHUNK") or kw.get("FIRST_MMA"))
+    return bool(kw["DUAL_FLUSH"] or kw["ROLE"] == 7)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("where", ["chunks", "first", "first-mma", "beside"])
 @pytest.mark.parametrize("batch", [64, 512])
 @pytest.mark.parametrize("tokens", [2, 4])
-def test_gpu_flush_in_the_main_kernel(
-    tokens: int, batch: int, where: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """replay_fast.VERIFY_FLUSH_CHUNK ("chunks"), VERIFY_FLUSH_FIRST ("first", with
-    FLUSH_FIRST_MMA "first-mma") and VERIFY_FLUSH_BESIDE ("beside") at the headline, steady
-    state: the accuracy bars, the exact route's rings, its flushed states within the dual form's
-    bars, and the same bits run to run."""
-    chunk = 0 if where != "chunks" else 16 if tokens == 4 else 32
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_FIRST", where.startswith("first"))
-    monkeypatch.setattr(replay_fast, "FLUSH_FIRST_MMA", where == "first-mma")
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", 1 if where == "beside" else 0)
+def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.VERIFY_FLUSH_BESIDE (at T = 2 too, forced) at the headline, steady state: the
+    accuracy bars, the exact route's rings, its flushed states within the dual form's bars, and
+    the same bits run to run."""
     monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 2)
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_CHUNK", chunk)
-    monkeypatch.setattr(replay_fast, "FLUSH_INPLACE", tokens == 2)
-    monkeypatch.setattr(replay_fast, "FLUSH_STAGES", 3)
     results = []
     for _ in range(2):
         pool, drafts, _ = _headline(batch, tokens)
@@ -848,11 +799,7 @@ def test_gpu_flush_in_the_main_kernel(
         want = selective_state_replay_reference(**_kwargs(pool, drafts))
         out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
         _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
-        if where == "beside":
-            assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"]) == (5, 7)
-        else:
-            route = (launch.kwargs["FLUSH_CHUNK"], launch.kwargs["FLUSH_FIRST"], launch.after)
-            assert route == (chunk, not chunk, None)
+        assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None)
         selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
         live = pool["state_batch_indices"] != PAD
         assert_out_accurate(out[live], want[0][live])

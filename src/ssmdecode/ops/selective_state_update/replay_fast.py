@@ -283,33 +283,13 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
 
 
 @triton.jit
-def _absorb_in_place(b_state, rg, b_S, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr,
-                     HAS_SRC_IDX: tl.constexpr):
-    """The checkpoint b_state [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
-    (_Ring) absorbed in the dual form on the tile itself: exp(A S) h0 + sum_j w_j x_j B_j^T
-    (b_S: the cached tokens' dt' summed, _ring_weights'), the tokens taken from the newest back
-    so that r_j, and with it w_j = dt'_j exp(A r_j), builds up as the loop goes: one FMA an
-    element a token (the exact kernel's operations take two) and no accumulator beside the
-    tile."""
-    b_state = b_state * exp_dA(b_A * b_S, FAST_EXP)
-    b_r = b_S * 0.0
-    # A loop of n_old tokens, as _replay_cached's, the newest first.
-    for i in range(0, WINDOW if _INTERPRETED else rg.n_old):
-        if i < rg.n_old:
-            b_xk, b_Bk, b_dtk = _cached_token(rg, rg.n_old - 1 - i, HAS_SRC_IDX)
-            b_state += (b_xk * (b_dtk * exp_dA(b_A * b_r, FAST_EXP)))[:, None] * b_Bk[None, :]
-            b_r += b_dtk
-    return b_state
-
-
-@triton.jit
 def _absorb_mma(b_state, rg, pos_r, m_r, b_S, b_w, b_A, B16: tl.constexpr, FAST_EXP: tl.constexpr):
     """The checkpoint b_state [BLOCK_M, BLOCK_N] with the cached tokens of its ring rg (_Ring,
     gathered at pos_r, m_r: _ring_positions') absorbed in the dual form on the tile itself:
     exp(A S) h0 + (x_ring w) B_ring, one matmul of K = RP accumulating onto the decayed tile
     (_dot_split_a: the float32 x_j w_j split in three bf16 parts against the ring's bf16 B rows,
-    every product exact; B16 off, float32 FMAs). _absorb_in_place's result on the tensor cores:
-    no pass over the tile a token."""
+    every product exact; B16 off, float32 FMAs): no pass over the tile a token, no accumulator
+    beside it."""
     m_Br = m_r[:, None] if rg.m_vn is None else m_r[:, None] & rg.m_vn[None, :]
     b_Br = tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0)
     b_xw = _ring_x(rg, pos_r, m_r).to(tl.float32) * b_w[None, :]
@@ -333,14 +313,10 @@ def _ring_B(rg, pos_r, m_r):
 
 
 @triton.jit
-def _dual_absorb(b_h0, b_xr, b_Br, b_S, b_w, b_A, X16: tl.constexpr, FAST_EXP: tl.constexpr,
-                 INPLACE: tl.constexpr = False):
+def _dual_absorb(b_h0, b_xr, b_Br, b_S, b_w, b_A, X16: tl.constexpr, FAST_EXP: tl.constexpr):
     """The checkpoint b_h0 with the ring absorbed in the dual form: exp(A S) h0 + x_ring (w B_ring),
     b_xr [BLOCK_M, RP] and b_Br [RP, BLOCK_N] (float32) the ring's rows (_ring_x, _ring_B), b_S
-    and b_w _ring_weights'. INPLACE: the matmul accumulates onto exp(A S) h0 (no accumulator
-    beside it; the sum in another order)."""
-    if INPLACE:
-        return _dot_split(b_xr, b_w[:, None] * b_Br, X16, exp_dA(b_A * b_S, FAST_EXP) * b_h0)
+    and b_w _ring_weights'."""
     return exp_dA(b_A * b_S, FAST_EXP) * b_h0 + _dot_split(b_xr, b_w[:, None] * b_Br, X16)
 
 
@@ -358,30 +334,6 @@ def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr
     else:
         b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
     return b_state
-
-
-@triton.jit
-def _flush_chunks(p_rows, stride_n, m_m, m_live, p_B, stride_B_n, stride_B_r, pos_r, m_r, b_xr, b_S, b_w, b_A, dstate,
-                  X16: tl.constexpr, FAST_EXP: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-                  BLOCK_N: tl.constexpr, FLUSH_CHUNK: tl.constexpr, EVICT_FIRST: tl.constexpr,
-                  FLUSH_INPLACE: tl.constexpr = False, FLUSH_STAGES: tl.constexpr = 1):
-    """The new checkpoint of a program's rows stored chunk by chunk, the ring absorbed in the
-    dual form: for each FLUSH_CHUNK columns, the checkpoint read again (the program read it for
-    out a moment before, so from L2), _dual_absorb's (one matmul of K = RP on the tensor cores;
-    FLUSH_INPLACE its INPLACE) and stored. p_rows [BLOCK_M]: the rows' pointers at column 0 of
-    the slot's state (m_m: the rows inside the head dim, m_live: the request's); p_B: the
-    ring's B row 0 of the group at column 0; b_xr [BLOCK_M, RP]: the ring's x rows as gathered
-    (_ring_x). Against _flushed_state on the whole tile, the accumulator takes FLUSH_CHUNK /
-    BLOCK_N of its registers and the checkpoint tile read for out is dead by now."""
-    for c in tl.range(BLOCK_N // FLUSH_CHUNK, num_stages=FLUSH_STAGES):
-        o_c = c * FLUSH_CHUNK + tl.arange(0, FLUSH_CHUNK)
-        m_tile = both(tile_mask(m_m, o_c < dstate, EVEN_M, EVEN_N, False), m_live)
-        p_c = p_rows[:, None] + o_c[None, :] * stride_n
-        b_h0 = load_state(p_c, m_tile, EVICT_FIRST)
-        m_Br = m_r[:, None] if EVEN_N else m_r[:, None] & (o_c < dstate)[None, :]
-        b_Br = tl.load(p_B + pos_r[:, None] * stride_B_r + o_c[None, :] * stride_B_n, mask=m_Br, other=0.0)
-        b_new = _dual_absorb(b_h0, b_xr, b_Br.to(tl.float32), b_S, b_w, b_A, X16, FAST_EXP, FLUSH_INPLACE)
-        store_state(p_c, b_new.to(p_rows.dtype.element_ty), m_tile, EVICT_FIRST)
 
 
 @triton.jit
@@ -1142,17 +1094,12 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
 
 
 @triton.jit
-def _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, FIRST_MMA: tl.constexpr, B16: tl.constexpr,
-                       WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
+def _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, B16: tl.constexpr, FAST_EXP: tl.constexpr,
                        STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr,
                        EVICT_FIRST: tl.constexpr):
-    """A flushing request's new checkpoint on the tile it holds (FLUSH_FIRST), stored (ck,
-    _Checkpoint) and returned: the ring absorbed as one matmul onto the tile (FIRST_MMA,
-    _absorb_mma) or one FMA an element a token (_absorb_in_place)."""
-    if FIRST_MMA:
-        b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
-    else:
-        b_h1 = _absorb_in_place(b_h0, rg, b_S, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
+    """A flushing request's new checkpoint on the tile it holds (ROLE 7), the ring absorbed
+    as one matmul onto the tile (_absorb_mma), stored (ck, _Checkpoint) and returned."""
+    b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
     _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
     return b_h1
 
@@ -1225,13 +1172,7 @@ def _selective_state_replay_fast_kernel(
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
     LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
     WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
-    FLUSH_CHUNK: tl.constexpr = 0,  # > 0 (draft by draft, ROLE 0): the flush re-reads h0 in chunks (_flush_chunks)
-    FLUSH_INPLACE: tl.constexpr = False,  # _flush_chunks' matmul onto the decayed checkpoint
-    FLUSH_STAGES: tl.constexpr = 1,  # _flush_chunks' loop stages
-    FLUSH_KEEP: tl.constexpr = 0,  # 1: h0 read without the evict-first hint; 2: by the flushing programs
-    FLUSH_FIRST: tl.constexpr = False,  # draft by draft, ROLE 0: a flush before out, on the tile (_absorb_in_place)
-    FIRST_MMA: tl.constexpr = False,  # FLUSH_FIRST's absorb as one matmul onto the tile (_absorb_mma)
-    B16: tl.constexpr = False,  # the ring's B bf16 (FIRST_MMA's products on the tensor cores)
+    B16: tl.constexpr = False,  # ROLE 7: the ring's B bf16 (its flush's products on the tensor cores)
 ):
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
@@ -1297,15 +1238,7 @@ def _selective_state_replay_fast_kernel(
     else:
         m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
-    if FLUSH_KEEP == 1:  # h0 kept in L2 for the flush's second read (_flush_chunks): every program's
-        b_h0 = load_state(p_tile, m_read, False)
-    elif FLUSH_KEEP == 2:  # the flushing programs' alone
-        if m_flush:
-            b_h0 = load_state(p_tile, m_read, False)
-        else:
-            b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
-    else:
-        b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     if CHUNK > 0:
         b_h0 = tl.reshape(b_h0, [BLOCK_M, BLOCK_N])
     # Launched programmatic-dependent on the Grams' kernel (GRAM), which writes the Grams and
@@ -1431,8 +1364,7 @@ def _selective_state_replay_fast_kernel(
             b_w = tl.zeros([RP], tl.float32)
         else:
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-        if FLUSH_FIRST:  # a flushing request's new checkpoint first; its out from it, nothing cached
-            tl.static_assert(not TILES and not WEIGHTS and (ROLE == 0 or ROLE == 7))
+        tl.static_assert(ROLE != 7 or not (TILES or WEIGHTS), "the flush programs beside are draft by draft")
         b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
@@ -1475,41 +1407,27 @@ def _selective_state_replay_fast_kernel(
                 tl.store(p_out + i_xb * stride_out_b + i_h * stride_out_h + o_m[:, None] * stride_out_p
                          + o_tok[None, :] * stride_out_t, b_y, mask=m_md)
             else:
-                # out in the dual form (module docstring), draft by draft (_drafts_out). Flushed
-                # first (FLUSH_FIRST), a flushing request's out comes from its new checkpoint with
-                # nothing cached, in a branch of its own: the other requests' out keeps its layout
-                # and registers.
+                # out in the dual form (module docstring), draft by draft (_drafts_out); a flush
+                # program's (ROLE 7, every one of its requests flushes) from the request's new
+                # checkpoint, flushed first on the tile, with nothing cached.
                 step = _Step(b_xr, b_xd, b_Bd, b_dtd, b_A, b_D, rg, pos_r, o_r, m_r, o_t, tok, i_xb, t0, n_tok, i_b,
-                          i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g)
-                if FLUSH_FIRST:
-                    if m_flush:
-                        b_h1 = _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, FIRST_MMA, B16, WINDOW,
-                                                  FAST_EXP, HAS_SRC_IDX, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N,
-                                                  EVICT_FIRST)
-                        _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN,
-                                    HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP)
-                    else:
-                        _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, ROLE == 7, GRAM, WEIGHTS, LATE, PDL, VARLEN,
-                                    HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP)
+                             i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g)
+                if ROLE == 7:
+                    b_h1 = _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, B16, FAST_EXP, STOCHASTIC,
+                                              PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+                    _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
+                                HAS_Z, HAS_SRC_IDX, FAST_EXP)
                 else:
-                    _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, ROLE == 7, GRAM, WEIGHTS, LATE, PDL, VARLEN,
-                                HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP)
+                    _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, False, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
+                                HAS_Z, HAS_SRC_IDX, FAST_EXP)
 
-        if ROLE != 1 and ROLE != 5 and not FLUSH_FIRST:
+        if ROLE == 0 or ROLE == 2:
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-                if FLUSH_CHUNK > 0:  # h0 read again chunk by chunk: the tile above is dead here
-                    tl.static_assert(not TILES and not STOCHASTIC and ROLE == 0)
-                    p_rows = (p_state + i_slot * stride_state_s + i_h * stride_state_h) + o_m * stride_state_p
-                    _flush_chunks(p_rows, stride_state_n, m_m, m_live,
-                                  p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g, stride_Bc_n, stride_Bc_r,
-                                  pos_r, m_r, b_xr, b_S, b_w, b_A, dstate, X16, FAST_EXP, EVEN_M, EVEN_N, BLOCK_N,
-                                  FLUSH_CHUNK, EVICT_FIRST, FLUSH_INPLACE, FLUSH_STAGES)
-                else:
-                    b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
-                                             FAST_EXP, HAS_SRC_IDX)
-                    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
+                                         FAST_EXP, HAS_SRC_IDX)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
 
@@ -1775,12 +1693,6 @@ def fast_launch(
     # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
     rows_path = call.tokens > 1 and not flags["TILES"]
     kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
-    flags["FLUSH_CHUNK"] = _flush_chunk(call, rows_path)
-    flags["FLUSH_FIRST"] = _flush_first(call, rows_path)
-    if flags["FLUSH_FIRST"] and FLUSH_FIRST_MMA:
-        flags.update(FIRST_MMA=True, B16=call.B_cache.dtype == torch.bfloat16)
-    if flags["FLUSH_CHUNK"]:
-        flags.update(FLUSH_INPLACE=FLUSH_INPLACE, FLUSH_STAGES=FLUSH_STAGES, FLUSH_KEEP=FLUSH_KEEP)
     flags["CHUNK"] = min(CHUNK, triton.next_power_of_2(state.shape[-1])) if rows_path else 0
     arguments: dict[str, Any] = {
         "p_flush": host_flush,
@@ -1866,8 +1778,6 @@ def fast_launch(
         beside_flags = {
             **flags,
             "ROLE": 7,
-            "FLUSH_FIRST": True,
-            "FIRST_MMA": True,
             "B16": call.B_cache.dtype == torch.bfloat16,
             "WEIGHTS": False,
             "LATE_WAIT": False,
@@ -1953,38 +1863,6 @@ FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 # do (every slot flushing: 270.8 against 252.2 us; a list program's flushes wait on each
 # other) and gained nothing in the steady state (132.6 against 131.6 us): off.
 VERIFY_FLUSH_LIST = False
-# VERIFY_FLUSH_CHUNK > 0: the draft-by-draft verify step keeps its flushes in the main kernel
-# (ROLE 0, no flush kernel) and a flushing program, after out, reads its checkpoint again in
-# chunks of this many columns and absorbs the ring chunk by chunk in the dual form
-# (_flush_chunks): the checkpoint is read from HBM once (the second read finds it in L2), no
-# grid of flush programs that exit, and the state tile is not live across the flush (128
-# registers at T = 4, as the split's main kernel). FLUSH_INPLACE: each chunk's matmul
-# accumulates onto the decayed checkpoint (chunks of 32 at 128 registers; 154 otherwise);
-# FLUSH_STAGES: the chunk loop's software-pipelining stages (its loads by cp.async); FLUSH_KEEP
-# 1: h0's first read without the evict-first hint in every program, 2: in the flushing ones
-# (158 registers). On an H100 (runs 160-167, benchmarks/results/NVIDIA_H100_80GB_HBM3/
-# fast-flush-chunks/, docs/performance.md step 15) the best of them (32 columns, in place, 3
-# stages) did not beat the split in the steady T = 4 step at bs 512 (158.2-167.1 against
-# 156.5-159.9 us) but did where no request flushes (110.1 against 122.4) or all do (299.3
-# against 319.3, FLUSH_KEEP 1), and at T = 2 bs 64 (20.1 against 22.1-22.4): off until the
-# H200, where the main kernel is bound by its instructions, has timed it.
-VERIFY_FLUSH_CHUNK = 0
-# VERIFY_FLUSH_FIRST: the draft-by-draft verify step keeps its flushes in the main kernel too,
-# but a flushing program absorbs the ring into the state tile it holds before out, one FMA an
-# element a token (_absorb_in_place), stores it, and computes out from it with nothing cached
-# (flashinfer's order: the flush first, out from the flushed state): h0 read once, no second
-# kernel, no accumulator beside the tile, and a flushing request's out needs no ring terms. 156
-# registers at T = 4 (128 capped, regs128, no spill). On an H100 (run 172, the same folder as
-# VERIFY_FLUSH_CHUNK's) it took the T = 4 step where nothing flushes at bs 512 from 120.0 to
-# 105.8 us (capped), but the steady step from 156.6-157.2 to 163.6 (178.1 uncapped): the tile's
-# 16 passes of FMAs cost a flushing program more than the split's second read: off. Since run
-# 177 a flushing program's out runs in a branch of its own (_drafts_out twice), so that the
-# other programs keep their layout; FLUSH_FIRST_MMA absorbs the ring as one matmul onto the tile
-# (_absorb_mma, as the flush programs beside the main kernel do): 168 registers, and the steady
-# step at bs 512 154.7 us against the split's 159.4-160.1 but the flush programs beside's 146.6
-# (run 177): off.
-VERIFY_FLUSH_FIRST = False
-FLUSH_FIRST_MMA = False
 
 
 # From SPLIT_FROM_TOKENS drafts and BESIDE_MIN_REQUESTS requests on (VERIFY_FLUSH_BESIDE), the
@@ -2004,16 +1882,15 @@ FLUSH_FIRST_MMA = False
 # 3 us at (16,1) (125.9 against 122.7: the grid of flush programs that find nothing) and gains
 # at (64,4) (112.3). Not yet timed on the H200. Tried and lost in the same runs: the flush
 # after the main kernel instead of beside it (165-168), the one-kernel flush first with the
-# matmul (VERIFY_FLUSH_FIRST with FLUSH_FIRST_MMA: 154.7, its registers every program's), flush
-# programs taking their requests from a list (150.9-198.5), the main kernel's state loads
-# issued before its flushing requests leave (160.9: their checkpoints read twice).
+# matmul (154.7, its registers every program's), flush programs taking their requests from a
+# list (150.9-198.5), the main kernel's state loads issued before its flushing requests leave
+# (160.9: their checkpoints read twice). It supersedes the flushes in the main kernel of runs
+# 160-172 (VERIFY_FLUSH_CHUNK, VERIFY_FLUSH_FIRST; taken out after 317935b, which holds them):
+# at best 158.2 and 163.6 us at bs 512 on that H100.
 VERIFY_FLUSH_BESIDE = True
 BESIDE_MIN_REQUESTS = 64
 BESIDE_MAIN_REGISTERS = 128
 BESIDE_CONFIG: LaunchConfig | None = None  # None: beside_config's rule
-FLUSH_INPLACE = False
-FLUSH_STAGES = 1
-FLUSH_KEEP = 0
 
 
 # The decode step (T = 1) splits its flushes off from SPLIT_DECODE_MIN_REQUESTS requests on:
@@ -2116,27 +1993,21 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
     if call.tokens == 1:
         return SPLIT_DECODE and call.requests >= SPLIT_DECODE_MIN_REQUESTS and not _side_flush(call)
     return (
-        SPLIT_FLUSH
-        and rows_path
-        and call.tokens >= SPLIT_FROM_TOKENS
-        and call.requests >= SPLIT_MIN_REQUESTS
-        and not _flush_chunk(call, rows_path)
-        and not _flush_first(call, rows_path)
+        SPLIT_FLUSH and rows_path and call.tokens >= SPLIT_FROM_TOKENS and call.requests >= SPLIT_MIN_REQUESTS
     )
 
 
 def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
     """Whether the draft-by-draft verify step's flushing requests take their whole steps in
     flush programs beside the main kernel (VERIFY_FLUSH_BESIDE; not in replay_flush, where every
-    request flushes, nor with VERIFY_FLUSH_CHUNK or VERIFY_FLUSH_FIRST)."""
+    request flushes, nor with WEIGHTS, whose weights the flush programs would not read)."""
     return (
         VERIFY_FLUSH_BESIDE
         and rows_path
         and not call.flush
+        and not WEIGHTS
         and call.tokens >= SPLIT_FROM_TOKENS
         and call.requests >= BESIDE_MIN_REQUESTS
-        and not _flush_chunk(call, rows_path)
-        and not (VERIFY_FLUSH_FIRST and not WEIGHTS)
     )
 
 
@@ -2148,22 +2019,6 @@ def beside_config(requests: int) -> LaunchConfig:
         return BESIDE_CONFIG
     rows, warps = (64, 4) if requests >= 512 else (16, 1)
     return LaunchConfig(rows, warps, True, True, max_registers=128)
-
-
-def _flush_first(call: ReplayCall, rows_path: bool) -> bool:
-    """Whether the draft-by-draft verify step flushes in its main kernel before out, on the state
-    tile (VERIFY_FLUSH_FIRST, _absorb_in_place; not with WEIGHTS, whose weights are the ring's,
-    nor with VERIFY_FLUSH_CHUNK)."""
-    return VERIFY_FLUSH_FIRST and rows_path and not WEIGHTS and not _flush_chunk(call, rows_path)
-
-
-def _flush_chunk(call: ReplayCall, rows_path: bool) -> int:
-    """The columns a chunk of the draft-by-draft verify step's flush in the main kernel
-    (VERIFY_FLUSH_CHUNK, _flush_chunks), 0 where it keeps its flush as before (a 16-bit
-    checkpoint stored with stochastic rounding keys its random bits by the whole tile)."""
-    if not (VERIFY_FLUSH_CHUNK and rows_path and call.rand_seed is None):
-        return 0
-    return min(VERIFY_FLUSH_CHUNK, triton.next_power_of_2(call.state.shape[-1]))
 
 
 def flush_config(headdim: int, dstate: int) -> LaunchConfig:
