@@ -999,15 +999,16 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
 
 
 @triton.jit
-def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr, NO_RING: tl.constexpr, GRAM: tl.constexpr,
-                WEIGHTS: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, VARLEN: tl.constexpr,
-                HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
+                NO_RING: tl.constexpr, GRAM: tl.constexpr, WEIGHTS: tl.constexpr, LATE: tl.constexpr,
+                PDL: tl.constexpr, VARLEN: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
     """The verify step's out draft by draft, stored: for each draft t, y_t [BLOCK_M] in the dual
-    form (module docstring) from the checkpoint b_h0's h0 . C_t and the ring's (b_xr, weighed by
-    b_S, b_w; none with NO_RING, a state flushed first) and the earlier drafts' x weighted by
-    their Grams (from _gram_kernel with GRAM, with WEIGHTS its weights), then D and the z gate.
-    tok (_Token): the drafts' inputs and out; rg (_Ring) and pos_r, o_r, m_r (_ring_positions'):
-    the ring's rows: in step, with the program's other values."""
+    form (module docstring) from the checkpoint b_h0's h0 . C_t, the ring's x weighed by b_S and
+    b_w (none with NO_RING: a state flushed first, nothing cached) and the earlier drafts' x by
+    their Grams (from _gram_kernel with GRAM; with WEIGHTS its weights instead), then D and the
+    z gate. step (_Step): the program's other values, its drafts' inputs and out (tok, _Token)
+    and the ring's rows (rg, _Ring; pos_r, o_r, m_r, _ring_positions')."""
     b_xr = step.b_xr
     b_xd = step.b_xd
     b_Bd = step.b_Bd
@@ -1091,17 +1092,6 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
             tl.store(p_yt, b_y)
         else:
             tl.store(p_yt, b_y, mask=m_yt)
-
-
-@triton.jit
-def _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, B16: tl.constexpr, FAST_EXP: tl.constexpr,
-                       STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr,
-                       EVICT_FIRST: tl.constexpr):
-    """A flushing request's new checkpoint on the tile it holds (ROLE 7), the ring absorbed
-    as one matmul onto the tile (_absorb_mma), stored (ck, _Checkpoint) and returned."""
-    b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
-    _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-    return b_h1
 
 
 @triton.heuristics(_HEURISTICS)
@@ -1416,8 +1406,8 @@ def _selective_state_replay_fast_kernel(
                     # (m_flush holds in every program that gets here; the branch keeps the PTX of
                     # the kernel measured and GPU-tested in runs 173-182)
                     if m_flush:
-                        b_h1 = _flush_first_state(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, ck, B16, FAST_EXP,
-                                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+                        b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
+                        _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
                         _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP)
                     else:
