@@ -1164,6 +1164,13 @@ def _selective_state_replay_fast_kernel(
     WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
     B16: tl.constexpr = False,  # ROLE 7: the ring's B bf16 (its flush's products on the tensor cores)
 ):
+    # the requests' inputs and outs, as the helpers read and write them
+    tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
+                 stride_x_b, stride_x_t, stride_x_h, stride_x_p, stride_dt_b, stride_dt_t, stride_dt_h,
+                 stride_dt_bias_h, stride_B_b, stride_B_t, stride_B_g, stride_B_n,
+                 stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_D_h, stride_D_p,
+                 stride_z_b, stride_z_t, stride_z_h, stride_z_p,
+                 stride_out_b, stride_out_t, stride_out_h, stride_out_p)
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
         # the flush kernel's grid (P blocks, H, J) for ROLE 2 and 6; for ROLE 4 the first J of
@@ -1173,12 +1180,6 @@ def _selective_state_replay_fast_kernel(
         tl.static_assert(T == 1 or ROLE != 4, "at T >= 2 the flush programs are a kernel's own (ROLE 2)")
         n_j = n_shares if ROLE == 4 else tl.num_programs(2)
         if tl.program_id(2) < n_j:
-            tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
-                         stride_x_b, stride_x_t, stride_x_h, stride_x_p, stride_dt_b, stride_dt_t, stride_dt_h,
-                         stride_dt_bias_h, stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-                         stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_D_h, stride_D_p,
-                         stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-                         stride_out_b, stride_out_t, stride_out_h, stride_out_p)
             pool = _Pool(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_src_idx, p_seed, p_A,
                          headdim, dstate, pad_slot_id, ring, stride_state_s, stride_state_h, stride_state_p,
                          stride_state_n, stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p, stride_Bc_s, stride_Bc_g,
@@ -1336,12 +1337,6 @@ def _selective_state_replay_fast_kernel(
         # = TP draft by draft, TD (a matmul's least side) with TILES.
         tl.static_assert(not FLUSH_DRAFTS, "a flush that absorbs the drafts is for T = 1")
         DW: tl.constexpr = TD if TILES else TP
-        tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
-                     stride_x_b, stride_x_t, stride_x_h, stride_x_p, stride_dt_b, stride_dt_t, stride_dt_h,
-                     stride_dt_bias_h, stride_B_b, stride_B_t, stride_B_g, stride_B_n,
-                     stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_D_h, stride_D_p,
-                     stride_z_b, stride_z_t, stride_z_h, stride_z_p,
-                     stride_out_b, stride_out_t, stride_out_h, stride_out_p)
         o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd = _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
                                                            b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS)
 
