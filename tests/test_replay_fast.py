@@ -779,9 +779,8 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
     verify step's ROLE 7, whose flush is one matmul), else the main kernel's (its flush
     programs', ROLE 4)."""
     _, launch = replay_prepare(**kw, config=config, exact=False)
-    flushes = launch.beside or launch.after or launch
-    kw = flushes.kwargs
-    return bool(kw["DUAL_FLUSH"] or kw["ROLE"] == 7)
+    flags = (launch.beside or launch.after or launch).kwargs
+    return bool(flags["DUAL_FLUSH"] or flags["ROLE"] == 7)
 
 
 @pytest.mark.gpu

@@ -154,20 +154,20 @@ def _dot_exact(a, b, MMA16: tl.constexpr):
 
 
 @triton.jit
-def _dot_split(a, b, X16: tl.constexpr, acc=None):
-    """(acc +) a @ b for a bf16 tile a and a float32 tile b, float32-accurate: b split into
-    three bf16 parts (b = b1 + b2 + b3 to float32's 24 bits), each product exact on the tensor
-    cores, the small parts first; without X16 (a not bf16), float32 FMAs."""
+def _dot_split(a, b, X16: tl.constexpr):
+    """a @ b for a bf16 tile a and a float32 tile b, float32-accurate: b split into three
+    bf16 parts (b = b1 + b2 + b3 to float32's 24 bits), each product exact on the tensor cores,
+    the small parts first; without X16 (a not bf16), float32 FMAs."""
     if X16:
         b1 = b.to(tl.bfloat16)
         r1 = b - b1.to(tl.float32)
         b2 = r1.to(tl.bfloat16)
         b3 = (r1 - b2.to(tl.float32)).to(tl.bfloat16)
-        acc = _mma(a, b3, acc)
+        acc = _mma(a, b3, None)
         acc = _mma(a, b2, acc)
         return _mma(a, b1, acc)
     else:
-        return tl.dot(a.to(tl.float32), b, acc, input_precision="ieee", out_dtype=tl.float32)
+        return tl.dot(a.to(tl.float32), b, input_precision="ieee", out_dtype=tl.float32)
 
 
 @triton.jit
@@ -255,20 +255,6 @@ def _cursors(p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id
 
 
 @triton.jit
-def _cached_token(rg, k, HAS_SRC_IDX: tl.constexpr):
-    """Cached token k (age order, k < rg.n_old) of the ring rg (_Ring): its x over the program's
-    rows, B over its columns (both float32) and dt', masked for a pad request."""
-    m_k = k < rg.n_old
-    if HAS_SRC_IDX:
-        m_k = m_k & rg.m_live
-    pos = wrap(rg.start + k, rg.ring)
-    b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
-    b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
-    b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
-    return b_xk, b_Bk, b_dtk
-
-
-@triton.jit
 def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
     """The checkpoint b_state [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
     (_Ring) replayed in order, with the exact kernel's operations (replay.py):
@@ -277,7 +263,13 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
     # window, each token past the count skipped); the same operations either way.
     for k in range(0, WINDOW if _INTERPRETED else rg.n_old):
         if k < rg.n_old:
-            b_xk, b_Bk, b_dtk = _cached_token(rg, k, HAS_SRC_IDX)
+            m_k = k < rg.n_old
+            if HAS_SRC_IDX:
+                m_k = m_k & rg.m_live
+            pos = wrap(rg.start + k, rg.ring)
+            b_xk = tl.load(rg.p_x + pos * rg.stride_x, mask=both(rg.m_vm, m_k), other=0.0).to(tl.float32)
+            b_Bk = tl.load(rg.p_B + pos * rg.stride_B, mask=both(rg.m_vn, m_k), other=0.0).to(tl.float32)
+            b_dtk = tl.load(rg.p_dt + pos * rg.stride_dt, mask=m_k, other=0.0)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dtk, FAST_EXP), (b_Bk * b_dtk)[None, :] * b_xk[:, None])
     return b_state
 
@@ -290,8 +282,7 @@ def _absorb_mma(b_state, rg, pos_r, m_r, b_S, b_w, b_A, B16: tl.constexpr, FAST_
     (_dot_split_a: the float32 x_j w_j split in three bf16 parts against the ring's bf16 B rows,
     every product exact; B16 off, float32 FMAs): no pass over the tile a token, no accumulator
     beside it."""
-    m_Br = m_r[:, None] if rg.m_vn is None else m_r[:, None] & rg.m_vn[None, :]
-    b_Br = tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0)
+    b_Br = _ring_B(rg, pos_r, m_r)
     b_xw = _ring_x(rg, pos_r, m_r).to(tl.float32) * b_w[None, :]
     return _dot_split_a(b_xw, b_Br, B16, exp_dA(b_A * b_S, FAST_EXP) * b_state)
 
@@ -307,9 +298,9 @@ def _ring_x(rg, pos_r, m_r):
 @triton.jit
 def _ring_B(rg, pos_r, m_r):
     """The ring's B rows of this program's columns, gathered at pos_r as [RP, BLOCK_N] (a row a
-    cached token, 0 where m_r is off), as float32."""
+    cached token, 0 where m_r is off), in the ring's dtype."""
     m_Br = m_r[:, None] if rg.m_vn is None else m_r[:, None] & rg.m_vn[None, :]
-    return tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0).to(tl.float32)
+    return tl.load(rg.p_B[None, :] + pos_r[:, None] * rg.stride_B, mask=m_Br, other=0.0)
 
 
 @triton.jit
@@ -330,7 +321,7 @@ def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr
     float32 sums) instead of n_old passes over the tile. Else the exact kernel's operations
     (_replay_cached), token by token."""
     if DUAL:
-        b_state = _dual_absorb(b_h0, b_xr, _ring_B(rg, pos_r, m_r), b_S, b_w, b_A, X16, FAST_EXP)
+        b_state = _dual_absorb(b_h0, b_xr, _ring_B(rg, pos_r, m_r).to(tl.float32), b_S, b_w, b_A, X16, FAST_EXP)
     else:
         b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
     return b_state
@@ -834,7 +825,7 @@ def _flush_reads(i_slot, n_old, start, on, i_m, i_h, pool, RP: tl.constexpr, HEA
     pos_r = tl.where(m_r, wrap(start + o_r, pool.ring), 0)
     b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
     b_dtr1 = _ring_dt_next(rg, o_r, True)
-    return b_h0, b_dtr, b_dtr1, _ring_x(rg, pos_r, m_r), _ring_B(rg, pos_r, m_r)
+    return b_h0, b_dtr, b_dtr1, _ring_x(rg, pos_r, m_r), _ring_B(rg, pos_r, m_r).to(tl.float32)
 
 
 @triton.jit
@@ -1041,7 +1032,7 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
         b_xrf = b_xr.to(tl.float32)
     b_xdf = b_xd.to(tl.float32)
     if not GRAM and not NO_RING:
-        b_Br = _ring_B(rg, pos_r, m_r)
+        b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
     if not WEIGHTS:
         b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
         b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
@@ -1770,8 +1761,6 @@ def fast_launch(
             **flags,
             "ROLE": 7,
             "B16": call.B_cache.dtype == torch.bfloat16,
-            "WEIGHTS": False,
-            "LATE_WAIT": False,
         }
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = dataclasses.replace(call, config=bconfig, pdl=False).launch(
