@@ -247,7 +247,6 @@ def test_flushes_beside_the_main_kernel(
     monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
     monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 2)
     state = torch.bfloat16 if packed == "bf16" else torch.float32  # a 16-bit pool, rounded to nearest
     packed = packed is True
     case = Replay(
@@ -676,14 +675,23 @@ def test_default_config_of_the_fast_route() -> None:
 
 @pytest.mark.parametrize(
     ("tokens", "batch", "route"),
-    [(4, 64, (16, 1)), (4, 512, (64, 4)), (4, 32, "split"), (2, 512, "inline"), (8, 512, "tiles")],
+    [
+        (4, 64, (16, 1)),
+        (4, 128, (64, 4)),
+        (4, 512, (64, 4)),
+        (2, 64, (64, 4)),
+        (3, 512, (64, 4)),
+        (4, 32, "split"),
+        (2, 32, "inline"),
+        (8, 512, "tiles"),
+    ],
 )
 def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: object) -> None:
-    """The default routes of the verify step's flushes (no kernel runs): at T = 4 from
+    """The default routes of the verify step's flushes (no kernel runs): from 2 drafts and
     BESIDE_MIN_REQUESTS requests the flushing requests' whole steps beside the main kernel
     (ROLE 7 beside ROLE 5, beside_config's rows and warps, both capped at 128 registers); below
-    it the split flush kernel after the main kernel; at T = 2 in the main kernel; at T = 8 the
-    tiles' own programs."""
+    it the split flush kernel after the main kernel at T = 4, the main kernel's own at T = 2; at
+    T = 8 the tiles' own programs."""
     case = Replay(
         tokens=tokens, window=16, nheads=2, ngroups=1, batch=batch, headdim=64, dstate=128, pad_rows=()
     )
@@ -786,11 +794,10 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [64, 512])
 @pytest.mark.parametrize("tokens", [2, 4])
-def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.VERIFY_FLUSH_BESIDE (at T = 2 too, forced) at the headline, steady state: the
-    accuracy bars, the exact route's rings, its flushed states within the dual form's bars, and
-    the same bits run to run."""
-    monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 2)
+def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int) -> None:
+    """replay_fast.VERIFY_FLUSH_BESIDE at the headline, steady state: the accuracy bars, the
+    exact route's rings, its flushed states within the dual form's bars, and the same bits run
+    to run."""
     results = []
     for _ in range(2):
         pool, drafts, _ = _headline(batch, tokens)
@@ -836,7 +843,10 @@ def test_gpu_precomputed_weights(tokens: int, batch: int, monkeypatch: pytest.Mo
     (replay_fast.WEIGHTS): out within the bars of float64, the rings and flushed states the
     bits of the step without them (their operations are the same; out may differ by the order
     of the weights' float32 sums, which the two kernels lay out differently), and the same
-    bits run to run."""
+    bits run to run. WEIGHTS keeps the flush in the split's flush kernel, so the step without
+    them is taken the same way (VERIFY_FLUSH_BESIDE off): the flush programs beside absorb the
+    ring as a matmul, whose float32 sums are ordered otherwise."""
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", False)
     results = []
     for weights in (False, True, True):
         monkeypatch.setattr(replay_fast, "WEIGHTS", weights)

@@ -43,9 +43,8 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   those requests) and the rest in a kernel after it, whose programs pipeline their requests
   (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
   in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2).
-  The draft-by-draft verify step from 4 drafts gives its flushing requests whole to flush
-  programs on a stream of their own beside the Grams and the main kernel from
-  BESIDE_MIN_REQUESTS requests on (ROLE 7 beside ROLE 5, _flush_beside): each flushes first,
+  The draft-by-draft verify step gives its flushing requests whole to flush programs on a
+  stream of their own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on (ROLE 7 beside ROLE 5, _flush_beside): each flushes first,
   on the state tile it holds, the ring absorbed as one matmul onto the tile (_absorb_mma), and
   computes out from the new checkpoint with nothing cached, so h0 is read once; with fewer
   requests it splits them off after the main kernel as decode does (_split_flush).
@@ -1756,7 +1755,7 @@ def fast_launch(
         # out from the new checkpoint), the other requests' in the main kernel (ROLE 5). The two
         # touch disjoint requests and the flush programs read neither the Grams nor anything
         # the main kernel writes: they run beside it, on a stream of their own.
-        bconfig = beside_config(call.requests)
+        bconfig = beside_config(call.requests, call.tokens)
         beside_flags = {
             **flags,
             "ROLE": 7,
@@ -1845,7 +1844,7 @@ FLUSH_CONFIG: LaunchConfig | None = None  # None: flush_config's choice
 VERIFY_FLUSH_LIST = False
 
 
-# From SPLIT_FROM_TOKENS drafts and BESIDE_MIN_REQUESTS requests on (VERIFY_FLUSH_BESIDE), the
+# From BESIDE_FROM_TOKENS drafts and BESIDE_MIN_REQUESTS requests on (VERIFY_FLUSH_BESIDE), the
 # draft-by-draft verify step gives its flushing requests whole to flush programs (ROLE 7) on a
 # stream of their own beside the Grams and the main kernel (ROLE 5, the other requests): a flush
 # program flushes first, on the state tile it holds, the ring absorbed as one matmul onto the
@@ -1866,8 +1865,18 @@ VERIFY_FLUSH_LIST = False
 # list (150.9-198.5), the main kernel's state loads issued before its flushing requests leave
 # (160.9: their checkpoints read twice). It supersedes the flushes in the main kernel of runs
 # 160-172 (VERIFY_FLUSH_CHUNK, VERIFY_FLUSH_FIRST; taken out after 317935b, which holds them):
-# at best 158.2 and 163.6 us at bs 512 on that H100.
+# at best 158.2 and 163.6 us at bs 512 on that H100. From 2 drafts since run 187 (below).
+#
+# At 2 and 3 drafts (until run 187 the flush stayed in the main kernel there) and with (64,4)
+# flush programs from 128 requests on at any T, on the same H100 kind (runs 186-187, sweep36,
+# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-flush-beside/): T = 2 at bs 64, 128, 256, 512
+# took 18.6, 31.0, 60.8, 115.8 us against 21.8-22.6, 34.0-34.3, 64.5-64.9, 117.3-117.6 (flashinfer's
+# best 21.1, 34.7, 65.5, 121.7); T = 3 at bs 64, 128, 512 20.5, 33.4, 127.5 against 25.8-25.9,
+# 40.7-40.9, 146.8-148.3; T = 4 at bs 128 and 256 with (64,4) 38.3 and 71.3 against (16,1)'s
+# 40.0-40.2 and 73.0-73.1; at bs 64 (16,1) stays ahead at T = 4 (22.1-22.2 against 23.1) and T = 8
+# (32.5-33.4 against 33.5).
 VERIFY_FLUSH_BESIDE = True
+BESIDE_FROM_TOKENS = 2
 BESIDE_MIN_REQUESTS = 64
 BESIDE_MAIN_REGISTERS = 128
 BESIDE_CONFIG: LaunchConfig | None = None  # None: beside_config's rule
@@ -1986,18 +1995,18 @@ def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
         and rows_path
         and not call.flush
         and not WEIGHTS
-        and call.tokens >= SPLIT_FROM_TOKENS
+        and call.tokens >= BESIDE_FROM_TOKENS
         and call.requests >= BESIDE_MIN_REQUESTS
     )
 
 
-def beside_config(requests: int) -> LaunchConfig:
-    """The verify step's flush programs' config (BESIDE_CONFIG, else): 64 rows and 4 warps from
-    512 requests on, 16 rows and one warp below, capped at 128 registers (their flush's matmul
-    spills a little: 168 uncapped at (16,1), slower on the H100)."""
+def beside_config(requests: int, tokens: int) -> LaunchConfig:
+    """The verify step's flush programs' config (BESIDE_CONFIG, else): 64 rows and 4 warps, but
+    16 rows and one warp from 4 drafts below 128 requests, capped at 128 registers (their
+    flush's matmul spills a little: 168 uncapped at (16,1), slower on the H100)."""
     if BESIDE_CONFIG is not None:
         return BESIDE_CONFIG
-    rows, warps = (64, 4) if requests >= 512 else (16, 1)
+    rows, warps = (16, 1) if tokens >= 4 and requests < 128 else (64, 4)
     return LaunchConfig(rows, warps, True, True, max_registers=128)
 
 
