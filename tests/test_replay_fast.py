@@ -230,8 +230,8 @@ def test_both_verify_paths_against_float64(
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize(
     ("tokens", "headdim", "dstate", "packed"),
-    [(4, 8, 16, False), (2, 12, 72, False), (3, 8, 40, True), (4, 8, 32, "bf16")],
-    ids=["T4", "T2-P12-N72", "T3-N40-cu_seqlens", "T4-bf16-state"],
+    [(4, 8, 16, False), (2, 12, 72, False), (3, 8, 40, True), (4, 8, 32, "bf16"), (4, 8, 16, "tiles")],
+    ids=["T4", "T2-P12-N72", "T3-N40-cu_seqlens", "T4-bf16-state", "T4-tiles"],
 )
 def test_flushes_beside_the_main_kernel(
     tokens: int, headdim: int, dstate: int, packed: bool | str, cached: str, monkeypatch: pytest.MonkeyPatch
@@ -243,9 +243,12 @@ def test_flushes_beside_the_main_kernel(
     the exact route's (assert_same_writes, dual), a state written iff its request flushes; G <
     H, a pad request, rings that wrap, packed requests of 3, 0, 1 and 2 drafts, head dim 12 and
     dstate 72 and 40 (rows and columns masked), a bf16 pool (its checkpoint rounded to
-    nearest)."""
-    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft
-    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
+    nearest); and beside the tiles' main kernel (BESIDE_TILES), the flush programs draft by
+    draft."""
+    tiles = packed == "tiles"
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)  # else draft by draft
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
     monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
     state = torch.bfloat16 if packed == "bf16" else torch.float32  # a 16-bit pool, rounded to nearest
     packed = packed is True
@@ -265,6 +268,7 @@ def test_flushes_beside_the_main_kernel(
     config = _config(case)
     _, launch = replay_prepare(**_kwargs(pool, drafts), **extra, config=config, exact=False)
     assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None)
+    assert (launch.kwargs["TILES"], launch.beside.kwargs["TILES"]) == (tiles, False)
     twin = _twin(pool)
     before = bits(pool["state"]).clone()
     kw = {**_kwargs(pool, drafts), **extra}
@@ -793,11 +797,12 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [64, 512])
-@pytest.mark.parametrize("tokens", [2, 4])
-def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int) -> None:
-    """replay_fast.VERIFY_FLUSH_BESIDE at the headline, steady state: the accuracy bars, the
-    exact route's rings, its flushed states within the dual form's bars, and the same bits run
-    to run."""
+@pytest.mark.parametrize("tokens", [2, 4, 8])
+def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.VERIFY_FLUSH_BESIDE at the headline, steady state (at T = 8 beside the
+    tiles' main kernel, BESIDE_TILES forced): the accuracy bars, the exact route's rings, its
+    flushed states within the dual form's bars, and the same bits run to run."""
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES", tokens >= replay_fast.TILES_FROM_TOKENS)
     results = []
     for _ in range(2):
         pool, drafts, _ = _headline(batch, tokens)

@@ -1761,11 +1761,15 @@ def fast_launch(
             "ROLE": 7,
             "B16": call.B_cache.dtype == torch.bfloat16,
         }
+        beside_kernel = kernel
+        if not rows_path:  # the tiles' step: its flush programs draft by draft all the same
+            beside_kernel = _ring_lanes_kernel
+            beside_flags.update(TILES=False, CHUNK=min(CHUNK, triton.next_power_of_2(state.shape[-1])))
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = dataclasses.replace(call, config=bconfig, pdl=False).launch(
-            kernel, beside_args, beside_flags
+            beside_kernel, beside_args, beside_flags
         )
-        if call.config.max_registers is None:
+        if rows_path and call.config.max_registers is None:
             call = dataclasses.replace(
                 call, config=dataclasses.replace(call.config, max_registers=BESIDE_MAIN_REGISTERS)
             )
@@ -1986,13 +1990,24 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
     )
 
 
+# The tiles' verify step (from TILES_FROM_TOKENS drafts) with its flushing requests given to the
+# same flush programs beside its main kernel (BESIDE_TILES; the flush programs draft by draft,
+# _ring_lanes_kernel's, the main kernel the tiles' ROLE 5): its main kernel then carries no
+# flush. Offline (sm_90, T = 8, bs 512, uncapped) that takes the main kernel from 255 registers
+# and 8 bytes of spills to 168 at (32,4), and from 254 to 168 at (64,4); at T = 8 about 45% of
+# the slots flush in the steady state. Not yet timed: off. (Draft by draft with the flush
+# programs beside lost to the tiles at T = 8, run 190.)
+BESIDE_TILES = False
+
+
 def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
     """Whether the draft-by-draft verify step's flushing requests take their whole steps in
-    flush programs beside the main kernel (VERIFY_FLUSH_BESIDE; not in replay_flush, where every
-    request flushes, nor with WEIGHTS, whose weights the flush programs would not read)."""
+    flush programs beside the main kernel (VERIFY_FLUSH_BESIDE; the tiles' step too with
+    BESIDE_TILES; not in replay_flush, where every request flushes, nor with WEIGHTS, whose
+    weights the flush programs would not read)."""
     return (
         VERIFY_FLUSH_BESIDE
-        and rows_path
+        and (rows_path or (BESIDE_TILES and call.tokens > 1))
         and not call.flush
         and not WEIGHTS
         and call.tokens >= BESIDE_FROM_TOKENS
