@@ -44,10 +44,12 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
   in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2).
   The draft-by-draft verify step gives its flushing requests whole to flush programs on a
-  stream of their own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on (ROLE 7 beside ROLE 5, _flush_beside): each flushes first,
-  on the state tile it holds, the ring absorbed as one matmul onto the tile (_absorb_mma), and
-  computes out from the new checkpoint with nothing cached, so h0 is read once; with fewer
-  requests it splits them off after the main kernel as decode does (_split_flush).
+  stream of their own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on
+  (ROLE 7 beside ROLE 5, _flush_beside): each flushes first, on the state tile it holds, the
+  ring absorbed as one matmul onto the tile (_absorb_mma), and computes out from the new
+  checkpoint with nothing cached, so h0 is read once; with fewer requests, from
+  SPLIT_FROM_TOKENS drafts, it splits them off after the main kernel as decode does
+  (_split_flush), and below that keeps them in its main kernel, as the tiles' step does.
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
@@ -1754,7 +1756,8 @@ def fast_launch(
         # The flushing requests' whole steps (ROLE 7: the flush first, on the tile, as one matmul;
         # out from the new checkpoint), the other requests' in the main kernel (ROLE 5). The two
         # touch disjoint requests and the flush programs read neither the Grams nor anything
-        # the main kernel writes: they run beside it, on a stream of their own.
+        # the main kernel writes: they run beside it, on a stream of their own. (With
+        # BESIDE_TILES the main kernel may be the tiles'; the flush programs are draft by draft.)
         bconfig = beside_config(call.requests, call.tokens)
         beside_flags = {
             **flags,
