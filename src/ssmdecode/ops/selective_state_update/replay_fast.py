@@ -1307,8 +1307,7 @@ def _selective_state_replay_fast_kernel(
                 b_gram = tl.load(p_g + o_r)  # [RP]: C . B_j, 0 past n_old
                 b_bc = tl.load(p_g + RP)  # C . B of the token
             else:
-                m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-                b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0).to(tl.float32)
+                b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
                 b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
                 b_bc = tl.sum(b_B.to(tl.float32) * b_C, axis=0)
             if not WEIGHTS:
@@ -1361,8 +1360,7 @@ def _selective_state_replay_fast_kernel(
                     b_GdT = tl.load(p_g + T * RP + o_t[None, :] * TP + o_t[:, None],
                                     mask=m_gt & (o_t[:, None] < TP), other=0.0)  # [TD (u), TD (t)]
                 else:
-                    m_Br = m_r[:, None] if m_vn is None else m_r[:, None] & m_vn[None, :]
-                    b_Br = tl.load(p_Bc[None, :] + pos_r[:, None] * stride_Bc_r, mask=m_Br, other=0.0)
+                    b_Br = _ring_B(rg, pos_r, m_r)
                     b_GrT = _dot_exact(b_Br, b_CdT, MMA16)
                     b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
                 b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
@@ -1676,7 +1674,8 @@ def fast_launch(
     # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
     rows_path = call.tokens > 1 and not flags["TILES"]
     kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
-    flags["CHUNK"] = min(CHUNK, triton.next_power_of_2(state.shape[-1])) if rows_path else 0
+    rows_chunk = min(CHUNK, triton.next_power_of_2(state.shape[-1]))  # the draft-by-draft kernel's CHUNK
+    flags["CHUNK"] = rows_chunk if rows_path else 0
     arguments: dict[str, Any] = {
         "p_flush": host_flush,
         "p_gram": None,
@@ -1759,18 +1758,16 @@ def fast_launch(
         # the main kernel writes: they run beside it, on a stream of their own. (With
         # BESIDE_TILES the main kernel may be the tiles'; the flush programs are draft by draft.)
         bconfig = beside_config(call.requests, call.tokens)
-        beside_flags = {
+        beside_flags = {  # draft by draft, whichever path the main kernel takes
             **flags,
             "ROLE": 7,
             "B16": call.B_cache.dtype == torch.bfloat16,
+            "TILES": False,
+            "CHUNK": rows_chunk,
         }
-        beside_kernel = kernel
-        if not rows_path:  # the tiles' step: its flush programs draft by draft all the same
-            beside_kernel = _ring_lanes_kernel
-            beside_flags.update(TILES=False, CHUNK=min(CHUNK, triton.next_power_of_2(state.shape[-1])))
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = dataclasses.replace(call, config=bconfig, pdl=False).launch(
-            beside_kernel, beside_args, beside_flags
+            _ring_lanes_kernel, beside_args, beside_flags
         )
         if rows_path and call.config.max_registers is None:
             call = dataclasses.replace(
