@@ -194,21 +194,25 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize(
-    ("tiles", "dstate"),
-    [(True, 16), (False, 16), (False, 72)],
-    ids=["tiles", "draft-by-draft", "chunked-N72"],
+    ("tiles", "dstate", "cols"),
+    [(True, 16, 0), (True, 40, 16), (False, 16, 0), (False, 72, 0)],
+    ids=["tiles", "tiles-cols16-N40", "draft-by-draft", "chunked-N72"],
 )
 def test_both_verify_paths_against_float64(
-    tiles: bool, dstate: int, cached: str, monkeypatch: pytest.MonkeyPatch
+    tiles: bool, dstate: int, cols: int, cached: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """T >= 2 with out as tiles on the tensor cores and draft by draft (replay_fast._tiles'
-    rule forced either way; draft by draft with its chunked state tile, replay_fast.CHUNK: one
+    rule forced either way; the tiles also reading the state tile 16 columns a pass,
+    replay_fast.TILES_COLS: four passes at dstate 40, the last masked past 40, a flush stored
+    pass by pass; draft by draft with its chunked state tile, replay_fast.CHUNK: one
     chunk at dstate 16, four of 32 columns at dstate 72, the last masked past 72), packed
     requests of 3, 0, 1 and 2 drafts, G < H, a pad request, rings that wrap: out and the
     flushed state within the bars, the rings the exact route's, the flushed states as the exact
     route's (assert_same_writes)."""
     monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
+    monkeypatch.setattr(replay_fast, "TILES_COLS", cols)
+    monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
     case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=dstate)
     pool, drafts = make_pool(case), make_drafts(case, 7)
     _set_cursors(pool, case, cached, 7, wrap=True)
@@ -219,6 +223,8 @@ def test_both_verify_paths_against_float64(
     kw = {**_kwargs(pool, packed), "cu_seqlens": cu, "max_seqlen": 3}
     want = selective_state_replay_reference(**kw)
     config = _config(case)
+    _, launch = replay_prepare(**kw, config=config, exact=False)
+    assert (launch.kwargs["TILES"], launch.kwargs["COLS"]) == (tiles, cols)
     out = _run(kw, config, exact=False)
     live = (torch.arange(4).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
     assert_out_accurate(out[live], want[0][live])
@@ -688,6 +694,8 @@ def test_default_config_of_the_fast_route() -> None:
         (4, 32, "split"),
         (2, 32, "inline"),
         (8, 512, "tiles"),
+        (8, 64, "tiles"),
+        (8, 8, "tiles"),
     ],
 )
 def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: object) -> None:
@@ -695,7 +703,9 @@ def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: obje
     BESIDE_MIN_REQUESTS requests the flushing requests' whole steps beside the main kernel
     (ROLE 7 beside ROLE 5, beside_config's rows and warps, both capped at 128 registers); below
     it the split flush kernel after the main kernel at T = 4, the main kernel's own at T = 2; at
-    T = 8 the tiles' own programs."""
+    T = 8 the tiles' own programs, which read the state tile in passes of TILES_COLS columns
+    from TILES_COLS_MIN_REQUESTS requests on (and never with a seed: stochastic rounding keys
+    its bits by whole rows)."""
     case = Replay(
         tokens=tokens, window=16, nheads=2, ngroups=1, batch=batch, headdim=64, dstate=128, pad_rows=()
     )
@@ -708,6 +718,15 @@ def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: obje
         assert (main["ROLE"], after.kwargs["ROLE"], beside) == (1, 2, None)
     else:
         assert (main["ROLE"], after, beside, main["TILES"]) == (0, None, None, route == "tiles")
+    if route == "tiles":
+        passes = batch >= replay_fast.TILES_COLS_MIN_REQUESTS
+        assert (main["COLS"], main["COLS_AHEAD"] if passes else None) == ((32, True) if passes else (0, None))
+        seed = torch.tensor([1], dtype=torch.int64, device=DEVICE)
+        bf16 = replace(case, state=torch.bfloat16)
+        kw = _kwargs(make_pool(bf16), make_drafts(bf16, 0))
+        _, seeded = replay_prepare(**kw, rand_seed=seed, exact=False)
+        _, nearest = replay_prepare(**kw, exact=False)
+        assert (seeded.kwargs["COLS"], nearest.kwargs["COLS"]) == (0, main["COLS"])
 
 
 def test_tiles_flush_in_the_dual_form_inline() -> None:

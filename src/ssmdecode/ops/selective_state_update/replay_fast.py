@@ -991,6 +991,69 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
 
 
 @triton.jit
+def _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, stride_state_p, stride_state_n,
+               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, COLS: tl.constexpr):
+    """Pass c of the tiles' passes over the state tile (_tiles_cols): (columns o_nc, their mask
+    m_nc, the pass's pointers and mask, [BLOCK_M, COLS]); no column past the tile's is live."""
+    o_nc = c * COLS + tl.arange(0, COLS)
+    m_nc = (o_nc < dstate) & (o_nc < BLOCK_N)
+    _, o_tc = tile_addressing(0, i_h, i_m, o_m, o_nc, stride_state_h, stride_state_p, stride_state_n, PACKED_ROWS,
+                              BLOCK_M, BLOCK_N, False)
+    return o_nc, m_nc, p_slot + o_tc, both(tile_mask(m_m, m_nc, EVEN_M, False, False), m_live)
+
+
+@triton.jit
+def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m, o_m, m_m, o_tok, m_t, m_r, pos_r,
+                b_xr, b_S, b_w, b_A, m_flush, dstate, stride_state_h, stride_state_p, stride_state_n, stride_C_b,
+                stride_C_t, stride_C_g, stride_C_n, stride_Bc_s, stride_Bc_g, stride_Bc_n, TD: tl.constexpr,
+                C16: tl.constexpr, B16: tl.constexpr, FLUSHES: tl.constexpr, EVEN_M: tl.constexpr,
+                EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, EVICT_FIRST: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr, AHEAD: tl.constexpr):
+    """The tiles' h0 C^T [BLOCK_M, TD] with the state tile (slot p_slot, rows o_m of head i_h)
+    read COLS columns a pass, each pass's columns of h0 split in three bf16 parts against C's
+    (_dot_split_a); where the kernel flushes (FLUSHES) and m_flush holds, each pass also stores
+    its columns of the new checkpoint, exp(A S) h0 + (x_ring w) B_ring (_absorb_mma's form:
+    x_j w_j split in three against the ring's B columns). A pass holds COLS columns of the tile
+    where the whole tile's h0 held BLOCK_N (whose registers bound the tiles' occupancy: 255 a
+    thread at (64,4), T = 8). AHEAD: pass 0's tile is b_first, loaded at the program's start
+    (before its cursors' and ring's loads), and each pass issues the next one's loads before
+    its matmuls; else Triton's pipelining of the loop."""
+    b_h0C = tl.zeros([BLOCK_M, TD], tl.float32)
+    b_xw = b_xr.to(tl.float32) * b_w[None, :]  # [BLOCK_M, RP], 0 past n_old
+    b_decS = exp_dA(b_A * b_S, FAST_EXP)
+    p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g
+    PASSES: tl.constexpr = BLOCK_N // COLS
+    if AHEAD:
+        b_h0c = b_first
+    for c in tl.range(0, PASSES, num_stages=1 if AHEAD else None):
+        o_nc, m_nc, p_tc, m_tc = _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
+                                            stride_state_p, stride_state_n, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M,
+                                            BLOCK_N, COLS)
+        if AHEAD:  # the next pass's tile (none past the last: masked off)
+            _, _, p_tn, m_tn = _pass_tile(p_slot, c + 1, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
+                                          stride_state_p, stride_state_n, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M,
+                                          BLOCK_N, COLS)
+            b_next = load_state(p_tn, m_tn, EVICT_FIRST)
+        else:
+            b_h0c = load_state(p_tc, m_tc, EVICT_FIRST)
+        m_cc = m_t[None, :] if EVEN_N else m_nc[:, None] & m_t[None, :]
+        b_CcT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_nc[:, None] * stride_C_n
+                        + o_tok[None, :] * stride_C_t, mask=m_cc, other=0.0)
+        b_h0C = _dot_split_a(b_h0c, b_CcT, C16, b_h0C)
+        if FLUSHES:
+            if m_flush:
+                m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
+                b_Brc = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_nc[None, :] * stride_Bc_n, mask=m_Bc,
+                                other=0.0)
+                b_h1c = _dot_split_a(b_xw, b_Brc, B16, b_decS * b_h0c)
+                store_state(p_tc, b_h1c.to(p_slot.dtype.element_ty), m_tc, EVICT_FIRST)
+        if AHEAD:
+            b_h0c = b_next
+    return b_h0C
+
+
+@triton.jit
 def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
                 NO_RING: tl.constexpr, GRAM: tl.constexpr, WEIGHTS: tl.constexpr, LATE: tl.constexpr,
                 PDL: tl.constexpr, VARLEN: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
@@ -1154,7 +1217,9 @@ def _selective_state_replay_fast_kernel(
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
     LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
     WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
-    B16: tl.constexpr = False,  # ROLE 7: the ring's B bf16 (its flush's products on the tensor cores)
+    B16: tl.constexpr = False,  # ROLE 7, COLS: the ring's B bf16 (a flush's products on the tensor cores)
+    COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
+    COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
 ):
     # the requests' inputs and outs, as the helpers read and write them
     tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1221,7 +1286,18 @@ def _selective_state_replay_fast_kernel(
     else:
         m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
-    b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    PASSES: tl.constexpr = TILES and COLS > 0  # the tile read in passes of COLS columns, in the tiles' branch
+    tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5) and not STOCHASTIC and DUAL_FLUSH and CHUNK == 0),
+                     "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
+    if not PASSES:
+        b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+    elif COLS_AHEAD:  # the first pass's tile, at once (_tiles_cols)
+        _, _, p_t0, m_t0 = _pass_tile(p_state + (i_slot * stride_state_s + o_base), 0, i_h, i_m, o_m, m_m, m_live,
+                                      dstate, stride_state_h, stride_state_p, stride_state_n, EVEN_M, EVEN_N,
+                                      PACKED_ROWS, BLOCK_M, BLOCK_N, COLS)
+        b_h0 = load_state(p_t0, m_t0, EVICT_FIRST)
+    else:
+        b_h0 = None
     if CHUNK > 0:
         b_h0 = tl.reshape(b_h0, [BLOCK_M, BLOCK_N])
     # Launched programmatic-dependent on the Grams' kernel (GRAM), which writes the Grams and
@@ -1348,6 +1424,14 @@ def _selective_state_replay_fast_kernel(
                 # out in the dual form as tiles [BLOCK_M, TD] (a column a draft) on the tensor cores:
                 # h0 C^T (h0 split in three bf16 parts), then the ring's and the drafts' x by their
                 # weights W [RP, TD], L [TD, TD] (each split in three: _dot_split).
+                if PASSES:  # h0 C^T (and a flush) COLS columns of the tile at a time
+                    b_h0C_passes = _tiles_cols(p_state + (i_slot * stride_state_s + o_base), b_h0, p_C, p_B_cache,
+                                               rg, i_ring, i_xb, i_h, i_g, i_m, o_m, m_m, o_tok, m_t, m_r, pos_r,
+                                               b_xr, b_S, b_w, b_A, m_flush, dstate, stride_state_h, stride_state_p,
+                                               stride_state_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n,
+                                               stride_Bc_s, stride_Bc_g, stride_Bc_n, TD, C16, B16, ROLE == 0,
+                                               EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, EVICT_FIRST, BLOCK_M, BLOCK_N,
+                                               COLS, COLS_AHEAD)
                 m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
                 b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
                                 + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
@@ -1369,8 +1453,11 @@ def _selective_state_replay_fast_kernel(
                 b_LT = tl.where(o_t[:, None] <= o_t[None, :],
                                 exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
                 b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
-                b_y = (_dot_split_a(b_h0, b_CdT, C16) * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16)
-                       + _dot_split(b_xd, b_LT, X16))
+                if PASSES:
+                    b_h0C = b_h0C_passes
+                else:
+                    b_h0C = _dot_split_a(b_h0, b_CdT, C16)
+                b_y = b_h0C * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)
                 b_zd = b_xd
                 if HAS_Z:
                     b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
@@ -1402,7 +1489,7 @@ def _selective_state_replay_fast_kernel(
                     _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, False, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
                                 HAS_Z, HAS_SRC_IDX, FAST_EXP)
 
-        if ROLE == 0 or ROLE == 2:
+        if (ROLE == 0 or ROLE == 2) and not PASSES:  # (PASSES: stored in _tiles_cols)
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
@@ -1667,10 +1754,13 @@ def fast_launch(
         C16=call.C.dtype == torch.bfloat16,
         X16=call.x.dtype == torch.bfloat16,
         DUAL_FLUSH=dual_flush(config, state.shape[-1], tiles),
+        COLS=_cols_a_pass(call, tiles),
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
+    if flags["COLS"]:  # a flush's products with the ring's B on the tensor cores where it is bf16
+        flags.update(B16=call.B_cache.dtype == torch.bfloat16, COLS_AHEAD=TILES_COLS_AHEAD)
     # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
     rows_path = call.tokens > 1 and not flags["TILES"]
     kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
@@ -2061,6 +2151,39 @@ def dual_flush(config: LaunchConfig, dstate: int, tiles: bool = False) -> bool:
 TILES_FROM_TOKENS = 8
 TILES_SMALL_FROM_TOKENS = 3
 TILES_MAX_REQUESTS = 8
+
+
+# From TILES_COLS_MIN_REQUESTS requests on, the tiles' verify step reads its state tile
+# TILES_COLS columns a pass (0: the whole tile at once), h0 C^T and a flush's new checkpoint
+# accumulated and stored pass by pass (_tiles_cols), the first pass loaded at the program's
+# start and each pass loading the next one's columns before its matmuls (TILES_COLS_AHEAD): a
+# pass's registers instead of the whole tile's (sm_90, T = 8, bs 512, (64,4): 128 registers,
+# 4 programs an SM, against 254 and 2), and the flush's matmul a pass's. Rounding to nearest
+# only (a stochastic store's random bits are keyed by whole rows): a seeded call reads the
+# whole tile. On an H100 (run 197, T = 8, headline, window 16, steady cursors;
+# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-tiles-cols/) it took bs 64, 128 and 512 from
+# 33.5-33.9, 61.1 and 227.7-228.0 us to 30.0, 53.1 and 202.4 (flashinfer's best 27.6, 48.1,
+# 168.7). Lost: 64 columns a pass (243.3 at bs 512) and 16 (96 registers; 237.9, run 196);
+# the passes without AHEAD, Triton's pipelining of the loop instead (213.0, run 196); the
+# passes at bs 8 (8.97 against 8.39-8.47) and at (32,4); the tiles at T = 4 even with the
+# passes (175.2 against the draft-by-draft step's 141.5 at bs 512, run 196).
+TILES_COLS = 32
+TILES_COLS_AHEAD = True
+TILES_COLS_MIN_REQUESTS = 64
+
+
+def _cols_a_pass(call: ReplayCall, tiles: bool) -> int:
+    """The COLS of the tiles' passes over the state tile's columns (0: the whole tile)."""
+    dstate = call.state.shape[-1]
+    if not (
+        tiles
+        and TILES_COLS
+        and call.requests >= TILES_COLS_MIN_REQUESTS
+        and call.rand_seed is None
+        and dual_flush(call.config, dstate, True)
+    ):
+        return 0
+    return min(max(16, TILES_COLS), triton.next_power_of_2(dstate))
 
 
 def _tiles(call: ReplayCall) -> bool:
