@@ -244,8 +244,24 @@ def test_both_verify_paths_against_float64(
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize(
     ("tokens", "headdim", "dstate", "packed"),
-    [(4, 8, 16, False), (2, 12, 72, False), (3, 8, 40, True), (4, 8, 32, "bf16"), (4, 8, 16, "tiles")],
-    ids=["T4", "T2-P12-N72", "T3-N40-cu_seqlens", "T4-bf16-state", "T4-tiles"],
+    [
+        (4, 8, 16, False),
+        (2, 12, 72, False),
+        (3, 8, 40, True),
+        (4, 8, 32, "bf16"),
+        (4, 8, 16, "tiles"),
+        (4, 8, 40, "flush-tiles"),
+        (3, 12, 40, "flush-tiles-cu_seqlens"),
+    ],
+    ids=[
+        "T4",
+        "T2-P12-N72",
+        "T3-N40-cu_seqlens",
+        "T4-bf16-state",
+        "T4-tiles",
+        "T4-N40-flush-tiles",
+        "T3-P12-N40-flush-tiles-cu_seqlens",
+    ],
 )
 def test_flushes_beside_the_main_kernel(
     tokens: int, headdim: int, dstate: int, packed: bool | str, cached: str, monkeypatch: pytest.MonkeyPatch
@@ -257,15 +273,21 @@ def test_flushes_beside_the_main_kernel(
     the exact route's (assert_same_writes, dual), a state written iff its request flushes; G <
     H, a pad request, rings that wrap, packed requests of 3, 0, 1 and 2 drafts, head dim 12 and
     dstate 72 and 40 (rows and columns masked), a bf16 pool (its checkpoint rounded to
-    nearest); and beside the tiles' main kernel (BESIDE_TILES), the flush programs draft by
-    draft."""
-    tiles = packed == "tiles"
+    nearest); and beside the tiles' main kernel (BESIDE_TILES, the main kernel's state tile
+    read 16 columns a pass: TILES_COLS), the flush programs draft by draft or tiles too, their
+    tile read and flushed in the same passes (BESIDE_FLUSH_TILES, _tiles_cols' FIRST; four
+    passes at dstate 40, the last masked)."""
+    flush_tiles = isinstance(packed, str) and packed.startswith("flush-tiles")
+    tiles = packed == "tiles" or flush_tiles
+    monkeypatch.setattr(replay_fast, "BESIDE_FLUSH_TILES", flush_tiles)
+    monkeypatch.setattr(replay_fast, "TILES_COLS", 16)
+    monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)  # else draft by draft
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
     monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
     monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
     state = torch.bfloat16 if packed == "bf16" else torch.float32  # a 16-bit pool, rounded to nearest
-    packed = packed is True
+    packed = packed is True or packed == "flush-tiles-cu_seqlens"
     case = Replay(
         tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), headdim=headdim, dstate=dstate,
         state=state,
@@ -282,7 +304,8 @@ def test_flushes_beside_the_main_kernel(
     config = _config(case)
     _, launch = replay_prepare(**_kwargs(pool, drafts), **extra, config=config, exact=False)
     assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None)
-    assert (launch.kwargs["TILES"], launch.beside.kwargs["TILES"]) == (tiles, False)
+    assert (launch.kwargs["TILES"], launch.beside.kwargs["TILES"]) == (tiles, flush_tiles)
+    assert launch.beside.kwargs["COLS"] == (16 if flush_tiles else 0)
     twin = _twin(pool)
     before = bits(pool["state"]).clone()
     kw = {**_kwargs(pool, drafts), **extra}
@@ -703,17 +726,18 @@ def test_default_config_of_the_fast_route() -> None:
         (2, 32, "inline"),
         (8, 512, "tiles"),
         (8, 64, "tiles"),
-        (8, 8, "tiles"),
+        (8, 8, "tiles-inline"),
     ],
 )
 def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: object) -> None:
     """The default routes of the verify step's flushes (no kernel runs): from 2 drafts and
     BESIDE_MIN_REQUESTS requests the flushing requests' whole steps beside the main kernel
     (ROLE 7 beside ROLE 5, beside_config's rows and warps, both capped at 128 registers); below
-    it the split flush kernel after the main kernel at T = 4, the main kernel's own at T = 2; at
-    T = 8 the tiles' own programs, which read the state tile in passes of TILES_COLS columns
-    from TILES_COLS_MIN_REQUESTS requests on (and never with a seed: stochastic rounding keys
-    its bits by whole rows)."""
+    it the split flush kernel after the main kernel at T = 4, the main kernel's own at T = 2 and
+    in the tiles' step (T = 8). The tiles' main kernel and its flush programs read the state
+    tile in passes of TILES_COLS columns from TILES_COLS_MIN_REQUESTS requests on, the flush
+    programs at (64,4) (and never with a seed: stochastic rounding keys its bits by whole rows;
+    the flush programs then draft by draft)."""
     case = Replay(
         tokens=tokens, window=16, nheads=2, ngroups=1, batch=batch, headdim=64, dstate=128, pad_rows=()
     )
@@ -724,17 +748,35 @@ def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: obje
         assert (beside.kwargs["BLOCK_M"], beside.kwargs["num_warps"]) == route
     elif route == "split":
         assert (main["ROLE"], after.kwargs["ROLE"], beside) == (1, 2, None)
-    else:
-        assert (main["ROLE"], after, beside, main["TILES"]) == (0, None, None, route == "tiles")
-    if route == "tiles":
-        passes = batch >= replay_fast.TILES_COLS_MIN_REQUESTS
-        assert (main["COLS"], main["COLS_AHEAD"] if passes else None) == ((32, True) if passes else (0, None))
+    elif route == "tiles":
+        assert (main["ROLE"], beside.kwargs["ROLE"], after, main["TILES"], beside.kwargs["TILES"]) == (
+            5, 7, None, True, True,
+        )  # fmt: skip
+        assert (beside.kwargs["BLOCK_M"], beside.kwargs["num_warps"], beside.kwargs["maxnreg"]) == (
+            64,
+            4,
+            128,
+        )
+        assert (main["COLS"], beside.kwargs["COLS"], main["COLS_AHEAD"]) == (32, 32, True)
         seed = torch.tensor([1], dtype=torch.int64, device=DEVICE)
         bf16 = replace(case, state=torch.bfloat16)
         kw = _kwargs(make_pool(bf16), make_drafts(bf16, 0))
         _, seeded = replay_prepare(**kw, rand_seed=seed, exact=False)
         _, nearest = replay_prepare(**kw, exact=False)
-        assert (seeded.kwargs["COLS"], nearest.kwargs["COLS"]) == (0, main["COLS"])
+        assert (seeded.kwargs["COLS"], seeded.beside.kwargs["COLS"], seeded.beside.kwargs["TILES"]) == (
+            0,
+            0,
+            False,
+        )
+        assert (nearest.kwargs["COLS"], nearest.beside.kwargs["COLS"]) == (32, 32)
+    else:
+        assert (main["ROLE"], after, beside, main["TILES"], main["COLS"]) == (
+            0,
+            None,
+            None,
+            route == "tiles-inline",
+            0,
+        )
 
 
 def test_tiles_flush_in_the_dual_form_inline() -> None:

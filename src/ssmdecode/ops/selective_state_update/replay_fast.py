@@ -43,13 +43,15 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   those requests) and the rest in a kernel after it, whose programs pipeline their requests
   (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
   in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2).
-  The draft-by-draft verify step gives its flushing requests whole to flush programs on a
-  stream of their own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on
-  (ROLE 7 beside ROLE 5, _flush_beside): each flushes first, on the state tile it holds, the
-  ring absorbed as one matmul onto the tile (_absorb_mma), and computes out from the new
-  checkpoint with nothing cached, so h0 is read once; with fewer requests, from
-  SPLIT_FROM_TOKENS drafts, it splits them off after the main kernel as decode does
-  (_split_flush), and below that keeps them in its main kernel, as the tiles' step does.
+  The verify step gives its flushing requests whole to flush programs on a stream of their
+  own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on (ROLE 7 beside
+  ROLE 5, _flush_beside): each flushes first, on the state tile it holds, the ring absorbed as
+  one matmul onto the tile (_absorb_mma), and computes out from the new checkpoint with nothing
+  cached, so h0 is read once (beside the tiles' main kernel, tiles too, the tile read and
+  flushed in passes of columns: _tiles_cols' FIRST). With fewer requests the draft-by-draft
+  step, from SPLIT_FROM_TOKENS drafts, splits them off after the main kernel as decode does
+  (_split_flush), and below that keeps them in its main kernel, as the tiles' step does (the
+  tiles' flush then pass by pass too, from TILES_COLS_MIN_REQUESTS requests: _tiles_cols).
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
@@ -1009,7 +1011,8 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
                 stride_C_t, stride_C_g, stride_C_n, stride_Bc_s, stride_Bc_g, stride_Bc_n, TD: tl.constexpr,
                 C16: tl.constexpr, B16: tl.constexpr, FLUSHES: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, EVICT_FIRST: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr, AHEAD: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr, AHEAD: tl.constexpr,
+                FIRST: tl.constexpr):
     """The tiles' h0 C^T [BLOCK_M, TD] with the state tile (slot p_slot, rows o_m of head i_h)
     read COLS columns a pass, each pass's columns of h0 split in three bf16 parts against C's
     (_dot_split_a); where the kernel flushes (FLUSHES) and m_flush holds, each pass also stores
@@ -1018,7 +1021,9 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
     where the whole tile's h0 held BLOCK_N (whose registers bound the tiles' occupancy: 255 a
     thread at (64,4), T = 8). AHEAD: pass 0's tile is b_first, loaded at the program's start
     (before its cursors' and ring's loads), and each pass issues the next one's loads before
-    its matmuls; else Triton's pipelining of the loop."""
+    its matmuls; else Triton's pipelining of the loop. FIRST (a flush program beside the main
+    kernel, ROLE 7, whose request flushes): each pass flushes first and the product is the new
+    checkpoint's, h1 C^T."""
     b_h0C = tl.zeros([BLOCK_M, TD], tl.float32)
     b_xw = b_xr.to(tl.float32) * b_w[None, :]  # [BLOCK_M, RP], 0 past n_old
     b_decS = exp_dA(b_A * b_S, FAST_EXP)
@@ -1040,7 +1045,14 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
         m_cc = m_t[None, :] if EVEN_N else m_nc[:, None] & m_t[None, :]
         b_CcT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_nc[:, None] * stride_C_n
                         + o_tok[None, :] * stride_C_t, mask=m_cc, other=0.0)
-        b_h0C = _dot_split_a(b_h0c, b_CcT, C16, b_h0C)
+        if FIRST:
+            m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
+            b_Brc = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_nc[None, :] * stride_Bc_n, mask=m_Bc, other=0.0)
+            b_h1c = _dot_split_a(b_xw, b_Brc, B16, b_decS * b_h0c)
+            store_state(p_tc, b_h1c.to(p_slot.dtype.element_ty), m_tc, EVICT_FIRST)
+            b_h0C = _dot_split_a(b_h1c, b_CcT, C16, b_h0C)
+        else:
+            b_h0C = _dot_split_a(b_h0c, b_CcT, C16, b_h0C)
         if FLUSHES:
             if m_flush:
                 m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
@@ -1287,7 +1299,7 @@ def _selective_state_replay_fast_kernel(
         m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
     p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
     PASSES: tl.constexpr = TILES and COLS > 0  # the tile read in passes of COLS columns, in the tiles' branch
-    tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5) and not STOCHASTIC and DUAL_FLUSH and CHUNK == 0),
+    tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH or ROLE == 7) and CHUNK == 0),
                      "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
     if not PASSES:
         b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
@@ -1416,7 +1428,8 @@ def _selective_state_replay_fast_kernel(
             b_w = tl.zeros([RP], tl.float32)
         else:
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-        tl.static_assert(ROLE != 7 or not (TILES or WEIGHTS), "the flush programs beside are draft by draft")
+        tl.static_assert(ROLE != 7 or not (WEIGHTS or (TILES and not PASSES)),
+                         "the flush programs beside: draft by draft, or tiles in passes (_tiles_cols' FIRST)")
         b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
@@ -1431,7 +1444,7 @@ def _selective_state_replay_fast_kernel(
                                                stride_state_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n,
                                                stride_Bc_s, stride_Bc_g, stride_Bc_n, TD, C16, B16, ROLE == 0,
                                                EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, EVICT_FIRST, BLOCK_M, BLOCK_N,
-                                               COLS, COLS_AHEAD)
+                                               COLS, COLS_AHEAD, ROLE == 7)
                 m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
                 b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
                                 + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
@@ -1444,20 +1457,23 @@ def _selective_state_replay_fast_kernel(
                     b_GdT = tl.load(p_g + T * RP + o_t[None, :] * TP + o_t[:, None],
                                     mask=m_gt & (o_t[:, None] < TP), other=0.0)  # [TD (u), TD (t)]
                 else:
-                    b_Br = _ring_B(rg, pos_r, m_r)
-                    b_GrT = _dot_exact(b_Br, b_CdT, MMA16)
+                    if ROLE != 7:  # (a flush program's out: nothing cached)
+                        b_GrT = _dot_exact(_ring_B(rg, pos_r, m_r), b_CdT, MMA16)
                     b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
                 b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
                 b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
-                b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
                 b_LT = tl.where(o_t[:, None] <= o_t[None, :],
                                 exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
-                b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
                 if PASSES:
                     b_h0C = b_h0C_passes
                 else:
                     b_h0C = _dot_split_a(b_h0, b_CdT, C16)
-                b_y = b_h0C * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)
+                if ROLE == 7:  # from the new checkpoint (h1 C^T, _tiles_cols' FIRST), nothing cached
+                    b_y = b_h0C * b_e[None, :] + _dot_split(b_xd, b_LT, X16)
+                else:
+                    b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
+                    b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
+                    b_y = b_h0C * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)
                 b_zd = b_xd
                 if HAS_Z:
                     b_zd = tl.load(p_z + i_xb * stride_z_b + i_h * stride_z_h + o_m[:, None] * stride_z_p
@@ -1846,18 +1862,24 @@ def fast_launch(
         # out from the new checkpoint), the other requests' in the main kernel (ROLE 5). The two
         # touch disjoint requests and the flush programs read neither the Grams nor anything
         # the main kernel writes: they run beside it, on a stream of their own. (With
-        # BESIDE_TILES the main kernel may be the tiles'; the flush programs are draft by draft.)
-        bconfig = beside_config(call.requests, call.tokens)
-        beside_flags = {  # draft by draft, whichever path the main kernel takes
+        # BESIDE_TILES the main kernel may be the tiles'; the flush programs are then tiles too,
+        # BESIDE_FLUSH_TILES, else draft by draft.)
+        flush_tiles = tiles and BESIDE_FLUSH_TILES
+        bconfig = beside_config(call.requests, call.tokens, flush_tiles)
+        bcall = dataclasses.replace(call, config=bconfig, pdl=False)
+        bcols = _cols_a_pass(bcall, flush_tiles and bconfig.block_m >= 16)
+        beside_flags = {  # draft by draft, or beside the tiles' main kernel tiles in passes (_tiles_cols' FIRST)
             **flags,
             "ROLE": 7,
             "B16": call.B_cache.dtype == torch.bfloat16,
-            "TILES": False,
-            "CHUNK": rows_chunk,
+            "TILES": bcols > 0,
+            "CHUNK": 0 if bcols else rows_chunk,
+            "COLS": bcols,
+            "COLS_AHEAD": TILES_COLS_AHEAD,
         }
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
-        beside = dataclasses.replace(call, config=bconfig, pdl=False).launch(
-            _ring_lanes_kernel, beside_args, beside_flags
+        beside = bcall.launch(
+            _selective_state_replay_fast_kernel if bcols else _ring_lanes_kernel, beside_args, beside_flags
         )
         if rows_path and call.config.max_registers is None:
             call = dataclasses.replace(
@@ -2080,14 +2102,25 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
     )
 
 
-# The tiles' verify step (from TILES_FROM_TOKENS drafts) with its flushing requests given to the
-# same flush programs beside its main kernel (BESIDE_TILES; the flush programs draft by draft,
-# _ring_lanes_kernel's, the main kernel the tiles' ROLE 5): its main kernel then carries no
-# flush. Offline (sm_90, T = 8, bs 512, uncapped) that takes the main kernel from 255 registers
+# The tiles' verify step (from TILES_FROM_TOKENS drafts) gives its flushing requests to flush
+# programs beside its main kernel (BESIDE_TILES; the main kernel the tiles' ROLE 5), as the
+# draft-by-draft step does: its main kernel then carries no flush. Offline (sm_90, T = 8, bs 512, uncapped) that takes the main kernel from 255 registers
 # and 8 bytes of spills to 168 at (32,4), and from 254 to 168 at (64,4); at T = 8 about 45% of
-# the slots flush in the steady state. Not yet timed: off. (Draft by draft with the flush
-# programs beside lost to the tiles at T = 8, run 190.)
-BESIDE_TILES = False
+# the slots flush in the steady state. With the flush programs draft by draft it lost
+# (run 192: 224.5 us at bs 512 against 226.0-226.2; draft by draft with the flush programs
+# beside lost to the tiles at T = 8 too, run 190).
+#
+# With the tiles' passes over the state tile's columns (TILES_COLS) and flush programs that are
+# tiles too (BESIDE_FLUSH_TILES: each reads its tile in passes, flushing each first and taking
+# h1 C^T from it, _tiles_cols' FIRST; at (64,4) at every batch), it won on an H100 (runs
+# 201-202, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-tiles-cols/, T = 8, headline, window
+# 16, steady cursors): bs 64, 128 and 512 27.8, 50.4 and 189.4 us against the tiles' own
+# flushes' 29.1-29.8, 52.9-53.0 and 201.2 (flashinfer's best 27.7, 47.9, 167.9); every slot
+# flushing at bs 512 263.2 against 278.7. (16,1) flush programs lost at bs 64 (32.3). Flush
+# programs as tiles beside the draft-by-draft step (T = 2, 3, 4) lost at every batch measured
+# (run 201: T = 4 at bs 512 142.9 against 141.0-141.2): there they stay draft by draft.
+BESIDE_TILES = True
+BESIDE_FLUSH_TILES = True
 
 
 def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
@@ -2105,13 +2138,14 @@ def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
     )
 
 
-def beside_config(requests: int, tokens: int) -> LaunchConfig:
+def beside_config(requests: int, tokens: int, tiles: bool = False) -> LaunchConfig:
     """The verify step's flush programs' config (BESIDE_CONFIG, else): 64 rows and 4 warps, but
-    16 rows and one warp from 4 drafts below 128 requests, capped at 128 registers (their
-    flush's matmul spills a little: 168 uncapped at (16,1), slower on the H100)."""
+    draft by draft (not tiles) 16 rows and one warp from 4 drafts below 128 requests, capped at
+    128 registers (their flush's matmul spills a little: 168 uncapped at (16,1), slower on the
+    H100)."""
     if BESIDE_CONFIG is not None:
         return BESIDE_CONFIG
-    rows, warps = (16, 1) if tokens >= 4 and requests < 128 else (64, 4)
+    rows, warps = (16, 1) if tokens >= 4 and requests < 128 and not tiles else (64, 4)
     return LaunchConfig(rows, warps, True, True, max_registers=128)
 
 
