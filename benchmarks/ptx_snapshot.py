@@ -23,8 +23,10 @@ conventions and decode's flush kernels, after the main kernel and beside it (50 
 and its Grams' kernel with the main kernel launched programmatic-dependent on it, as on a GPU
 (5 more: 280), and with the Grams' kernel also computing the dual form's weights
 (replay_fast.WEIGHTS; 2 more: 282), and the verify step's flushing requests' whole steps beside
-its main kernel (replay_fast.VERIFY_FLUSH_BESIDE; 4 more: 286). PTX depends on the Triton
-version: a digest file only holds for the version it names.
+its main kernel (replay_fast.VERIFY_FLUSH_BESIDE; 4 more: 286), and the tiles' state tile
+read in passes of columns, alone and with its flushing requests beside in flush programs that
+are tiles too (replay_fast.TILES_COLS, BESIDE_FLUSH_TILES; 6 more: 292). PTX depends on the
+Triton version: a digest file only holds for the version it names.
 """
 
 from __future__ import annotations
@@ -168,6 +170,18 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                 finally:
                     replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = saved
                     replay_fast.BESIDE_MIN_REQUESTS = saved_beside
+                # the tiles (a small batch's) reading the state tile in passes of columns (from
+                # TILES_COLS_MIN_REQUESTS on), and with the flushing requests' whole steps beside
+                # (BESIDE_TILES, from BESIDE_MIN_REQUESTS on) in flush programs that are tiles in
+                # the same passes (BESIDE_FLUSH_TILES): the main kernel, and BESIDE_PART
+                saved = replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_MIN_REQUESTS
+                replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_MIN_REQUESTS = 1, 10**9
+                try:
+                    yield f"{name}-cols", kw, FAST_CONFIGS[3:]
+                    replay_fast.BESIDE_MIN_REQUESTS = 1
+                    yield f"{name}-cols-steps", kw, FAST_CONFIGS[3:]
+                finally:
+                    replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_MIN_REQUESTS = saved
                 continue  # compat.vllm's conventions are decode's (T = 1)
             # decode with its flushes in a kernel of their own (from SPLIT_DECODE_MIN_REQUESTS on),
             # and with its flush programs first in the main kernel's grid (from

@@ -252,6 +252,7 @@ def test_both_verify_paths_against_float64(
         (4, 8, 16, "tiles"),
         (4, 8, 40, "flush-tiles"),
         (3, 12, 40, "flush-tiles-cu_seqlens"),
+        (4, 8, 16, "tiles-bf16-seeded"),
     ],
     ids=[
         "T4",
@@ -261,6 +262,7 @@ def test_both_verify_paths_against_float64(
         "T4-tiles",
         "T4-N40-flush-tiles",
         "T3-P12-N40-flush-tiles-cu_seqlens",
+        "T4-tiles-bf16-seeded",
     ],
 )
 def test_flushes_beside_the_main_kernel(
@@ -276,17 +278,19 @@ def test_flushes_beside_the_main_kernel(
     nearest); and beside the tiles' main kernel (BESIDE_TILES, the main kernel's state tile
     read 16 columns a pass: TILES_COLS), the flush programs draft by draft or tiles too, their
     tile read and flushed in the same passes (BESIDE_FLUSH_TILES, _tiles_cols' FIRST; four
-    passes at dstate 40, the last masked)."""
+    passes at dstate 40, the last masked), but with a seed (a bf16 pool stochastically rounded)
+    the whole tile in both, the flush programs draft by draft."""
     flush_tiles = isinstance(packed, str) and packed.startswith("flush-tiles")
-    tiles = packed == "tiles" or flush_tiles
-    monkeypatch.setattr(replay_fast, "BESIDE_FLUSH_TILES", flush_tiles)
+    seeded = packed == "tiles-bf16-seeded"
+    tiles = packed == "tiles" or flush_tiles or seeded
+    monkeypatch.setattr(replay_fast, "BESIDE_FLUSH_TILES", flush_tiles or seeded)
     monkeypatch.setattr(replay_fast, "TILES_COLS", 16)
     monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)  # else draft by draft
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
     monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
     monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-    state = torch.bfloat16 if packed == "bf16" else torch.float32  # a 16-bit pool, rounded to nearest
+    state = torch.bfloat16 if packed in ("bf16", "tiles-bf16-seeded") else torch.float32
     packed = packed is True or packed == "flush-tiles-cu_seqlens"
     case = Replay(
         tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), headdim=headdim, dstate=dstate,
@@ -294,7 +298,7 @@ def test_flushes_beside_the_main_kernel(
     )  # fmt: skip
     pool, drafts = make_pool(case), make_drafts(case, 9)
     _set_cursors(pool, case, cached, 9, wrap=True)
-    extra: dict = {}
+    extra: dict = {"rand_seed": torch.tensor([12345], dtype=torch.int64, device=DEVICE)} if seeded else {}
     lengths = [tokens] * case.batch
     if packed:
         lengths = [3, 0, 1, 2]
@@ -305,11 +309,14 @@ def test_flushes_beside_the_main_kernel(
     _, launch = replay_prepare(**_kwargs(pool, drafts), **extra, config=config, exact=False)
     assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None)
     assert (launch.kwargs["TILES"], launch.beside.kwargs["TILES"]) == (tiles, flush_tiles)
-    assert launch.beside.kwargs["COLS"] == (16 if flush_tiles else 0)
+    assert (launch.kwargs["COLS"], launch.beside.kwargs["COLS"]) == (
+        16 if tiles and not seeded else 0,
+        16 if flush_tiles else 0,
+    )
     twin = _twin(pool)
     before = bits(pool["state"]).clone()
     kw = {**_kwargs(pool, drafts), **extra}
-    want = selective_state_replay_reference(**kw)
+    want = selective_state_replay_reference(**{k: v for k, v in kw.items() if k != "rand_seed"})
     out = _run(kw, config, exact=False)
     live = (torch.arange(case.batch).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
     live = live.view(out.shape[: 1 if packed else 2])  # request 2: the pad

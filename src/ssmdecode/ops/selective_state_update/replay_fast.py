@@ -1462,8 +1462,15 @@ def _selective_state_replay_fast_kernel(
                     b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
                 b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
                 b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
+                # (the ring's weights W and decay before L in the whole tile's kernels, after it in
+                # the passes': the order each was measured in, runs 188 and 201-203; the same values)
+                W_FIRST: tl.constexpr = ROLE != 7 and not PASSES
+                if W_FIRST:
+                    b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
                 b_LT = tl.where(o_t[:, None] <= o_t[None, :],
                                 exp_dA(b_A * (b_d[None, :] - b_d[:, None]), FAST_EXP) * b_dtd[:, None] * b_GdT, 0.0)
+                if W_FIRST:
+                    b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
                 if PASSES:
                     b_h0C = b_h0C_passes
                 else:
@@ -1471,8 +1478,9 @@ def _selective_state_replay_fast_kernel(
                 if ROLE == 7:  # from the new checkpoint (h1 C^T, _tiles_cols' FIRST), nothing cached
                     b_y = b_h0C * b_e[None, :] + _dot_split(b_xd, b_LT, X16)
                 else:
-                    b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
-                    b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
+                    if not W_FIRST:
+                        b_WrT = b_w[:, None] * b_GrT * b_e[None, :]
+                        b_dec = exp_dA(b_A * b_S, FAST_EXP) * b_e
                     b_y = b_h0C * b_dec[None, :] + _dot_split(b_xr, b_WrT, X16) + _dot_split(b_xd, b_LT, X16)
                 b_zd = b_xd
                 if HAS_Z:
@@ -2118,7 +2126,7 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
 # flushes' 29.1-29.8, 52.9-53.0 and 201.2 (flashinfer's best 27.7, 47.9, 167.9); every slot
 # flushing at bs 512 263.2 against 278.7. (16,1) flush programs lost at bs 64 (32.3). Flush
 # programs as tiles beside the draft-by-draft step (T = 2, 3, 4) lost at every batch measured
-# (run 201: T = 4 at bs 512 142.9 against 141.0-141.2): there they stay draft by draft.
+# (run 201: T = 4 at bs 512 142.9 against 141.0-141.4): there they stay draft by draft.
 BESIDE_TILES = True
 BESIDE_FLUSH_TILES = True
 
