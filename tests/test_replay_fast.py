@@ -199,10 +199,18 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
         (True, 16, 0, torch.float32),
         (True, 40, 16, torch.float32),
         (True, 40, 16, torch.bfloat16),
+        (True, 40, -16, torch.float32),
         (False, 16, 0, torch.float32),
         (False, 72, 0, torch.float32),
     ],
-    ids=["tiles", "tiles-cols16-N40", "tiles-cols16-N40-bf16-state", "draft-by-draft", "chunked-N72"],
+    ids=[
+        "tiles",
+        "tiles-cols16-N40",
+        "tiles-cols16-N40-bf16-state",
+        "tiles-cols16-N40-pipelined",
+        "draft-by-draft",
+        "chunked-N72",
+    ],
 )
 def test_both_verify_paths_against_float64(
     tiles: bool, dstate: int, cols: int, state: torch.dtype, cached: str, monkeypatch: pytest.MonkeyPatch
@@ -210,7 +218,8 @@ def test_both_verify_paths_against_float64(
     """T >= 2 with out as tiles on the tensor cores and draft by draft (replay_fast._tiles'
     rule forced either way; the tiles also reading the state tile 16 columns a pass,
     replay_fast.TILES_COLS: four passes at dstate 40, the last masked past 40, a flush stored
-    pass by pass, also into a bf16 pool, rounded to nearest; draft by draft with its chunked
+    pass by pass, also into a bf16 pool, rounded to nearest, and (cols -16) with Triton's
+    pipelining of the passes instead of TILES_COLS_AHEAD's loads; draft by draft with its chunked
     state tile, replay_fast.CHUNK: one
     chunk at dstate 16, four of 32 columns at dstate 72, the last masked past 72), packed
     requests of 3, 0, 1 and 2 drafts, G < H, a pad request, rings that wrap: out and the
@@ -218,7 +227,8 @@ def test_both_verify_paths_against_float64(
     route's (assert_same_writes)."""
     monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
-    monkeypatch.setattr(replay_fast, "TILES_COLS", cols)
+    monkeypatch.setattr(replay_fast, "TILES_COLS", abs(cols))
+    monkeypatch.setattr(replay_fast, "TILES_COLS_AHEAD", cols >= 0)
     monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
     case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=dstate, state=state)
     pool, drafts = make_pool(case), make_drafts(case, 7)
@@ -231,7 +241,8 @@ def test_both_verify_paths_against_float64(
     want = selective_state_replay_reference(**kw)
     config = _config(case)
     _, launch = replay_prepare(**kw, config=config, exact=False)
-    assert (launch.kwargs["TILES"], launch.kwargs["COLS"]) == (tiles, cols)
+    assert (launch.kwargs["TILES"], launch.kwargs["COLS"]) == (tiles, abs(cols))
+    assert launch.kwargs.get("COLS_AHEAD", False) == (cols > 0)
     out = _run(kw, config, exact=False)
     live = (torch.arange(4).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
     assert_out_accurate(out[live], want[0][live])
