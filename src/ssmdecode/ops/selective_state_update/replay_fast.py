@@ -1006,6 +1006,19 @@ def _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, st
 
 
 @triton.jit
+def _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, stride_Bc_r, stride_Bc_n, p_tc, m_tc,
+                B16: tl.constexpr, EVEN_N: tl.constexpr, EVICT_FIRST: tl.constexpr):
+    """One pass's columns of the new checkpoint (_tiles_cols), stored and returned: the pass's
+    h0 columns b_h0c decayed by b_decS = exp(A S) plus (x_ring w) b_xw against the ring's B rows
+    (at pos_r, m_r) of the pass's columns o_nc, the x_j w_j split in three bf16 parts (_dot_split_a)."""
+    m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
+    b_Brc = tl.load(p_Bc + pos_r[:, None] * stride_Bc_r + o_nc[None, :] * stride_Bc_n, mask=m_Bc, other=0.0)
+    b_h1c = _dot_split_a(b_xw, b_Brc, B16, b_decS * b_h0c)
+    store_state(p_tc, b_h1c.to(p_tc.dtype.element_ty), m_tc, EVICT_FIRST)
+    return b_h1c
+
+
+@triton.jit
 def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m, o_m, m_m, o_tok, m_t, m_r, pos_r,
                 b_xr, b_S, b_w, b_A, m_flush, dstate, stride_state_h, stride_state_p, stride_state_n, stride_C_b,
                 stride_C_t, stride_C_g, stride_C_n, stride_Bc_s, stride_Bc_g, stride_Bc_n, TD: tl.constexpr,
@@ -1046,20 +1059,15 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
         b_CcT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_nc[:, None] * stride_C_n
                         + o_tok[None, :] * stride_C_t, mask=m_cc, other=0.0)
         if FIRST:
-            m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
-            b_Brc = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_nc[None, :] * stride_Bc_n, mask=m_Bc, other=0.0)
-            b_h1c = _dot_split_a(b_xw, b_Brc, B16, b_decS * b_h0c)
-            store_state(p_tc, b_h1c.to(p_slot.dtype.element_ty), m_tc, EVICT_FIRST)
+            b_h1c = _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, rg.stride_B, stride_Bc_n, p_tc,
+                                m_tc, B16, EVEN_N, EVICT_FIRST)
             b_h0C = _dot_split_a(b_h1c, b_CcT, C16, b_h0C)
         else:
             b_h0C = _dot_split_a(b_h0c, b_CcT, C16, b_h0C)
         if FLUSHES:
             if m_flush:
-                m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
-                b_Brc = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_nc[None, :] * stride_Bc_n, mask=m_Bc,
-                                other=0.0)
-                b_h1c = _dot_split_a(b_xw, b_Brc, B16, b_decS * b_h0c)
-                store_state(p_tc, b_h1c.to(p_slot.dtype.element_ty), m_tc, EVICT_FIRST)
+                _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, rg.stride_B, stride_Bc_n, p_tc, m_tc,
+                            B16, EVEN_N, EVICT_FIRST)
         if AHEAD:
             b_h0c = b_next
     return b_h0C
