@@ -219,9 +219,9 @@ def test_both_verify_paths_against_float64(
     rule forced either way; the tiles also reading the state tile 16 columns a pass,
     replay_fast.TILES_COLS: four passes at dstate 40, the last masked past 40, a flush stored
     pass by pass, also into a bf16 pool, rounded to nearest, and (cols -16) with Triton's
-    pipelining of the passes instead of TILES_COLS_AHEAD's loads; draft by draft with its chunked
-    state tile, replay_fast.CHUNK: one
-    chunk at dstate 16, four of 32 columns at dstate 72, the last masked past 72), packed
+    pipelining of the passes instead of TILES_COLS_AHEAD's loads; draft by draft with its
+    chunked state tile, replay_fast.CHUNK: one chunk at dstate 16, four of 32 columns at dstate
+    72, the last masked past 72), packed
     requests of 3, 0, 1 and 2 drafts, G < H, a pad request, rings that wrap: out and the
     flushed state within the bars, the rings the exact route's, the flushed states as the exact
     route's (assert_same_writes)."""

@@ -994,10 +994,11 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
 
 @triton.jit
 def _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, stride_state_p, stride_state_n,
-               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, COLS: tl.constexpr):
+               EVEN_M: tl.constexpr, PACKED_ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               COLS: tl.constexpr):
     """Pass c of the tiles' passes over the state tile (_tiles_cols): (columns o_nc, their mask
-    m_nc, the pass's pointers and mask, [BLOCK_M, COLS]); no column past the tile's is live."""
+    m_nc, the pass's pointers and mask, [BLOCK_M, COLS]); no column past the tile's is live (the
+    columns are always masked: the pass after the last, which AHEAD loads, is all masked off)."""
     o_nc = c * COLS + tl.arange(0, COLS)
     m_nc = (o_nc < dstate) & (o_nc < BLOCK_N)
     _, o_tc = tile_addressing(0, i_h, i_m, o_m, o_nc, stride_state_h, stride_state_p, stride_state_n, PACKED_ROWS,
@@ -1046,12 +1047,11 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
         b_h0c = b_first
     for c in tl.range(0, PASSES, num_stages=1 if AHEAD else None):
         o_nc, m_nc, p_tc, m_tc = _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
-                                            stride_state_p, stride_state_n, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M,
-                                            BLOCK_N, COLS)
+                                            stride_state_p, stride_state_n, EVEN_M, PACKED_ROWS, BLOCK_M, BLOCK_N,
+                                            COLS)
         if AHEAD:  # the next pass's tile (none past the last: masked off)
             _, _, p_tn, m_tn = _pass_tile(p_slot, c + 1, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
-                                          stride_state_p, stride_state_n, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M,
-                                          BLOCK_N, COLS)
+                                          stride_state_p, stride_state_n, EVEN_M, PACKED_ROWS, BLOCK_M, BLOCK_N, COLS)
             b_next = load_state(p_tn, m_tn, EVICT_FIRST)
         else:
             b_h0c = load_state(p_tc, m_tc, EVICT_FIRST)
@@ -1305,16 +1305,16 @@ def _selective_state_replay_fast_kernel(
                                        stride_state_n, PACKED_ROWS, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, CHUNK)
     else:
         m_read = both(tile_mask(m_m, m_n, EVEN_M, EVEN_N, False), m_live)
-    p_tile = (p_state + (i_slot * stride_state_s + o_base)) + o_tile
+    p_slot = p_state + (i_slot * stride_state_s + o_base)  # the slot's tile at o_tile (or a pass's: _pass_tile)
+    p_tile = p_slot + o_tile
     PASSES: tl.constexpr = TILES and COLS > 0  # the tile read in passes of COLS columns, in the tiles' branch
     tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH or ROLE == 7) and CHUNK == 0),
                      "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
     if not PASSES:
         b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     elif COLS_AHEAD:  # the first pass's tile, at once (_tiles_cols)
-        _, _, p_t0, m_t0 = _pass_tile(p_state + (i_slot * stride_state_s + o_base), 0, i_h, i_m, o_m, m_m, m_live,
-                                      dstate, stride_state_h, stride_state_p, stride_state_n, EVEN_M, EVEN_N,
-                                      PACKED_ROWS, BLOCK_M, BLOCK_N, COLS)
+        _, _, p_t0, m_t0 = _pass_tile(p_slot, 0, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, stride_state_p,
+                                      stride_state_n, EVEN_M, PACKED_ROWS, BLOCK_M, BLOCK_N, COLS)
         b_h0 = load_state(p_t0, m_t0, EVICT_FIRST)
     else:
         b_h0 = None
@@ -1446,7 +1446,7 @@ def _selective_state_replay_fast_kernel(
                 # h0 C^T (h0 split in three bf16 parts), then the ring's and the drafts' x by their
                 # weights W [RP, TD], L [TD, TD] (each split in three: _dot_split).
                 if PASSES:  # h0 C^T (and a flush) COLS columns of the tile at a time
-                    b_h0C_passes = _tiles_cols(p_state + (i_slot * stride_state_s + o_base), b_h0, p_C, p_B_cache,
+                    b_h0C_passes = _tiles_cols(p_slot, b_h0, p_C, p_B_cache,
                                                rg, i_ring, i_xb, i_h, i_g, i_m, o_m, m_m, o_tok, m_t, m_r, pos_r,
                                                b_xr, b_S, b_w, b_A, m_flush, dstate, stride_state_h, stride_state_p,
                                                stride_state_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n,
@@ -1883,7 +1883,7 @@ def fast_launch(
         flush_tiles = tiles and BESIDE_FLUSH_TILES
         bconfig = beside_config(call.requests, call.tokens, flush_tiles)
         bcall = dataclasses.replace(call, config=bconfig, pdl=False)
-        bcols = _cols_a_pass(bcall, flush_tiles and bconfig.block_m >= 16)
+        bcols = _cols_a_pass(bcall, flush_tiles)
         beside_flags = {  # draft by draft, or beside the tiles' main kernel tiles in passes (_tiles_cols' FIRST)
             **flags,
             "ROLE": 7,
@@ -2120,9 +2120,10 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
 
 # The tiles' verify step (from TILES_FROM_TOKENS drafts) gives its flushing requests to flush
 # programs beside its main kernel (BESIDE_TILES; the main kernel the tiles' ROLE 5), as the
-# draft-by-draft step does: its main kernel then carries no flush. Offline (sm_90, T = 8, bs 512, uncapped) that takes the main kernel from 255 registers
-# and 8 bytes of spills to 168 at (32,4), and from 254 to 168 at (64,4); at T = 8 about 45% of
-# the slots flush in the steady state. With the flush programs draft by draft it lost
+# draft-by-draft step does: its main kernel then carries no flush. Offline (sm_90, T = 8, bs
+# 512, uncapped) that takes the main kernel from 255 registers and 8 bytes of spills to 168 at
+# (32,4), and from 254 to 168 at (64,4); at T = 8 about 45% of the slots flush in the steady
+# state. With the flush programs draft by draft it lost
 # (run 192: 224.5 us at bs 512 against 226.0-226.2; draft by draft with the flush programs
 # beside lost to the tiles at T = 8 too, run 190).
 #
