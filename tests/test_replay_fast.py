@@ -463,6 +463,48 @@ def test_small_tiles_flush_token_by_token(tokens: int) -> None:
     assert_same_writes(pool, twin, config)
 
 
+@pytest.mark.parametrize("cached", ["steady", "flush"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+def test_drafts_loads_ahead_or_in_turn(cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draft-by-draft step's loads of every draft (C_t, its Grams, x_t, z_t) in turn after
+    each draft's out and all before the first out (replay_fast.DRAFTS_AHEAD): the main kernel
+    with the precomputed Grams (the wait for their kernel between the drafts' inputs and their
+    Grams), the flushing requests' programs beside it without: both within the bars of float64,
+    the same writes bit for bit; G < H, z, a pad request, rings that wrap, packed requests of 3,
+    0, 1 and 2 drafts."""
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
+    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
+    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    lengths = [3, 0, 1, 2] if packed else [3] * case.batch
+    results = []
+    for ahead in (False, True):
+        monkeypatch.setattr(replay_fast, "DRAFTS_AHEAD", ahead)
+        pool, drafts = make_pool(case), make_drafts(case, 4)
+        _set_cursors(pool, case, cached, 4, wrap=True)
+        assert drafts["z"] is not None
+        extra: dict = {}
+        if packed:
+            drafts = _packed(drafts, lengths)
+            cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
+            extra = {"cu_seqlens": cu, "max_seqlen": 3}
+        kw = {**_kwargs(pool, drafts), **extra}
+        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"]) == (5, 7)
+        assert launch.kwargs["DRAFTS_AHEAD"] == launch.beside.kwargs["DRAFTS_AHEAD"] == ahead
+        assert launch.before is not None  # the Grams' kernel
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = (torch.arange(case.batch).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
+        live = live.view(out.shape[: 1 if packed else 2])  # request 2: the pad
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])

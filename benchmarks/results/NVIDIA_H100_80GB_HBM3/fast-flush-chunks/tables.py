@@ -33,5 +33,7 @@ for path in sys.argv[1:]:
             for v in variants:
                 a = [r for r in acc if r["name"] == v]
                 if a:
-                    print(f"| {v} | {max(r['floored'] for r in a):.3f} | {max(r['state_rel'] for r in a):.1e} |")
+                    rel = [r["state_rel"] for r in a if r.get("state_rel") is not None]
+                    rel = f"{max(rel):.1e}" if rel else "- (nothing flushed)"
+                    print(f"| {v} | {max(r['floored'] for r in a):.3f} | {rel} |")
         print()

@@ -1008,12 +1008,14 @@ def _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, st
 
 @triton.jit
 def _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, stride_Bc_r, stride_Bc_n, p_tc, m_tc,
-                B16: tl.constexpr, EVEN_N: tl.constexpr, EVICT_FIRST: tl.constexpr):
+                B16: tl.constexpr, EVEN_N: tl.constexpr, EVICT_FIRST: tl.constexpr, b_Brc=None):
     """One pass's columns of the new checkpoint (_tiles_cols), stored and returned: the pass's
     h0 columns b_h0c decayed by b_decS = exp(A S) plus (x_ring w) b_xw against the ring's B rows
-    (at pos_r, m_r) of the pass's columns o_nc, the x_j w_j split in three bf16 parts (_dot_split_a)."""
-    m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
-    b_Brc = tl.load(p_Bc + pos_r[:, None] * stride_Bc_r + o_nc[None, :] * stride_Bc_n, mask=m_Bc, other=0.0)
+    (at pos_r, m_r) of the pass's columns o_nc (b_Brc, loaded here where None), the x_j w_j
+    split in three bf16 parts (_dot_split_a)."""
+    if b_Brc is None:
+        m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
+        b_Brc = tl.load(p_Bc + pos_r[:, None] * stride_Bc_r + o_nc[None, :] * stride_Bc_n, mask=m_Bc, other=0.0)
     b_h1c = _dot_split_a(b_xw, b_Brc, B16, b_decS * b_h0c)
     store_state(p_tc, b_h1c.to(p_tc.dtype.element_ty), m_tc, EVICT_FIRST)
     return b_h1c
@@ -1026,7 +1028,7 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
                 C16: tl.constexpr, B16: tl.constexpr, FLUSHES: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, EVICT_FIRST: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr, AHEAD: tl.constexpr,
-                FIRST: tl.constexpr):
+                FIRST: tl.constexpr, IN_AHEAD: tl.constexpr = False):
     """The tiles' h0 C^T [BLOCK_M, TD] with the state tile (slot p_slot, rows o_m of head i_h)
     read COLS columns a pass, each pass's columns of h0 split in three bf16 parts against C's
     (_dot_split_a); where the kernel flushes (FLUSHES) and m_flush holds, each pass also stores
@@ -1037,30 +1039,51 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
     (before its cursors' and ring's loads), and each pass issues the next one's loads before
     its matmuls; else Triton's pipelining of the loop. FIRST (a flush program beside the main
     kernel, ROLE 7, whose request flushes): each pass flushes first and the product is the new
-    checkpoint's, h1 C^T."""
+    checkpoint's, h1 C^T. IN_AHEAD (with AHEAD): the next pass's columns of C (and with FIRST
+    of the ring's B) loaded with its tile too, not after this pass's stores."""
     b_h0C = tl.zeros([BLOCK_M, TD], tl.float32)
     b_xw = b_xr.to(tl.float32) * b_w[None, :]  # [BLOCK_M, RP], 0 past n_old
     b_decS = exp_dA(b_A * b_S, FAST_EXP)
     p_Bc = p_B_cache + i_ring * stride_Bc_s + i_g * stride_Bc_g
     PASSES: tl.constexpr = BLOCK_N // COLS
+    INA: tl.constexpr = AHEAD and IN_AHEAD
+    p_Cx = p_C + i_xb * stride_C_b + i_g * stride_C_g
     if AHEAD:
         b_h0c = b_first
+    if INA:  # pass 0's columns of C and of the ring's B
+        o_n0 = tl.arange(0, COLS)
+        m_n0 = (o_n0 < dstate) & (o_n0 < BLOCK_N)
+        b_CcT = tl.load(p_Cx + o_n0[:, None] * stride_C_n + o_tok[None, :] * stride_C_t,
+                        mask=m_n0[:, None] & m_t[None, :], other=0.0)
+        b_Brc = None
+        if FIRST:
+            b_Brc = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_n0[None, :] * stride_Bc_n,
+                            mask=m_r[:, None] & m_n0[None, :], other=0.0)
     for c in tl.range(0, PASSES, num_stages=1 if AHEAD else None):
         o_nc, m_nc, p_tc, m_tc = _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
                                             stride_state_p, stride_state_n, EVEN_M, PACKED_ROWS, BLOCK_M, BLOCK_N,
                                             COLS)
         if AHEAD:  # the next pass's tile (none past the last: masked off)
-            _, _, p_tn, m_tn = _pass_tile(p_slot, c + 1, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
-                                          stride_state_p, stride_state_n, EVEN_M, PACKED_ROWS, BLOCK_M, BLOCK_N, COLS)
+            o_nn, m_nn, p_tn, m_tn = _pass_tile(p_slot, c + 1, i_h, i_m, o_m, m_m, rg.m_live, dstate,
+                                                stride_state_h, stride_state_p, stride_state_n, EVEN_M, PACKED_ROWS,
+                                                BLOCK_M, BLOCK_N, COLS)
             b_next = load_state(p_tn, m_tn, EVICT_FIRST)
+            if INA:  # and its columns of C and of the ring's B
+                b_CcT_next = tl.load(p_Cx + o_nn[:, None] * stride_C_n + o_tok[None, :] * stride_C_t,
+                                     mask=m_nn[:, None] & m_t[None, :], other=0.0)
+                if FIRST:
+                    b_Brc_next = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_nn[None, :] * stride_Bc_n,
+                                         mask=m_r[:, None] & m_nn[None, :], other=0.0)
         else:
             b_h0c = load_state(p_tc, m_tc, EVICT_FIRST)
-        m_cc = m_t[None, :] if EVEN_N else m_nc[:, None] & m_t[None, :]
-        b_CcT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_nc[:, None] * stride_C_n
-                        + o_tok[None, :] * stride_C_t, mask=m_cc, other=0.0)
+        if not INA:
+            m_cc = m_t[None, :] if EVEN_N else m_nc[:, None] & m_t[None, :]
+            b_CcT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_nc[:, None] * stride_C_n
+                            + o_tok[None, :] * stride_C_t, mask=m_cc, other=0.0)
+            b_Brc = None
         if FIRST:
             b_h1c = _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, rg.stride_B, stride_Bc_n, p_tc,
-                                m_tc, B16, EVEN_N, EVICT_FIRST)
+                                m_tc, B16, EVEN_N, EVICT_FIRST, b_Brc)
             b_h0C = _dot_split_a(b_h1c, b_CcT, C16, b_h0C)
         else:
             b_h0C = _dot_split_a(b_h0c, b_CcT, C16, b_h0C)
@@ -1070,20 +1093,88 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
                             B16, EVEN_N, EVICT_FIRST)
         if AHEAD:
             b_h0c = b_next
+            if INA:
+                b_CcT = b_CcT_next
+                if FIRST:
+                    b_Brc = b_Brc_next
     return b_h0C
+
+
+@triton.jit
+def _draft_C(t: tl.constexpr, step, VARLEN: tl.constexpr):
+    """Draft t's C_t [BLOCK_N] as stored (0 past a packed request's drafts)."""
+    tok = step.tok
+    m_tt = (t < step.n_tok) if VARLEN else None
+    p_Ct = tok.p_C + step.i_xb * tok.stride_C_b + (step.t0 + t) * tok.stride_C_t + step.i_g * tok.stride_C_g
+    return load(p_Ct + step.o_n * tok.stride_C_n, both(step.m_vn, m_tt))
+
+
+@triton.jit
+def _draft_grams(t: tl.constexpr, step, p_g, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
+                 GRAM: tl.constexpr, WEIGHTS: tl.constexpr):
+    """Draft t's precomputed values at p_g: with WEIGHTS its weights of the ring's tokens [RP],
+    of the drafts' [TP] and of h0 . C_t; with GRAM C_t . B_j of the ring's tokens [RP] and of
+    the drafts' [TP], then 0.0; else three 0.0."""
+    b_g0 = 0.0
+    b_g1 = 0.0
+    b_g2 = 0.0
+    if WEIGHTS:
+        b_g0 = tl.load(p_g + t * RP + step.o_r)
+        b_g1 = tl.load(p_g + T * RP + t * TP + step.o_t)
+        b_g2 = tl.load(p_g + T * (RP + TP) + t)
+    elif GRAM:
+        b_g0 = tl.load(p_g + t * RP + step.o_r)
+        b_g1 = tl.load(p_g + T * RP + t * TP + step.o_t)
+    return b_g0, b_g1, b_g2
+
+
+@triton.jit
+def _draft_xz(t: tl.constexpr, step, VARLEN: tl.constexpr, HAS_Z: tl.constexpr):
+    """Draft t's x_t and z_t [BLOCK_M] (x_t again without z)."""
+    tok = step.tok
+    m_tt = (t < step.n_tok) if VARLEN else None
+    o_xt = step.i_xb * tok.stride_x_b + (step.t0 + t) * tok.stride_x_t + step.i_h * tok.stride_x_h
+    b_xt = load(tok.p_x + o_xt + step.o_m * tok.stride_x_p, both(step.m_vm, m_tt))
+    b_zt = b_xt
+    if HAS_Z:
+        b_zt = load(tok.p_z + step.i_xb * tok.stride_z_b + (step.t0 + t) * tok.stride_z_t
+                    + step.i_h * tok.stride_z_h + step.o_m * tok.stride_z_p, both(step.m_vm, m_tt))
+    return b_xt, b_zt
+
+
+@triton.jit
+def _drafts_in(step, p_g, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr, GRAM: tl.constexpr,
+               WEIGHTS: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, VARLEN: tl.constexpr,
+               HAS_Z: tl.constexpr):
+    """Every draft's loads for _drafts_out's AHEAD, a tuple of T (C_t, its three _draft_grams,
+    x_t, z_t): the drafts' C_t, x_t and z_t first, then (after the wait for the Grams' kernel,
+    LATE) their Grams or weights."""
+    tks = ()
+    for t in tl.static_range(T):
+        tks = tks + ((_draft_C(t, step, VARLEN), ) + _draft_xz(t, step, VARLEN, HAS_Z), )  # noqa: RUF005 (Triton's tuples)
+    if GRAM and LATE:
+        wait_prior(PDL)
+    ins = ()
+    for t in tl.static_range(T):
+        b_g = _draft_grams(t, step, p_g, T, TP, RP, GRAM, WEIGHTS)
+        ins = ins + ((tks[t][0], b_g[0], b_g[1], b_g[2], tks[t][1], tks[t][2]), )  # noqa: RUF005
+    return ins
 
 
 @triton.jit
 def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
                 NO_RING: tl.constexpr, GRAM: tl.constexpr, WEIGHTS: tl.constexpr, LATE: tl.constexpr,
                 PDL: tl.constexpr, VARLEN: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, AHEAD: tl.constexpr = False):
     """The verify step's out draft by draft, stored: for each draft t, y_t [BLOCK_M] in the dual
     form (module docstring) from the checkpoint b_h0's h0 . C_t, the ring's x weighed by b_S and
     b_w (none with NO_RING: a state flushed first, nothing cached) and the earlier drafts' x by
     their Grams (from _gram_kernel with GRAM; with WEIGHTS its weights instead), then D and the
     z gate. step (_Step): the program's other values, its drafts' inputs and out (tok, _Token)
-    and the ring's rows (rg, _Ring; pos_r, o_r, m_r, _ring_positions')."""
+    and the ring's rows (rg, _Ring; pos_r, o_r, m_r, _ring_positions'). AHEAD: every draft's
+    loads (C_t, its Grams or weights, x_t, z_t; _drafts_in) issued before the first draft's out,
+    instead of each draft's after the one before it was stored (a load cannot pass a store that
+    may alias it, nor a barrier, so each draft waited on its own round trip)."""
     b_xr = step.b_xr
     b_xd = step.b_xd
     b_Bd = step.b_Bd
@@ -1092,7 +1183,6 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
     b_D = step.b_D
     rg = step.rg
     pos_r = step.pos_r
-    o_r = step.o_r
     m_r = step.m_r
     o_t = step.o_t
     tok = step.tok
@@ -1103,9 +1193,7 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
     i_h = step.i_h
     i_g = step.i_g
     o_m = step.o_m
-    o_n = step.o_n
     m_vm = step.m_vm
-    m_vn = step.m_vn
     m_live = step.m_live
     p_gram = step.p_gram
     stride_gram_b = step.stride_gram_b
@@ -1120,25 +1208,30 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
     if not WEIGHTS:
         b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
         b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
+    p_g = p_gram
     if GRAM:
-        if LATE:
+        if LATE and not AHEAD:
             wait_prior(PDL)
         if WEIGHTS:  # the head's, [T RP] then [T TP] then [T] (_gram_kernel)
             p_g = p_gram + i_b * stride_gram_b + i_h * stride_gram_g
         else:
             p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+    if AHEAD:  # every draft's loads first
+        ins = _drafts_in(step, p_g, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z)
     for t in tl.static_range(T):
         m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
-        o_xt = i_xb * tok.stride_x_b + (t0 + t) * tok.stride_x_t + i_h * tok.stride_x_h
-        p_Ct = tok.p_C + i_xb * tok.stride_C_b + (t0 + t) * tok.stride_C_t + i_g * tok.stride_C_g
-        b_Ct = load(p_Ct + o_n * tok.stride_C_n, both(m_vn, m_tt)).to(tl.float32)
+        if AHEAD:
+            b_in = ins[t]
+        else:
+            b_in = (_draft_C(t, step, VARLEN), ) + _draft_grams(t, step, p_g, T, TP, RP, GRAM, WEIGHTS)  # noqa: RUF005
+        b_Ct = b_in[0].to(tl.float32)
         if WEIGHTS:  # draft t's weights of the ring's tokens, of the drafts', of h0 . C_t
-            b_cr = tl.load(p_g + t * RP + o_r)
-            b_cd = tl.load(p_g + T * RP + t * TP + o_t)
-            b_sc = tl.load(p_g + T * (RP + TP) + t)
+            b_cr = b_in[1]
+            b_cd = b_in[2]
+            b_sc = b_in[3]
         elif GRAM:  # C_t . B_j of the ring's tokens and the drafts', from _gram_kernel
-            b_gr = tl.load(p_g + t * RP + o_r)
-            b_gd = tl.load(p_g + T * RP + t * TP + o_t)
+            b_gr = b_in[1]
+            b_gd = b_in[2]
         else:
             if not NO_RING:
                 b_gr = tl.sum(b_Br * b_Ct[None, :], axis=1)  # [RP]
@@ -1154,11 +1247,11 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
         if not NO_RING:  # (the sums in this order: the shipped kernel's bits)
             b_y = b_y + tl.sum(b_xrf * b_cr[None, :], axis=1)
         b_y = b_y + tl.sum(b_xdf * b_cd[None, :], axis=1)
-        b_xt = load(tok.p_x + o_xt + o_m * tok.stride_x_p, both(m_vm, m_tt))
-        b_zt = b_xt
-        if HAS_Z:
-            b_zt = load(tok.p_z + i_xb * tok.stride_z_b + (t0 + t) * tok.stride_z_t + i_h * tok.stride_z_h
-                        + o_m * tok.stride_z_p, both(m_vm, m_tt))
+        if AHEAD:
+            b_xt = b_in[4]
+            b_zt = b_in[5]
+        else:
+            b_xt, b_zt = _draft_xz(t, step, VARLEN, HAS_Z)
         b_y = gated_out(b_y, b_xt, b_zt, b_D, m_live, HAS_D, HAS_Z, HAS_SRC_IDX)
         p_yt = (tok.p_out + i_xb * tok.stride_out_b + (t0 + t) * tok.stride_out_t + i_h * tok.stride_out_h
                 + o_m * tok.stride_out_p)
@@ -1240,6 +1333,8 @@ def _selective_state_replay_fast_kernel(
     B16: tl.constexpr = False,  # ROLE 7, COLS: the ring's B bf16 (a flush's products on the tensor cores)
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
+    COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
+    DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
 ):
     # the requests' inputs and outs, as the helpers read and write them
     tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1452,7 +1547,7 @@ def _selective_state_replay_fast_kernel(
                                                stride_state_n, stride_C_b, stride_C_t, stride_C_g, stride_C_n,
                                                stride_Bc_s, stride_Bc_g, stride_Bc_n, TD, C16, B16, ROLE == 0,
                                                EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, EVICT_FIRST, BLOCK_M, BLOCK_N,
-                                               COLS, COLS_AHEAD, ROLE == 7)
+                                               COLS, COLS_AHEAD, ROLE == 7, COLS_IN_AHEAD)
                 m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
                 b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
                                 + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
@@ -1513,13 +1608,13 @@ def _selective_state_replay_fast_kernel(
                         b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
                         _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
                         _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
-                                    HAS_Z, HAS_SRC_IDX, FAST_EXP)
+                                    HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
                     else:
                         _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
-                                    HAS_Z, HAS_SRC_IDX, FAST_EXP)
+                                    HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
                 else:
                     _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, False, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
-                                HAS_Z, HAS_SRC_IDX, FAST_EXP)
+                                HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
 
         if (ROLE == 0 or ROLE == 2) and not PASSES:  # (PASSES: stored in _tiles_cols)
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
@@ -1787,12 +1882,17 @@ def fast_launch(
         X16=call.x.dtype == torch.bfloat16,
         DUAL_FLUSH=dual_flush(config, state.shape[-1], tiles),
         COLS=_cols_a_pass(call, tiles),
+        DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
     if flags["COLS"]:  # a flush's products with the ring's B on the tensor cores where it is bf16
-        flags.update(B16=call.B_cache.dtype == torch.bfloat16, COLS_AHEAD=TILES_COLS_AHEAD)
+        flags.update(
+            B16=call.B_cache.dtype == torch.bfloat16,
+            COLS_AHEAD=TILES_COLS_AHEAD,
+            COLS_IN_AHEAD=TILES_COLS_INPUTS_AHEAD,
+        )
     # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
     rows_path = call.tokens > 1 and not flags["TILES"]
     kernel = _ring_lanes_kernel if rows_path else _selective_state_replay_fast_kernel
@@ -1892,6 +1992,7 @@ def fast_launch(
             "CHUNK": 0 if bcols else rows_chunk,
             "COLS": bcols,
             "COLS_AHEAD": TILES_COLS_AHEAD,
+            "COLS_IN_AHEAD": TILES_COLS_INPUTS_AHEAD,
         }
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = bcall.launch(
@@ -2199,6 +2300,11 @@ def dual_flush(config: LaunchConfig, dstate: int, tiles: bool = False) -> bool:
 # fast-verify-sweep/ and fast-verify-small/) the row sums led at T = 2 and 4 from batch 64 on
 # and at T = 2 at batch 1 and 8 (16 rows, 2 warps: 5.82 against the tiles' 7.00 us at bs 8),
 # the tiles at T = 8 and at T = 4 at batch 1 and 8.
+# Each draft's loads (C_t, its Grams, x_t, z_t) issued before the first draft's out in the
+# draft-by-draft step (_drafts_out's AHEAD): else each waits on its own round trip after the
+# draft before it was stored.
+DRAFTS_AHEAD = True
+
 TILES_FROM_TOKENS = 8
 TILES_SMALL_FROM_TOKENS = 3
 TILES_MAX_REQUESTS = 8
@@ -2220,6 +2326,9 @@ TILES_MAX_REQUESTS = 8
 # passes (175.2 against the draft-by-draft step's 141.5 at bs 512, run 196).
 TILES_COLS = 32
 TILES_COLS_AHEAD = True
+# With TILES_COLS_AHEAD, the next pass's columns of C (and in a flush program beside, of the
+# ring's B) loaded with its tile, not after this pass's stores (_tiles_cols' IN_AHEAD).
+TILES_COLS_INPUTS_AHEAD = True
 TILES_COLS_MIN_REQUESTS = 64
 
 
