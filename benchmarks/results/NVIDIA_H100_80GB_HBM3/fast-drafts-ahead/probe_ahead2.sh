@@ -1,0 +1,8 @@
+cd .scratch && source anchors_env.sh
+timeout 150 python bits_knob.py 2,3,4 64,512 steady,allflush DRAFTS_AHEAD 0,1,2 2>&1 | grep -v Warn | tail -14
+timeout 330 python sweep36.py 4 64,128,512 steady shipped+DRAFTS_AHEAD=0,shipped+DRAFTS_AHEAD=1,shipped+DRAFTS_AHEAD=2,shipped+DRAFTS_AHEAD=0,shipped+DRAFTS_AHEAD=1,shipped+DRAFTS_AHEAD=2 > $OUT/sweep_t4.log 2>&1; echo sweep rc $?
+grep -v "^\[" $OUT/sweep_t4.log | grep -v "intermediate\|two-kernel" | tail -30
+timeout 150 python sweep36.py 4 512 allflush shipped+DRAFTS_AHEAD=0,shipped+DRAFTS_AHEAD=1,shipped+DRAFTS_AHEAD=2 > $OUT/sweep_t4af.log 2>&1; echo sweep rc $?
+grep -v "^\[" $OUT/sweep_t4af.log | grep -v "intermediate\|two-kernel" | tail -30
+timeout 200 python sweep36.py 2,3 64,512 steady shipped+DRAFTS_AHEAD=1,shipped+DRAFTS_AHEAD=2 > $OUT/sweep_t23.log 2>&1; echo sweep rc $?
+grep -v "^\[" $OUT/sweep_t23.log | grep -v "intermediate\|two-kernel\|vLLM\|flashinfer" | tail -40
