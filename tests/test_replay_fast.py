@@ -443,6 +443,42 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+def test_decode_token_B_loaded_where_it_is_appended(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode with the Grams and its flushes beside the main kernel (ROLE 5): B of the token
+    loaded by every program or only by the one that appends it to the ring
+    (replay_fast.DECODE_B_LATE); both within the bars of float64 and the same writes bit for
+    bit; G < H (each group's B appended by its first head), a pad request, a packed request of
+    no token, rings that wrap, flushing requests."""
+    case = Replay(tokens=1, window=7, nheads=4, ngroups=2, batch=6, pad_rows=(2,))
+    lengths = [1, 1, 1, 0, 1, 1]
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "SIDE_CONFIG", _config(case))
+    results = []
+    for late in (False, True):
+        monkeypatch.setattr(replay_fast, "DECODE_B_LATE", late)
+        pool, drafts = make_pool(case), make_drafts(case, 6)
+        _set_cursors(pool, case, "steady", 6, wrap=True)
+        pool["num_cached"][pool["state_batch_indices"][[0, 4]]] = case.window  # these flush
+        kw = _kwargs(pool, drafts)
+        if packed:
+            cu = torch.tensor([0, 1, 2, 3, 3, 4, 5], dtype=torch.int32, device=DEVICE)
+            kw = {**_kwargs(pool, _packed(drafts, lengths)), "cu_seqlens": cu, "max_seqlen": 1}
+        config = replace(_config(case), slot_major=True)
+        _, launch = replay_prepare(**kw, config=config, exact=False)
+        assert (launch.kwargs["ROLE"], launch.kwargs["B_LATE"]) == (5, late)
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, config, exact=False)
+        rows = [r for r, n in enumerate(lengths) if n or not packed]
+        live = torch.tensor([r not in case.pad_rows for r in rows], device=DEVICE)
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("tokens", [1, 4], ids=["T1", "T4"])
 def test_small_tiles_flush_token_by_token(tokens: int) -> None:
     """Tiles of fewer than 16 rows (no matmul: replay_fast.dual_flush off) flush with the exact

@@ -417,11 +417,12 @@ def _ring_rows(rg, b_A, RP: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: t
 
 @triton.jit
 def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.constexpr,
-                  X_ONLY: tl.constexpr = False):
+                  X_ONLY: tl.constexpr = False, p_Bt=None, m_Bt=None):
     """The decode token appended to the ring rg (_Ring) at row pos, as the exact kernel appends
     it: x by each program of its rows, dt' by the head's first, B by the group's first head's
-    (m_app: whether the request appends, None: it does); X_ONLY: x alone (the Grams' kernel
-    appends dt' and B with WEIGHTS)."""
+    (m_app: whether the request appends, None: it does; b_B None: loaded here, at p_Bt masked
+    by m_Bt, by that program alone); X_ONLY: x alone (the Grams' kernel appends dt' and B with
+    WEIGHTS)."""
     tl.store(rg.p_x + pos * rg.stride_x, b_x, mask=both(rg.m_vm, m_app))
     if i_m == 0 and not X_ONLY:
         if m_app is None:
@@ -429,7 +430,8 @@ def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.
         else:
             tl.store(rg.p_dt + pos * rg.stride_dt, b_dt, mask=m_app)
         if i_h % HEADS_PER_GROUP == 0:
-            tl.store(rg.p_B + pos * rg.stride_B, b_B, mask=both(rg.m_vn, m_app))
+            b_Ba = load(p_Bt, m_Bt) if b_B is None else b_B
+            tl.store(rg.p_B + pos * rg.stride_B, b_Ba, mask=both(rg.m_vn, m_app))
 
 
 @triton.jit
@@ -1334,6 +1336,7 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
+    B_LATE: tl.constexpr = False,  # T = 1: B of the token loaded by the program that appends it (GRAM, ROLE != 0)
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
 ):
     # the requests' inputs and outs, as the helpers read and write them
@@ -1450,7 +1453,14 @@ def _selective_state_replay_fast_kernel(
             b_dt += b_dt_bias
         if DT_SOFTPLUS:
             b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
-        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
+        # B of the token: with the Grams (C . B theirs) and no flush here, the append's alone,
+        # loaded there by the one program of the group that appends it (B_LATE)
+        B_ON_APPEND: tl.constexpr = B_LATE and GRAM and not WEIGHTS and ROLE != 0
+        p_Bt = p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n
+        if B_ON_APPEND:
+            b_B = None
+        else:
+            b_B = load(p_Bt, m_vn)
         b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
                    m_vn).to(tl.float32)
         b_z = b_x
@@ -1467,7 +1477,7 @@ def _selective_state_replay_fast_kernel(
             m_flush_out = m_flush
         else:
             m_flush_out = False
-        if m_flush_out:
+        if ROLE == 0 and m_flush_out:  # (ROLE == 0 first: the branch not compiled where no flush is)
             b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
             if WEIGHTS:  # (out's were the Grams' kernel's)
                 b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
@@ -1512,7 +1522,8 @@ def _selective_state_replay_fast_kernel(
         m_app = m_live
         if FLUSH_DRAFTS:
             m_app = both(m_app, m_flush == 0)
-        _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP, WEIGHTS)
+        _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP, WEIGHTS,
+                      p_Bt, m_vn)
     else:
         # Verify: the drafts' inputs as tiles of DW rows (the first n_tok live), all loaded
         # before any store: x [BLOCK_M, DW] (a column a draft), B [DW, BLOCK_N], dt' [DW]; DW
@@ -1883,6 +1894,7 @@ def fast_launch(
         DUAL_FLUSH=dual_flush(config, state.shape[-1], tiles),
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
+        B_LATE=DECODE_B_LATE and call.tokens == 1,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
@@ -2300,6 +2312,12 @@ def dual_flush(config: LaunchConfig, dstate: int, tiles: bool = False) -> bool:
 # fast-verify-sweep/ and fast-verify-small/) the row sums led at T = 2 and 4 from batch 64 on
 # and at T = 2 at batch 1 and 8 (16 rows, 2 warps: 5.82 against the tiles' 7.00 us at bs 8),
 # the tiles at T = 8 and at T = 4 at batch 1 and 8.
+# Decode (T = 1) with the Grams and its flushes elsewhere: B of the token is the append's alone,
+# loaded by the one program a group that appends it instead of by every program (where ptxas
+# sinks the load to just before the append's store: a round trip at each program's end).
+# Prepared offline, not yet timed: off.
+DECODE_B_LATE = False
+
 # Each draft's loads (C_t, its Grams, x_t, z_t) issued before the first draft's out in the
 # draft-by-draft step (_drafts_out's AHEAD): else each waits on its own round trip after the
 # draft before it was stored.
