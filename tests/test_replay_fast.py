@@ -501,22 +501,33 @@ def test_small_tiles_flush_token_by_token(tokens: int) -> None:
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-def test_drafts_loads_ahead_or_in_turn(cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The draft-by-draft step's loads of every draft (C_t, its Grams, x_t, z_t) in turn after
-    each draft's out and all before the first out (replay_fast.DRAFTS_AHEAD): the main kernel
-    with the precomputed Grams (the wait for their kernel between the drafts' inputs and their
-    Grams), the flushing requests' programs beside it without: both within the bars of float64,
-    the same writes bit for bit; G < H, z, a pad request, rings that wrap, packed requests of 3,
-    0, 1 and 2 drafts."""
-    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft
-    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
+@pytest.mark.parametrize("tiles", [False, True], ids=["draft-by-draft", "tiles-cols"])
+def test_drafts_loads_ahead_or_in_turn(
+    tiles: bool, cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the verify step's loads go: draft by draft, every draft's (C_t, its Grams, x_t,
+    z_t) in turn after each draft's out or all before the first out (replay_fast.DRAFTS_AHEAD);
+    with the tiles (in passes of 16 columns) the next pass's columns of C and of the ring's B
+    with its state columns or in the pass (TILES_COLS_INPUTS_AHEAD); in both the drafts' B at
+    the start or only by the program that appends it (DRAFTS_B_LATE). The main kernel with the
+    precomputed Grams (the wait for their kernel between the drafts' inputs and their Grams),
+    the flushing requests' programs beside it without: each within the bars of float64, all the
+    same writes bit for bit; G < H, z, a pad request, rings that wrap, packed requests of 3, 0,
+    1 and 2 drafts."""
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
+    monkeypatch.setattr(replay_fast, "TILES_COLS", 16)
+    monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
     monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
-    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
     lengths = [3, 0, 1, 2] if packed else [3] * case.batch
     results = []
-    for ahead in (False, True):
+    for ahead, b_late in ((False, False), (True, False), (True, True)):
         monkeypatch.setattr(replay_fast, "DRAFTS_AHEAD", ahead)
+        monkeypatch.setattr(replay_fast, "TILES_COLS_INPUTS_AHEAD", ahead)
+        monkeypatch.setattr(replay_fast, "DRAFTS_B_LATE", b_late)
         pool, drafts = make_pool(case), make_drafts(case, 4)
         _set_cursors(pool, case, cached, 4, wrap=True)
         assert drafts["z"] is not None
@@ -528,7 +539,10 @@ def test_drafts_loads_ahead_or_in_turn(cached: str, packed: bool, monkeypatch: p
         kw = {**_kwargs(pool, drafts), **extra}
         _, launch = replay_prepare(**kw, config=_config(case), exact=False)
         assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"]) == (5, 7)
-        assert launch.kwargs["DRAFTS_AHEAD"] == launch.beside.kwargs["DRAFTS_AHEAD"] == ahead
+        assert (launch.kwargs["TILES"], launch.kwargs["COLS"]) == (tiles, 16 if tiles else 0)
+        assert launch.kwargs["DRAFTS_AHEAD"] == (ahead and not tiles)
+        assert launch.kwargs.get("COLS_IN_AHEAD", False) == (ahead and tiles)
+        assert launch.kwargs["B_LATE"] == b_late
         assert launch.before is not None  # the Grams' kernel
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)
@@ -537,8 +551,9 @@ def test_drafts_loads_ahead_or_in_turn(cached: str, packed: bool, monkeypatch: p
         assert_out_accurate(out[live], want[0][live])
         assert_state_accurate(pool["state"], want[1])
         results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])

@@ -644,8 +644,16 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
 
 
 @triton.jit
+def _drafts_B(tok, i_xb, i_g, o_tok, m_t, o_n, m_vn):
+    """The drafts' B [DW, BLOCK_N] (the first n_tok rows of DW live: m_t), 0 elsewhere."""
+    m_nd = m_t[:, None] if m_vn is None else m_t[:, None] & m_vn[None, :]
+    return tl.load(tok.p_B + i_xb * tok.stride_B_b + i_g * tok.stride_B_g + o_tok[:, None] * tok.stride_B_t
+                   + o_n[None, :] * tok.stride_B_n, mask=m_nd, other=0.0)
+
+
+@triton.jit
 def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW: tl.constexpr,
-            HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
+            HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, LOAD_B: tl.constexpr = True):
     """A verify program's drafts (tok, _Token; the first n_tok of DW live), all loaded before any
     store: (o_t, m_t, o_tok, m_md, x [BLOCK_M, DW] a column a draft, dt' [DW] with the bias and
     softplus, 0 past n_tok, B [DW, BLOCK_N])."""
@@ -662,18 +670,19 @@ def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW:
     if DT_SOFTPLUS:
         b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
     b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
-    m_nd = m_t[:, None] if m_vn is None else m_t[:, None] & m_vn[None, :]
-    b_Bd = tl.load(tok.p_B + i_xb * tok.stride_B_b + i_g * tok.stride_B_g + o_tok[:, None] * tok.stride_B_t
-                   + o_n[None, :] * tok.stride_B_n, mask=m_nd, other=0.0)
+    b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
+    if LOAD_B:
+        b_Bd = _drafts_B(tok, i_xb, i_g, o_tok, m_t, o_n, m_vn)
     return o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd
 
 
 @triton.jit
 def _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP: tl.constexpr,
-                   HAS_SRC_IDX: tl.constexpr, DT_B: tl.constexpr):
+                   HAS_SRC_IDX: tl.constexpr, DT_B: tl.constexpr, p_Bl=None):
     """The drafts (m_t live) appended to the ring rg (_Ring) at the exact kernel's positions, with
     its values: x by every program, dt' and B (DT_B; with WEIGHTS the Grams' kernel appends them)
-    by the first rows' programs, B by the group's first head."""
+    by the first rows' programs, B by the group's first head (p_Bl, the drafts' B [DW,
+    BLOCK_N]: loaded here, by that program alone, instead of b_Bd)."""
     m_app = m_t
     if HAS_SRC_IDX:
         m_app = m_app & rg.m_live
@@ -684,7 +693,12 @@ def _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP: t
         tl.store(rg.p_dt + pos_t * rg.stride_dt, b_dtd, mask=m_app)
         if i_h % HEADS_PER_GROUP == 0:
             m_appn = m_app[:, None] if rg.m_vn is None else m_app[:, None] & rg.m_vn[None, :]
-            tl.store(rg.p_B[None, :] + pos_t[:, None] * rg.stride_B, b_Bd, mask=m_appn)
+            if p_Bl is not None:
+                m_nd = m_t[:, None] if rg.m_vn is None else m_t[:, None] & rg.m_vn[None, :]
+                b_Ba = tl.load(p_Bl, mask=m_nd, other=0.0)
+            else:
+                b_Ba = b_Bd
+            tl.store(rg.p_B[None, :] + pos_t[:, None] * rg.stride_B, b_Ba, mask=m_appn)
 
 
 @triton.jit
@@ -1336,7 +1350,7 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
-    B_LATE: tl.constexpr = False,  # T = 1: B of the token loaded by the program that appends it (GRAM, ROLE != 0)
+    B_LATE: tl.constexpr = False,  # with GRAM: B of the token(s) loaded by the program that appends it (T = 1: ROLE != 0)
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
 ):
     # the requests' inputs and outs, as the helpers read and write them
@@ -1530,8 +1544,10 @@ def _selective_state_replay_fast_kernel(
         # = TP draft by draft, TD (a matmul's least side) with TILES.
         tl.static_assert(not FLUSH_DRAFTS, "a flush that absorbs the drafts is for T = 1")
         DW: tl.constexpr = TD if TILES else TP
+        # (B_LATE with the Grams: the drafts' B is the append's alone, loaded there, _append_drafts)
+        B_ON_APPEND: tl.constexpr = B_LATE and GRAM and not WEIGHTS
         o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd = _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
-                                                           b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS)
+                                                           b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS, not B_ON_APPEND)
 
         # The ring gathered in age order, masked past n_old: x [BLOCK_M, RP] (and, unless the
         # Grams' kernel weighed them, WEIGHTS, their dt' and weights).
@@ -1638,7 +1654,11 @@ def _selective_state_replay_fast_kernel(
             return
 
         # append: the same positions and values as the exact kernel
-        _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP, HAS_SRC_IDX, not WEIGHTS)
+        p_Bl = None
+        if B_ON_APPEND:
+            p_Bl = (p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
+                    + o_n[None, :] * stride_B_n)
+        _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP, HAS_SRC_IDX, not WEIGHTS, p_Bl)
 # fmt: on
 
 
@@ -1894,7 +1914,7 @@ def fast_launch(
         DUAL_FLUSH=dual_flush(config, state.shape[-1], tiles),
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
-        B_LATE=DECODE_B_LATE and call.tokens == 1,
+        B_LATE=DECODE_B_LATE if call.tokens == 1 else DRAFTS_B_LATE,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
@@ -2317,6 +2337,9 @@ def dual_flush(config: LaunchConfig, dstate: int, tiles: bool = False) -> bool:
 # sinks the load to just before the append's store: a round trip at each program's end).
 # Prepared offline, not yet timed: off.
 DECODE_B_LATE = False
+# The verify step's likewise for its drafts' B (which the main kernel holds from its start to
+# its append otherwise). Prepared offline, not yet timed: off.
+DRAFTS_B_LATE = False
 
 # Each draft's loads (C_t, its Grams, x_t, z_t) issued before the first draft's out in the
 # draft-by-draft step (_drafts_out's AHEAD): else each waits on its own round trip after the
