@@ -444,20 +444,23 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-def test_decode_token_B_loaded_where_it_is_appended(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decode with the Grams and its flushes beside the main kernel (ROLE 5): B of the token
-    loaded by every program or only by the one that appends it to the ring
-    (replay_fast.DECODE_B_LATE); both within the bars of float64 and the same writes bit for
-    bit; G < H (each group's B appended by its first head), a pad request, a packed request of
-    no token, rings that wrap, flushing requests."""
+def test_decode_loads_placed_either_way(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode with the Grams and its flushes beside the main kernel (ROLE 5 and 6): B of the
+    token loaded by every main-kernel program or only by the one that appends it to the ring
+    (replay_fast.DECODE_B_LATE), and the flush programs' token loaded after or before their
+    checkpoint's store (FLUSH_TOKEN_FIRST); both ways within the bars of float64 and the same
+    writes bit for bit; G < H (each group's B appended by its first head), a pad request, a
+    packed request of no token, rings that wrap, flushing requests."""
     case = Replay(tokens=1, window=7, nheads=4, ngroups=2, batch=6, pad_rows=(2,))
     lengths = [1, 1, 1, 0, 1, 1]
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "SIDE_CAP_SHARE", 1)  # every flushing request to the programs beside
     monkeypatch.setattr(replay_fast, "SIDE_CONFIG", _config(case))
     results = []
-    for late in (False, True):
-        monkeypatch.setattr(replay_fast, "DECODE_B_LATE", late)
+    for placed in (False, True):
+        monkeypatch.setattr(replay_fast, "DECODE_B_LATE", placed)
+        monkeypatch.setattr(replay_fast, "FLUSH_TOKEN_FIRST", placed)
         pool, drafts = make_pool(case), make_drafts(case, 6)
         _set_cursors(pool, case, "steady", 6, wrap=True)
         pool["num_cached"][pool["state_batch_indices"][[0, 4]]] = case.window  # these flush
@@ -467,9 +470,12 @@ def test_decode_token_B_loaded_where_it_is_appended(packed: bool, monkeypatch: p
             kw = {**_kwargs(pool, _packed(drafts, lengths)), "cu_seqlens": cu, "max_seqlen": 1}
         config = replace(_config(case), slot_major=True)
         _, launch = replay_prepare(**kw, config=config, exact=False)
-        assert (launch.kwargs["ROLE"], launch.kwargs["B_LATE"]) == (5, late)
+        assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"]) == (5, 6)
+        assert (launch.kwargs["B_LATE"], launch.beside.kwargs["TOKEN_FIRST"]) == (placed, placed)
+        before = bits(pool["state"]).clone()
         want = selective_state_replay_reference(**kw)
         out = _run(kw, config, exact=False)
+        assert (bits(pool["state"]) != before).any()  # the flushes were stored
         rows = [r for r, n in enumerate(lengths) if n or not packed]
         live = torch.tensor([r not in case.pad_rows for r in rows], device=DEVICE)
         assert_out_accurate(out[live], want[0][live])

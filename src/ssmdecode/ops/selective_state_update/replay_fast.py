@@ -596,14 +596,16 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
                   HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr,
                   EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
                   STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr):
+                  BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr,
+                  TOKEN_FIRST: tl.constexpr = False):
     """The decode flush of request i_b (one that flushes), rows i_m of head i_h: its new
     checkpoint, h0 with its cached tokens absorbed (_flushed_state; under FLUSH_DRAFTS the
     token too, with the main kernel's operations), stored after the wait (PDL). OUT: all of
     the request's step, as the main kernel's flush does it (ROLE 0): out from the checkpoint
     with the token, and the token appended (none under FLUSH_DRAFTS); else the checkpoint
-    only, the main kernel's reads of h0 being the one thing its wait orders. pool: _Pool, tok:
-    _Token."""
+    only, the main kernel's reads of h0 being the one thing its wait orders. TOKEN_FIRST: the
+    token's inputs loaded before the checkpoint's store (else after it: a round trip behind
+    it, a load being unable to pass a store that may alias it). pool: _Pool, tok: _Token."""
     i_g = i_h // HEADS_PER_GROUP
     i_slot, m_live, i_ring, n_old, start = _cursors(
         pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, pool.ring,
@@ -626,18 +628,17 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
     b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
                              HAS_SRC_IDX)
     wait_prior(PDL)  # (the kernel before may write the token's inputs: read after it)
+    TOKEN: tl.constexpr = FLUSH_DRAFTS or OUT
+    if TOKEN and TOKEN_FIRST:
+        t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D = _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP,
+                                                                DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, VARLEN, OUT)
     if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
         _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-    if FLUSH_DRAFTS or OUT:
-        t0, i_xb, b_x, b_dt, b_B = _flush_token(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
-                                                HAS_DT_BIAS, VARLEN)
-        b_C = b_B
-        b_z = b_x
-        b_D = 0.0
-        if OUT:
-            b_C, b_z = _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
-            if HAS_D:
-                b_D = _head_D(i_h, o_m, m_vm, tok)
+    if TOKEN:
+        if not TOKEN_FIRST:
+            t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D = _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok,
+                                                                    HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D,
+                                                                    HAS_Z, VARLEN, OUT)
         _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, b_x, b_dt, b_B, b_C, b_z, b_D, b_A,
                     FLUSH_DRAFTS, HEADS_PER_GROUP, HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS,
                     BLOCK_N, EVICT_FIRST, OUT)
@@ -757,6 +758,24 @@ def _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GR
 def _head_D(i_h, o_m, m_vm, tok):
     """D of head i_h's rows o_m as float32."""
     return load(tok.p_D + i_h * tok.stride_D_h + o_m * tok.stride_D_p, m_vm).to(tl.float32)
+
+
+@triton.jit
+def _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+                  HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, VARLEN: tl.constexpr,
+                  OUT: tl.constexpr):
+    """A decode flush's token (_decode_flush): (t0, i_xb, x, dt', B, then with OUT C, z and D,
+    else B, x and 0.0 in their places)."""
+    t0, i_xb, b_x, b_dt, b_B = _flush_token(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
+                                            HAS_DT_BIAS, VARLEN)
+    b_C = b_B
+    b_z = b_x
+    b_D = 0.0
+    if OUT:
+        b_C, b_z = _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
+        if HAS_D:
+            b_D = _head_D(i_h, o_m, m_vm, tok)
+    return t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D
 
 
 @triton.jit
@@ -940,7 +959,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr,
                     RANKS: tl.constexpr, CAP_SHARE: tl.constexpr, AHEAD: tl.constexpr = False,
-                    T: tl.constexpr = 1):
+                    T: tl.constexpr = 1, TOKEN_FIRST: tl.constexpr = False):
     """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
     (rows, head): the requests that flush, ranked in request order, go out rank r to program
     r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
@@ -999,7 +1018,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
                                   CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
                                   HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
-                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT)
+                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT, TOKEN_FIRST)
         base += tl.sum(f, 0)
     # One program waits whether or not it stored anything (those that stored waited before):
     # the kernel then completes after the one it depends on, so that one waiting for it sees
@@ -1350,6 +1369,7 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
+    TOKEN_FIRST: tl.constexpr = False,  # decode's flush programs: the token's inputs before the checkpoint's store
     B_LATE: tl.constexpr = False,  # with GRAM: B of the token(s) loaded by the program that appends it (T = 1: ROLE != 0)
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
 ):
@@ -1379,7 +1399,7 @@ def _selective_state_replay_fast_kernel(
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
                             BLOCK_N, EVICT_FIRST, PDL, ROLE != 2, LIST_BLOCK, RANKS if ROLE == 6 else 0, CAP_SHARE,
-                            AHEAD and ROLE != 2, T)
+                            AHEAD and ROLE != 2, T, TOKEN_FIRST)
             return
         if ROLE != 4:  # (every program of a flush kernel is a flush program: no other code)
             return
@@ -1915,6 +1935,7 @@ def fast_launch(
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DECODE_B_LATE if call.tokens == 1 else DRAFTS_B_LATE,
+        TOKEN_FIRST=FLUSH_TOKEN_FIRST and call.tokens == 1,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
@@ -2340,6 +2361,9 @@ DECODE_B_LATE = False
 # The verify step's likewise for its drafts' B (which the main kernel holds from its start to
 # its append otherwise). Prepared offline, not yet timed: off.
 DRAFTS_B_LATE = False
+# Decode's flush programs (_decode_flush): the token's inputs loaded before the new checkpoint's
+# store, not behind it. Prepared offline, not yet timed: off.
+FLUSH_TOKEN_FIRST = False
 
 # Each draft's loads (C_t, its Grams, x_t, z_t) issued before the first draft's out in the
 # draft-by-draft step (_drafts_out's AHEAD): else each waits on its own round trip after the
