@@ -515,7 +515,8 @@ def test_drafts_loads_ahead_or_in_turn(
     z_t) in turn after each draft's out or all before the first out (replay_fast.DRAFTS_AHEAD);
     with the tiles (in passes of 16 columns) the next pass's columns of C and of the ring's B
     with its state columns or in the pass (TILES_COLS_INPUTS_AHEAD); in both the drafts' B at
-    the start or only by the program that appends it (DRAFTS_B_LATE). The main kernel with the
+    the start or only by the program that appends it (DRAFTS_B_LATE), and a flush program's new
+    checkpoint stored before or after its out (BESIDE_STORE_LAST). The main kernel with the
     precomputed Grams (the wait for their kernel between the drafts' inputs and their Grams),
     the flushing requests' programs beside it without: each within the bars of float64, all the
     same writes bit for bit; G < H, z, a pad request, rings that wrap, packed requests of 3, 0,
@@ -530,10 +531,11 @@ def test_drafts_loads_ahead_or_in_turn(
     case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
     lengths = [3, 0, 1, 2] if packed else [3] * case.batch
     results = []
-    for ahead, b_late in ((False, False), (True, False), (True, True)):
+    for ahead, late in ((False, False), (True, False), (True, True)):
         monkeypatch.setattr(replay_fast, "DRAFTS_AHEAD", ahead)
         monkeypatch.setattr(replay_fast, "TILES_COLS_INPUTS_AHEAD", ahead)
-        monkeypatch.setattr(replay_fast, "DRAFTS_B_LATE", b_late)
+        monkeypatch.setattr(replay_fast, "DRAFTS_B_LATE", late)
+        monkeypatch.setattr(replay_fast, "BESIDE_STORE_LAST", late)
         pool, drafts = make_pool(case), make_drafts(case, 4)
         _set_cursors(pool, case, cached, 4, wrap=True)
         assert drafts["z"] is not None
@@ -548,7 +550,7 @@ def test_drafts_loads_ahead_or_in_turn(
         assert (launch.kwargs["TILES"], launch.kwargs["COLS"]) == (tiles, 16 if tiles else 0)
         assert launch.kwargs["DRAFTS_AHEAD"] == (ahead and not tiles)
         assert launch.kwargs.get("COLS_IN_AHEAD", False) == (ahead and tiles)
-        assert launch.kwargs["B_LATE"] == b_late
+        assert (launch.kwargs["B_LATE"], launch.beside.kwargs["STORE_LAST"]) == (late, late)
         assert launch.before is not None  # the Grams' kernel
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)

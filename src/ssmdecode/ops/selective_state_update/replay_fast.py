@@ -1369,6 +1369,7 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
+    STORE_LAST: tl.constexpr = False,  # ROLE 7 draft by draft: the new checkpoint stored after out
     TOKEN_FIRST: tl.constexpr = False,  # decode's flush programs: the token's inputs before the checkpoint's store
     B_LATE: tl.constexpr = False,  # with GRAM: B of the token(s) loaded by the program that appends it (T = 1: ROLE != 0)
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
@@ -1653,9 +1654,12 @@ def _selective_state_replay_fast_kernel(
                     # the kernel measured and GPU-tested in runs 173-182)
                     if m_flush:
                         b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
-                        _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+                        if not STORE_LAST:
+                            _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
                         _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
+                        if STORE_LAST:  # (out's loads not behind the checkpoint's store)
+                            _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
                     else:
                         _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
@@ -2046,6 +2050,7 @@ def fast_launch(
             "COLS": bcols,
             "COLS_AHEAD": TILES_COLS_AHEAD,
             "COLS_IN_AHEAD": TILES_COLS_INPUTS_AHEAD,
+            "STORE_LAST": BESIDE_STORE_LAST,
         }
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = bcall.launch(
@@ -2364,6 +2369,10 @@ DRAFTS_B_LATE = False
 # Decode's flush programs (_decode_flush): the token's inputs loaded before the new checkpoint's
 # store, not behind it. Prepared offline, not yet timed: off.
 FLUSH_TOKEN_FIRST = False
+# The verify step's draft-by-draft flush programs beside (ROLE 7): the new checkpoint stored
+# after out, whose drafts' loads otherwise wait behind its store. Prepared offline, not yet
+# timed: off.
+BESIDE_STORE_LAST = False
 
 # Each draft's loads (C_t, its Grams, x_t, z_t) issued before the first draft's out in the
 # draft-by-draft step (_drafts_out's AHEAD): else each waits on its own round trip after the
