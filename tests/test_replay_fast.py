@@ -515,8 +515,9 @@ def test_drafts_loads_ahead_or_in_turn(
     z_t) in turn after each draft's out or all before the first out (replay_fast.DRAFTS_AHEAD);
     with the tiles (in passes of 16 columns) the next pass's columns of C and of the ring's B
     with its state columns or in the pass (TILES_COLS_INPUTS_AHEAD); in both the drafts' B at
-    the start or only by the program that appends it (DRAFTS_B_LATE), and a flush program's new
-    checkpoint stored before or after its out (BESIDE_STORE_LAST). The main kernel with the
+    the start or only by the program that appends it (DRAFTS_B_LATE), a flush program's new
+    checkpoint stored before or after its out (BESIDE_STORE_LAST), the tiles' Grams loaded after
+    or before the passes (TILES_GRAMS_FIRST). The main kernel with the
     precomputed Grams (the wait for their kernel between the drafts' inputs and their Grams),
     the flushing requests' programs beside it without: each within the bars of float64, all the
     same writes bit for bit; G < H, z, a pad request, rings that wrap, packed requests of 3, 0,
@@ -536,6 +537,7 @@ def test_drafts_loads_ahead_or_in_turn(
         monkeypatch.setattr(replay_fast, "TILES_COLS_INPUTS_AHEAD", ahead)
         monkeypatch.setattr(replay_fast, "DRAFTS_B_LATE", late)
         monkeypatch.setattr(replay_fast, "BESIDE_STORE_LAST", late)
+        monkeypatch.setattr(replay_fast, "TILES_GRAMS_FIRST", late)
         pool, drafts = make_pool(case), make_drafts(case, 4)
         _set_cursors(pool, case, cached, 4, wrap=True)
         assert drafts["z"] is not None
@@ -550,6 +552,7 @@ def test_drafts_loads_ahead_or_in_turn(
         assert (launch.kwargs["TILES"], launch.kwargs["COLS"]) == (tiles, 16 if tiles else 0)
         assert launch.kwargs["DRAFTS_AHEAD"] == (ahead and not tiles)
         assert launch.kwargs.get("COLS_IN_AHEAD", False) == (ahead and tiles)
+        assert launch.kwargs.get("GRAMS_FIRST", False) == (late and tiles)
         assert (launch.kwargs["B_LATE"], launch.beside.kwargs["STORE_LAST"]) == (late, late)
         assert launch.before is not None  # the Grams' kernel
         want = selective_state_replay_reference(**kw)

@@ -1197,6 +1197,20 @@ def _drafts_in(step, p_g, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr, G
 
 
 @triton.jit
+def _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T: tl.constexpr, TP: tl.constexpr,
+                 RP: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr):
+    """The tiles' Grams of (request i_b, group i_g) from _gram_kernel, after the wait for it
+    (LATE): (B_ring C^T [RP, TD], B_drafts C^T [TD (u), TD (t)]), 0 past the drafts."""
+    if LATE:
+        wait_prior(PDL)
+    p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
+    m_gt = o_t[None, :] < T
+    b_GrT = tl.load(p_g + o_t[None, :] * RP + o_r[:, None], mask=m_gt, other=0.0)
+    b_GdT = tl.load(p_g + T * RP + o_t[None, :] * TP + o_t[:, None], mask=m_gt & (o_t[:, None] < TP), other=0.0)
+    return b_GrT, b_GdT
+
+
+@triton.jit
 def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
                 NO_RING: tl.constexpr, GRAM: tl.constexpr, WEIGHTS: tl.constexpr, LATE: tl.constexpr,
                 PDL: tl.constexpr, VARLEN: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
@@ -1369,6 +1383,7 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
+    GRAMS_FIRST: tl.constexpr = False,  # the tiles' passes: the Grams loaded (after the wait) before the passes
     STORE_LAST: tl.constexpr = False,  # ROLE 7 draft by draft: the new checkpoint stored after out
     TOKEN_FIRST: tl.constexpr = False,  # decode's flush programs: the token's inputs before the checkpoint's store
     B_LATE: tl.constexpr = False,  # with GRAM: B of the token(s) loaded by the program that appends it (T = 1: ROLE != 0)
@@ -1588,6 +1603,12 @@ def _selective_state_replay_fast_kernel(
                 # out in the dual form as tiles [BLOCK_M, TD] (a column a draft) on the tensor cores:
                 # h0 C^T (h0 split in three bf16 parts), then the ring's and the drafts' x by their
                 # weights W [RP, TD], L [TD, TD] (each split in three: _dot_split).
+                # the group's Grams from _gram_kernel: after the passes, or (GRAMS_FIRST, with them)
+                # before, not a round trip at the program's end
+                GRAMS_BEFORE: tl.constexpr = GRAM and PASSES and GRAMS_FIRST
+                if GRAMS_BEFORE:
+                    b_GrT, b_GdT = _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T, TP,
+                                                RP, LATE, PDL)
                 if PASSES:  # h0 C^T (and a flush) COLS columns of the tile at a time
                     b_h0C_passes = _tiles_cols(p_slot, b_h0, p_C, p_B_cache,
                                                rg, i_ring, i_xb, i_h, i_g, i_m, o_m, m_m, o_tok, m_t, m_r, pos_r,
@@ -1599,14 +1620,11 @@ def _selective_state_replay_fast_kernel(
                 m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
                 b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
                                 + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
-                if GRAM:
-                    if LATE:
-                        wait_prior(PDL)
-                    p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-                    m_gt = o_t[None, :] < T
-                    b_GrT = tl.load(p_g + o_t[None, :] * RP + o_r[:, None], mask=m_gt, other=0.0)  # [RP, TD]
-                    b_GdT = tl.load(p_g + T * RP + o_t[None, :] * TP + o_t[:, None],
-                                    mask=m_gt & (o_t[:, None] < TP), other=0.0)  # [TD (u), TD (t)]
+                if GRAMS_BEFORE:
+                    pass
+                elif GRAM:
+                    b_GrT, b_GdT = _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T, TP,
+                                                RP, LATE, PDL)
                 else:
                     if ROLE != 7:  # (a flush program's out: nothing cached)
                         b_GrT = _dot_exact(_ring_B(rg, pos_r, m_r), b_CdT, MMA16)
@@ -1949,6 +1967,7 @@ def fast_launch(
             B16=call.B_cache.dtype == torch.bfloat16,
             COLS_AHEAD=TILES_COLS_AHEAD,
             COLS_IN_AHEAD=TILES_COLS_INPUTS_AHEAD,
+            GRAMS_FIRST=TILES_GRAMS_FIRST,
         )
     # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
     rows_path = call.tokens > 1 and not flags["TILES"]
@@ -2403,6 +2422,10 @@ TILES_COLS_AHEAD = True
 # With TILES_COLS_AHEAD, the next pass's columns of C (and in a flush program beside, of the
 # ring's B) loaded with its tile, not after this pass's stores (_tiles_cols' IN_AHEAD).
 TILES_COLS_INPUTS_AHEAD = True
+# The tiles' passes with the Grams' kernel: its Grams loaded (after the wait for it) before the
+# passes instead of after them, where they are a round trip at each program's end. Prepared
+# offline, not yet timed: off.
+TILES_GRAMS_FIRST = False
 TILES_COLS_MIN_REQUESTS = 64
 
 
