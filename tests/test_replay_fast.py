@@ -567,6 +567,33 @@ def test_drafts_loads_ahead_or_in_turn(
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("cached", ["steady", "flush"])
+def test_small_batch_tiles_flush_reuses_the_rings_B(cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-tile tiles kernel with its flushes in it (few requests: no Grams' kernel, ROLE
+    0): the flush's ring B rows loaded again after out's store or taken from out's Grams
+    (replay_fast.TILES_FLUSH_B_REUSE); both within the bars of float64 and the same writes bit
+    for bit; G < H, a pad request, rings that wrap, dstate 40 (columns masked)."""
+    case = Replay(tokens=4, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
+    results = []
+    for reuse in (False, True):
+        monkeypatch.setattr(replay_fast, "TILES_FLUSH_B_REUSE", reuse)
+        pool, drafts = make_pool(case), make_drafts(case, 8)
+        _set_cursors(pool, case, cached, 8, wrap=True)
+        kw = _kwargs(pool, drafts)
+        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        assert (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["B_REUSE"]) == (True, 0, reuse)
+        assert launch.kwargs["DUAL_FLUSH"] and launch.kwargs.get("COLS", 0) == 0  # (the dual form: B_ring)
+        assert launch.before is None and launch.beside is None  # no Grams' kernel, the flushes in the kernel
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = (torch.arange(case.batch) != 2).to(DEVICE)
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])

@@ -316,15 +316,17 @@ def _dual_absorb(b_h0, b_xr, b_Br, b_S, b_w, b_A, X16: tl.constexpr, FAST_EXP: t
 
 @triton.jit
 def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr, X16: tl.constexpr,
-                   WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
+                   WINDOW: tl.constexpr, FAST_EXP: tl.constexpr, HAS_SRC_IDX: tl.constexpr, b_Br=None):
     """The checkpoint b_h0 [BLOCK_M, BLOCK_N] with the rg.n_old cached tokens of its ring rg
     (_Ring) absorbed. DUAL: in the dual form, exp(A S) h0 + x_ring (w B_ring), with b_xr the
-    ring's x rows as gathered [BLOCK_M, RP] (0 past n_old, in their dtype) and b_w, b_S
-    _ring_weights'; one matmul of K = RP on the tensor cores (_dot_split: every product exact,
+    ring's x rows as gathered [BLOCK_M, RP] (0 past n_old, in their dtype), B_ring b_Br (_ring_B's,
+    loaded here where None) and b_w, b_S _ring_weights'; one matmul of K = RP on the tensor cores (_dot_split: every product exact,
     float32 sums) instead of n_old passes over the tile. Else the exact kernel's operations
     (_replay_cached), token by token."""
     if DUAL:
-        b_state = _dual_absorb(b_h0, b_xr, _ring_B(rg, pos_r, m_r).to(tl.float32), b_S, b_w, b_A, X16, FAST_EXP)
+        if b_Br is None:
+            b_Br = _ring_B(rg, pos_r, m_r)
+        b_state = _dual_absorb(b_h0, b_xr, b_Br.to(tl.float32), b_S, b_w, b_A, X16, FAST_EXP)
     else:
         b_state = _replay_cached(b_h0, rg, b_A, WINDOW, FAST_EXP, HAS_SRC_IDX)
     return b_state
@@ -1383,6 +1385,7 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
+    B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
     GRAMS_FIRST: tl.constexpr = False,  # the tiles' passes: the Grams loaded (after the wait) before the passes
     STORE_LAST: tl.constexpr = False,  # ROLE 7 draft by draft: the new checkpoint stored after out
     TOKEN_FIRST: tl.constexpr = False,  # decode's flush programs: the token's inputs before the checkpoint's store
@@ -1627,7 +1630,8 @@ def _selective_state_replay_fast_kernel(
                                                 RP, LATE, PDL)
                 else:
                     if ROLE != 7:  # (a flush program's out: nothing cached)
-                        b_GrT = _dot_exact(_ring_B(rg, pos_r, m_r), b_CdT, MMA16)
+                        b_Brt = _ring_B(rg, pos_r, m_r)
+                        b_GrT = _dot_exact(b_Brt, b_CdT, MMA16)
                     b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
                 b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
                 b_e = exp_dA(b_A * b_d, FAST_EXP)  # exp(A d_t)
@@ -1690,7 +1694,7 @@ def _selective_state_replay_fast_kernel(
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
                 b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
-                                         FAST_EXP, HAS_SRC_IDX)
+                                         FAST_EXP, HAS_SRC_IDX, b_Brt if B_REUSE and TILES and not GRAM else None)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
@@ -1958,6 +1962,7 @@ def fast_launch(
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DECODE_B_LATE if call.tokens == 1 else DRAFTS_B_LATE,
         TOKEN_FIRST=FLUSH_TOKEN_FIRST and call.tokens == 1,
+        B_REUSE=TILES_FLUSH_B_REUSE and tiles,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
@@ -2426,6 +2431,10 @@ TILES_COLS_INPUTS_AHEAD = True
 # passes instead of after them, where they are a round trip at each program's end. Prepared
 # offline, not yet timed: off.
 TILES_GRAMS_FIRST = False
+# The whole-tile tiles kernel's flush in the main kernel (few requests, no Grams' kernel): the
+# ring's B rows its out loaded for the Grams, not loaded again after out's store (a round trip
+# behind it). Prepared offline, not yet timed: off.
+TILES_FLUSH_B_REUSE = False
 TILES_COLS_MIN_REQUESTS = 64
 
 
