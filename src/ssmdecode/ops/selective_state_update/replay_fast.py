@@ -1044,6 +1044,20 @@ def _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, st
 
 
 @triton.jit
+def _pass_C(p_Cx, o_nc, m_cc, o_tok, stride_C_n, stride_C_t):
+    """A pass's columns o_nc of the drafts' C^T [COLS, TD] (p_Cx: the request's group's C), 0
+    where m_cc is off."""
+    return tl.load(p_Cx + o_nc[:, None] * stride_C_n + o_tok[None, :] * stride_C_t, mask=m_cc, other=0.0)
+
+
+@triton.jit
+def _pass_B(p_Bc, pos_r, o_nc, m_Bc, stride_Bc_r, stride_Bc_n):
+    """A pass's columns o_nc of the ring's B rows at pos_r [RP, COLS] (p_Bc: the slot's group's
+    ring), 0 where m_Bc is off."""
+    return tl.load(p_Bc + pos_r[:, None] * stride_Bc_r + o_nc[None, :] * stride_Bc_n, mask=m_Bc, other=0.0)
+
+
+@triton.jit
 def _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, stride_Bc_r, stride_Bc_n, p_tc, m_tc,
                 B16: tl.constexpr, EVEN_N: tl.constexpr, EVICT_FIRST: tl.constexpr, b_Brc=None):
     """One pass's columns of the new checkpoint (_tiles_cols), stored and returned: the pass's
@@ -1051,8 +1065,8 @@ def _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, stride_Bc_r, 
     (at pos_r, m_r) of the pass's columns o_nc (b_Brc, loaded here where None), the x_j w_j
     split in three bf16 parts (_dot_split_a)."""
     if b_Brc is None:
-        m_Bc = m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :]
-        b_Brc = tl.load(p_Bc + pos_r[:, None] * stride_Bc_r + o_nc[None, :] * stride_Bc_n, mask=m_Bc, other=0.0)
+        b_Brc = _pass_B(p_Bc, pos_r, o_nc, m_r[:, None] if EVEN_N else m_r[:, None] & m_nc[None, :], stride_Bc_r,
+                        stride_Bc_n)
     b_h1c = _dot_split_a(b_xw, b_Brc, B16, b_decS * b_h0c)
     store_state(p_tc, b_h1c.to(p_tc.dtype.element_ty), m_tc, EVICT_FIRST)
     return b_h1c
@@ -1088,14 +1102,12 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
     if AHEAD:
         b_h0c = b_first
     if INA:  # pass 0's columns of C and of the ring's B
-        o_n0 = tl.arange(0, COLS)
-        m_n0 = (o_n0 < dstate) & (o_n0 < BLOCK_N)
-        b_CcT = tl.load(p_Cx + o_n0[:, None] * stride_C_n + o_tok[None, :] * stride_C_t,
-                        mask=m_n0[:, None] & m_t[None, :], other=0.0)
+        o_n0, m_n0, _, _ = _pass_tile(p_slot, 0, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
+                                      stride_state_p, stride_state_n, EVEN_M, PACKED_ROWS, BLOCK_M, BLOCK_N, COLS)
+        b_CcT = _pass_C(p_Cx, o_n0, m_n0[:, None] & m_t[None, :], o_tok, stride_C_n, stride_C_t)
         b_Brc = None
         if FIRST:
-            b_Brc = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_n0[None, :] * stride_Bc_n,
-                            mask=m_r[:, None] & m_n0[None, :], other=0.0)
+            b_Brc = _pass_B(p_Bc, pos_r, o_n0, m_r[:, None] & m_n0[None, :], rg.stride_B, stride_Bc_n)
     for c in tl.range(0, PASSES, num_stages=1 if AHEAD else None):
         o_nc, m_nc, p_tc, m_tc = _pass_tile(p_slot, c, i_h, i_m, o_m, m_m, rg.m_live, dstate, stride_state_h,
                                             stride_state_p, stride_state_n, EVEN_M, PACKED_ROWS, BLOCK_M, BLOCK_N,
@@ -1106,17 +1118,14 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
                                                 BLOCK_M, BLOCK_N, COLS)
             b_next = load_state(p_tn, m_tn, EVICT_FIRST)
             if INA:  # and its columns of C and of the ring's B
-                b_CcT_next = tl.load(p_Cx + o_nn[:, None] * stride_C_n + o_tok[None, :] * stride_C_t,
-                                     mask=m_nn[:, None] & m_t[None, :], other=0.0)
+                b_CcT_next = _pass_C(p_Cx, o_nn, m_nn[:, None] & m_t[None, :], o_tok, stride_C_n, stride_C_t)
                 if FIRST:
-                    b_Brc_next = tl.load(p_Bc + pos_r[:, None] * rg.stride_B + o_nn[None, :] * stride_Bc_n,
-                                         mask=m_r[:, None] & m_nn[None, :], other=0.0)
+                    b_Brc_next = _pass_B(p_Bc, pos_r, o_nn, m_r[:, None] & m_nn[None, :], rg.stride_B, stride_Bc_n)
         else:
             b_h0c = load_state(p_tc, m_tc, EVICT_FIRST)
         if not INA:
-            m_cc = m_t[None, :] if EVEN_N else m_nc[:, None] & m_t[None, :]
-            b_CcT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_nc[:, None] * stride_C_n
-                            + o_tok[None, :] * stride_C_t, mask=m_cc, other=0.0)
+            b_CcT = _pass_C(p_Cx, o_nc, m_t[None, :] if EVEN_N else m_nc[:, None] & m_t[None, :], o_tok, stride_C_n,
+                            stride_C_t)
             b_Brc = None
         if FIRST:
             b_h1c = _pass_flush(b_h0c, b_xw, b_decS, p_Bc, pos_r, m_r, o_nc, m_nc, rg.stride_B, stride_Bc_n, p_tc,
@@ -1623,12 +1632,10 @@ def _selective_state_replay_fast_kernel(
                 m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
                 b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
                                 + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
-                if GRAMS_BEFORE:
-                    pass
-                elif GRAM:
+                if GRAM and not GRAMS_BEFORE:
                     b_GrT, b_GdT = _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T, TP,
                                                 RP, LATE, PDL)
-                else:
+                elif not GRAM:
                     if ROLE != 7:  # (a flush program's out: nothing cached)
                         b_Brt = _ring_B(rg, pos_r, m_r)
                         b_GrT = _dot_exact(b_Brt, b_CdT, MMA16)
