@@ -25,8 +25,10 @@ and its Grams' kernel with the main kernel launched programmatic-dependent on it
 (replay_fast.WEIGHTS; 2 more: 282), and the verify step's flushing requests' whole steps beside
 its main kernel (replay_fast.VERIFY_FLUSH_BESIDE; 4 more: 286), and the tiles' state tile
 read in passes of columns, alone and with its flushing requests beside in flush programs that
-are tiles too (replay_fast.TILES_COLS, BESIDE_FLUSH_TILES; 6 more: 292). PTX depends on the
-Triton version: a digest file only holds for the version it names.
+are tiles too (replay_fast.TILES_COLS, BESIDE_FLUSH_TILES; 6 more: 292), and the draft-by-draft
+verify step with its Grams' kernel before it, chained, and its flushing requests beside, as
+from 64 requests on a GPU (6 more: 298). PTX depends on the Triton version: a digest file only
+holds for the version it names.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ PARTS = {
     "-beside": ("main", "beside", "after"),
     "-steps": ("main", "beside"),
     "-chain": ("before", "main"),
+    "-chained": ("before", "main", "beside"),
     "-early": ("main",),
 }
 
@@ -167,6 +170,15 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                     # BESIDE_MIN_REQUESTS on): the main kernel, and the flush programs (BESIDE_PART)
                     replay_fast.BESIDE_MIN_REQUESTS = 1
                     yield f"{name}-steps", kw, FAST_CONFIGS[1:2]
+                    # and with the Grams' kernel before them, chained (as at bs >= 64 on a GPU:
+                    # the main kernel's drafts' B the append's alone, replay_fast.DRAFTS_B_LATE)
+                    saved_gram = replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl
+                    replay_fast.GRAM_MIN_REQUESTS = 1
+                    replay_fast._chain_pdl = lambda call: replay_fast.GRAM_PDL
+                    try:
+                        yield f"{name}-steps-chained", kw, FAST_CONFIGS[1:2]
+                    finally:
+                        replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl = saved_gram
                 finally:
                     replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = saved
                     replay_fast.BESIDE_MIN_REQUESTS = saved_beside

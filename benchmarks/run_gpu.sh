@@ -154,7 +154,7 @@ stage_golden() {
   SSMDECODE_GOLDEN_REQUIRED=1 python3 -m pytest -q -p no:cacheprovider tests/test_golden.py
 }
 stage_ptx() {
-  # the snapshot itself stays out of the results (292 files); its digests go with them
+  # the snapshot itself stays out of the results (298 files); its digests go with them
   python3 benchmarks/ptx_snapshot.py write "$OUT/ptx" &&
   python3 benchmarks/ptx_snapshot.py digest "$OUT/ptx" "$R/ptx-digests.json" &&
   python3 benchmarks/ptx_snapshot.py compare benchmarks/ptx_reference.json "$OUT/ptx"

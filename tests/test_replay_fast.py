@@ -443,48 +443,6 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-def test_decode_loads_placed_either_way(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decode with the Grams and its flushes beside the main kernel (ROLE 5 and 6): B of the
-    token loaded by every main-kernel program or only by the one that appends it to the ring
-    (replay_fast.DECODE_B_LATE), and the flush programs' token loaded after or before their
-    checkpoint's store (FLUSH_TOKEN_FIRST); both ways within the bars of float64 and the same
-    writes bit for bit; G < H (each group's B appended by its first head), a pad request, a
-    packed request of no token, rings that wrap, flushing requests."""
-    case = Replay(tokens=1, window=7, nheads=4, ngroups=2, batch=6, pad_rows=(2,))
-    lengths = [1, 1, 1, 0, 1, 1]
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "SIDE_CAP_SHARE", 1)  # every flushing request to the programs beside
-    monkeypatch.setattr(replay_fast, "SIDE_CONFIG", _config(case))
-    results = []
-    for placed in (False, True):
-        monkeypatch.setattr(replay_fast, "DECODE_B_LATE", placed)
-        monkeypatch.setattr(replay_fast, "FLUSH_TOKEN_FIRST", placed)
-        pool, drafts = make_pool(case), make_drafts(case, 6)
-        _set_cursors(pool, case, "steady", 6, wrap=True)
-        pool["num_cached"][pool["state_batch_indices"][[0, 4]]] = case.window  # these flush
-        kw = _kwargs(pool, drafts)
-        if packed:
-            cu = torch.tensor([0, 1, 2, 3, 3, 4, 5], dtype=torch.int32, device=DEVICE)
-            kw = {**_kwargs(pool, _packed(drafts, lengths)), "cu_seqlens": cu, "max_seqlen": 1}
-        config = replace(_config(case), slot_major=True)
-        _, launch = replay_prepare(**kw, config=config, exact=False)
-        assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"]) == (5, 6)
-        assert (launch.kwargs["B_LATE"], launch.beside.kwargs["TOKEN_FIRST"]) == (placed, placed)
-        before = bits(pool["state"]).clone()
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, config, exact=False)
-        assert (bits(pool["state"]) != before).any()  # the flushes were stored
-        rows = [r for r, n in enumerate(lengths) if n or not packed]
-        live = torch.tensor([r not in case.pad_rows for r in rows], device=DEVICE)
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize("tokens", [1, 4], ids=["T1", "T4"])
 def test_small_tiles_flush_token_by_token(tokens: int) -> None:
     """Tiles of fewer than 16 rows (no matmul: replay_fast.dual_flush off) flush with the exact
@@ -514,10 +472,8 @@ def test_drafts_loads_ahead_or_in_turn(
     """Where the verify step's loads go: draft by draft, every draft's (C_t, its Grams, x_t,
     z_t) in turn after each draft's out or all before the first out (replay_fast.DRAFTS_AHEAD);
     with the tiles (in passes of 16 columns) the next pass's columns of C and of the ring's B
-    with its state columns or in the pass (TILES_COLS_INPUTS_AHEAD); in both the drafts' B at
-    the start or only by the program that appends it (DRAFTS_B_LATE), a flush program's new
-    checkpoint stored before or after its out (BESIDE_STORE_LAST), the tiles' Grams loaded after
-    or before the passes (TILES_GRAMS_FIRST). The main kernel with the
+    with its state columns or in the pass (TILES_COLS_INPUTS_AHEAD); draft by draft the drafts'
+    B at the start or only by the program that appends it (DRAFTS_B_LATE). The main kernel with the
     precomputed Grams (the wait for their kernel between the drafts' inputs and their Grams),
     the flushing requests' programs beside it without: each within the bars of float64, all the
     same writes bit for bit; G < H, z, a pad request, rings that wrap, packed requests of 3, 0,
@@ -536,8 +492,6 @@ def test_drafts_loads_ahead_or_in_turn(
         monkeypatch.setattr(replay_fast, "DRAFTS_AHEAD", ahead)
         monkeypatch.setattr(replay_fast, "TILES_COLS_INPUTS_AHEAD", ahead)
         monkeypatch.setattr(replay_fast, "DRAFTS_B_LATE", late)
-        monkeypatch.setattr(replay_fast, "BESIDE_STORE_LAST", late)
-        monkeypatch.setattr(replay_fast, "TILES_GRAMS_FIRST", late)
         pool, drafts = make_pool(case), make_drafts(case, 4)
         _set_cursors(pool, case, cached, 4, wrap=True)
         assert drafts["z"] is not None
@@ -552,8 +506,7 @@ def test_drafts_loads_ahead_or_in_turn(
         assert (launch.kwargs["TILES"], launch.kwargs["COLS"]) == (tiles, 16 if tiles else 0)
         assert launch.kwargs["DRAFTS_AHEAD"] == (ahead and not tiles)
         assert launch.kwargs.get("COLS_IN_AHEAD", False) == (ahead and tiles)
-        assert launch.kwargs.get("GRAMS_FIRST", False) == (late and tiles)
-        assert (launch.kwargs["B_LATE"], launch.beside.kwargs["STORE_LAST"]) == (late, late)
+        assert (launch.kwargs["B_LATE"], launch.beside.kwargs["B_LATE"]) == (late and not tiles,) * 2
         assert launch.before is not None  # the Grams' kernel
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)

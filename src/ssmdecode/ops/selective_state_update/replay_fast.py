@@ -419,12 +419,11 @@ def _ring_rows(rg, b_A, RP: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: t
 
 @triton.jit
 def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.constexpr,
-                  X_ONLY: tl.constexpr = False, p_Bt=None, m_Bt=None):
+                  X_ONLY: tl.constexpr = False):
     """The decode token appended to the ring rg (_Ring) at row pos, as the exact kernel appends
     it: x by each program of its rows, dt' by the head's first, B by the group's first head's
-    (m_app: whether the request appends, None: it does; b_B None: loaded here, at p_Bt masked
-    by m_Bt, by that program alone); X_ONLY: x alone (the Grams' kernel appends dt' and B with
-    WEIGHTS)."""
+    (m_app: whether the request appends, None: it does); X_ONLY: x alone (the Grams' kernel
+    appends dt' and B with WEIGHTS)."""
     tl.store(rg.p_x + pos * rg.stride_x, b_x, mask=both(rg.m_vm, m_app))
     if i_m == 0 and not X_ONLY:
         if m_app is None:
@@ -432,8 +431,7 @@ def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.
         else:
             tl.store(rg.p_dt + pos * rg.stride_dt, b_dt, mask=m_app)
         if i_h % HEADS_PER_GROUP == 0:
-            b_Ba = load(p_Bt, m_Bt) if b_B is None else b_B
-            tl.store(rg.p_B + pos * rg.stride_B, b_Ba, mask=both(rg.m_vn, m_app))
+            tl.store(rg.p_B + pos * rg.stride_B, b_B, mask=both(rg.m_vn, m_app))
 
 
 @triton.jit
@@ -598,16 +596,13 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
                   HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr,
                   EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
                   STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr,
-                  TOKEN_FIRST: tl.constexpr = False):
+                  BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr):
     """The decode flush of request i_b (one that flushes), rows i_m of head i_h: its new
     checkpoint, h0 with its cached tokens absorbed (_flushed_state; under FLUSH_DRAFTS the
     token too, with the main kernel's operations), stored after the wait (PDL). OUT: all of
     the request's step, as the main kernel's flush does it (ROLE 0): out from the checkpoint
     with the token, and the token appended (none under FLUSH_DRAFTS); else the checkpoint
-    only, the main kernel's reads of h0 being the one thing its wait orders. TOKEN_FIRST: the
-    token's inputs loaded before the checkpoint's store (else after it: a round trip behind
-    it, a load being unable to pass a store that may alias it). pool: _Pool, tok: _Token."""
+    only, the main kernel's reads of h0 being the one thing its wait orders. pool: _Pool, tok: _Token."""
     i_g = i_h // HEADS_PER_GROUP
     i_slot, m_live, i_ring, n_old, start = _cursors(
         pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, pool.ring,
@@ -630,17 +625,11 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
     b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
                              HAS_SRC_IDX)
     wait_prior(PDL)  # (the kernel before may write the token's inputs: read after it)
-    TOKEN: tl.constexpr = FLUSH_DRAFTS or OUT
-    if TOKEN and TOKEN_FIRST:
-        t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D = _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP,
-                                                                DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, VARLEN, OUT)
     if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
         _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
-    if TOKEN:
-        if not TOKEN_FIRST:
-            t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D = _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok,
-                                                                    HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D,
-                                                                    HAS_Z, VARLEN, OUT)
+    if FLUSH_DRAFTS or OUT:
+        t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D = _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP,
+                                                                DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, VARLEN, OUT)
         _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, b_x, b_dt, b_B, b_C, b_z, b_D, b_A,
                     FLUSH_DRAFTS, HEADS_PER_GROUP, HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS,
                     BLOCK_N, EVICT_FIRST, OUT)
@@ -961,7 +950,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr,
                     RANKS: tl.constexpr, CAP_SHARE: tl.constexpr, AHEAD: tl.constexpr = False,
-                    T: tl.constexpr = 1, TOKEN_FIRST: tl.constexpr = False):
+                    T: tl.constexpr = 1):
     """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
     (rows, head): the requests that flush, ranked in request order, go out rank r to program
     r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
@@ -1020,7 +1009,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
                                   CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
                                   HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
-                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT, TOKEN_FIRST)
+                                  STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OUT)
         base += tl.sum(f, 0)
     # One program waits whether or not it stored anything (those that stored waited before):
     # the kernel then completes after the one it depends on, so that one waiting for it sees
@@ -1395,10 +1384,7 @@ def _selective_state_replay_fast_kernel(
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
     B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
-    GRAMS_FIRST: tl.constexpr = False,  # the tiles' passes: the Grams loaded (after the wait) before the passes
-    STORE_LAST: tl.constexpr = False,  # ROLE 7 draft by draft: the new checkpoint stored after out
-    TOKEN_FIRST: tl.constexpr = False,  # decode's flush programs: the token's inputs before the checkpoint's store
-    B_LATE: tl.constexpr = False,  # with GRAM: B of the token(s) loaded by the program that appends it (T = 1: ROLE != 0)
+    B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
 ):
     # the requests' inputs and outs, as the helpers read and write them
@@ -1427,7 +1413,7 @@ def _selective_state_replay_fast_kernel(
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
                             BLOCK_N, EVICT_FIRST, PDL, ROLE != 2, LIST_BLOCK, RANKS if ROLE == 6 else 0, CAP_SHARE,
-                            AHEAD and ROLE != 2, T, TOKEN_FIRST)
+                            AHEAD and ROLE != 2, T)
             return
         if ROLE != 4:  # (every program of a flush kernel is a flush program: no other code)
             return
@@ -1515,14 +1501,7 @@ def _selective_state_replay_fast_kernel(
             b_dt += b_dt_bias
         if DT_SOFTPLUS:
             b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
-        # B of the token: with the Grams (C . B theirs) and no flush here, the append's alone,
-        # loaded there by the one program of the group that appends it (B_LATE)
-        B_ON_APPEND: tl.constexpr = B_LATE and GRAM and not WEIGHTS and ROLE != 0
-        p_Bt = p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n
-        if B_ON_APPEND:
-            b_B = None
-        else:
-            b_B = load(p_Bt, m_vn)
+        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
         b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
                    m_vn).to(tl.float32)
         b_z = b_x
@@ -1584,8 +1563,7 @@ def _selective_state_replay_fast_kernel(
         m_app = m_live
         if FLUSH_DRAFTS:
             m_app = both(m_app, m_flush == 0)
-        _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP, WEIGHTS,
-                      p_Bt, m_vn)
+        _append_token(rg, wrap(start + n_old, ring), b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP, WEIGHTS)
     else:
         # Verify: the drafts' inputs as tiles of DW rows (the first n_tok live), all loaded
         # before any store: x [BLOCK_M, DW] (a column a draft), B [DW, BLOCK_N], dt' [DW]; DW
@@ -1615,12 +1593,6 @@ def _selective_state_replay_fast_kernel(
                 # out in the dual form as tiles [BLOCK_M, TD] (a column a draft) on the tensor cores:
                 # h0 C^T (h0 split in three bf16 parts), then the ring's and the drafts' x by their
                 # weights W [RP, TD], L [TD, TD] (each split in three: _dot_split).
-                # the group's Grams from _gram_kernel: after the passes, or (GRAMS_FIRST, with them)
-                # before, not a round trip at the program's end
-                GRAMS_BEFORE: tl.constexpr = GRAM and PASSES and GRAMS_FIRST
-                if GRAMS_BEFORE:
-                    b_GrT, b_GdT = _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T, TP,
-                                                RP, LATE, PDL)
                 if PASSES:  # h0 C^T (and a flush) COLS columns of the tile at a time
                     b_h0C_passes = _tiles_cols(p_slot, b_h0, p_C, p_B_cache,
                                                rg, i_ring, i_xb, i_h, i_g, i_m, o_m, m_m, o_tok, m_t, m_r, pos_r,
@@ -1632,10 +1604,10 @@ def _selective_state_replay_fast_kernel(
                 m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
                 b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
                                 + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
-                if GRAM and not GRAMS_BEFORE:
+                if GRAM:  # the group's Grams from _gram_kernel
                     b_GrT, b_GdT = _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T, TP,
                                                 RP, LATE, PDL)
-                elif not GRAM:
+                else:
                     if ROLE != 7:  # (a flush program's out: nothing cached)
                         b_Brt = _ring_B(rg, pos_r, m_r)
                         b_GrT = _dot_exact(b_Brt, b_CdT, MMA16)
@@ -1683,12 +1655,9 @@ def _selective_state_replay_fast_kernel(
                     # the kernel measured and GPU-tested in runs 173-182)
                     if m_flush:
                         b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
-                        if not STORE_LAST:
-                            _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+                        _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
                         _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
-                        if STORE_LAST:  # (out's loads not behind the checkpoint's store)
-                            _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
                     else:
                         _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
@@ -1967,8 +1936,7 @@ def fast_launch(
         DUAL_FLUSH=dual_flush(config, state.shape[-1], tiles),
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
-        B_LATE=DECODE_B_LATE if call.tokens == 1 else DRAFTS_B_LATE,
-        TOKEN_FIRST=FLUSH_TOKEN_FIRST and call.tokens == 1,
+        B_LATE=DRAFTS_B_LATE and not tiles and call.tokens >= DRAFTS_B_LATE_FROM_TOKENS,
         B_REUSE=TILES_FLUSH_B_REUSE and tiles,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
@@ -1979,7 +1947,6 @@ def fast_launch(
             B16=call.B_cache.dtype == torch.bfloat16,
             COLS_AHEAD=TILES_COLS_AHEAD,
             COLS_IN_AHEAD=TILES_COLS_INPUTS_AHEAD,
-            GRAMS_FIRST=TILES_GRAMS_FIRST,
         )
     # the draft-by-draft verify step: its own kernel and the chunked tile (_ring_lanes_kernel, CHUNK)
     rows_path = call.tokens > 1 and not flags["TILES"]
@@ -2081,7 +2048,6 @@ def fast_launch(
             "COLS": bcols,
             "COLS_AHEAD": TILES_COLS_AHEAD,
             "COLS_IN_AHEAD": TILES_COLS_INPUTS_AHEAD,
-            "STORE_LAST": BESIDE_STORE_LAST,
         }
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = bcall.launch(
@@ -2389,21 +2355,16 @@ def dual_flush(config: LaunchConfig, dstate: int, tiles: bool = False) -> bool:
 # fast-verify-sweep/ and fast-verify-small/) the row sums led at T = 2 and 4 from batch 64 on
 # and at T = 2 at batch 1 and 8 (16 rows, 2 warps: 5.82 against the tiles' 7.00 us at bs 8),
 # the tiles at T = 8 and at T = 4 at batch 1 and 8.
-# Decode (T = 1) with the Grams and its flushes elsewhere: B of the token is the append's alone,
-# loaded by the one program a group that appends it instead of by every program (where ptxas
-# sinks the load to just before the append's store: a round trip at each program's end).
-# Prepared offline, not yet timed: off.
-DECODE_B_LATE = False
-# The verify step's likewise for its drafts' B (which the main kernel holds from its start to
-# its append otherwise). Prepared offline, not yet timed: off.
-DRAFTS_B_LATE = False
-# Decode's flush programs (_decode_flush): the token's inputs loaded before the new checkpoint's
-# store, not behind it. Prepared offline, not yet timed: off.
-FLUSH_TOKEN_FIRST = False
-# The verify step's draft-by-draft flush programs beside (ROLE 7): the new checkpoint stored
-# after out, whose drafts' loads otherwise wait behind its store. Prepared offline, not yet
-# timed: off.
-BESIDE_STORE_LAST = False
+# The draft-by-draft verify step with the Grams (C . B theirs): the drafts' B is the append's
+# alone, loaded by the one program a group that appends it (_append_drafts' p_Bl) instead of by
+# every program, which held it from its start to its append. On an H100 (runs 209-210,
+# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-load-placements/, headline, window 16, steady
+# cursors) T = 4 took 21.87, 36.81 and 135.13 us at bs 64, 128 and 512 against 22.16-22.22,
+# 37.19-37.30 and 135.43-135.49, the same bits; at T = 2 level at bs 8 and 64 and slower at bs
+# 512 (117.83 against 117.41-117.53), in the tiles (T = 8) slower (180.34 against 178.04-178.17
+# at bs 512): from DRAFTS_B_LATE_FROM_TOKENS drafts, draft by draft only.
+DRAFTS_B_LATE = True
+DRAFTS_B_LATE_FROM_TOKENS = 3
 
 # Each draft's loads (C_t, its Grams, x_t, z_t) issued before the first draft's out in the
 # draft-by-draft step (_drafts_out's AHEAD): else each waits on its own round trip after the
@@ -2437,14 +2398,11 @@ TILES_COLS_AHEAD = True
 # ring's B) loaded with its tile, not after this pass's stores (_tiles_cols' IN_AHEAD): T = 8
 # took 178.0 us at bs 512 against 189.6-189.7 in the same run 206, the same bits.
 TILES_COLS_INPUTS_AHEAD = True
-# The tiles' passes with the Grams' kernel: its Grams loaded (after the wait for it) before the
-# passes instead of after them, where they are a round trip at each program's end. Prepared
-# offline, not yet timed: off.
-TILES_GRAMS_FIRST = False
 # The whole-tile tiles kernel's flush in the main kernel (few requests, no Grams' kernel): the
 # ring's B rows its out loaded for the Grams, not loaded again after out's store (a round trip
-# behind it). Prepared offline, not yet timed: off.
-TILES_FLUSH_B_REUSE = False
+# behind it). On an H100 (run 210, fast-load-placements/) T = 4 at bs 8 took 7.81 us against
+# 7.92-7.95, T = 3 7.56 against 7.59-7.65, the same bits.
+TILES_FLUSH_B_REUSE = True
 TILES_COLS_MIN_REQUESTS = 64
 
 
