@@ -192,6 +192,33 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
     assert_same_writes(pool, twin, _config(case))
 
 
+@pytest.mark.parametrize("config", ["8,1", "16,2"])
+def test_draft_by_draft_at_fewer_rows_a_warp(config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draft-by-draft verify step at configs that hold less of the state tile a thread than
+    its default (16,1): 8 rows a warp (no tile of 16 rows: a flush here takes the exact
+    kernel's operations) and 16 rows over 2 warps (its row sums across warps), with the Grams'
+    kernel before and the flushing requests' programs beside; out, the flushed states and the
+    rings within the bars of float64; two row blocks a head, a pad request, rings that wrap."""
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
+    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
+    case = Replay(tokens=4, window=12, nheads=2, ngroups=1, headdim=16, batch=3, pad_rows=(1,))
+    pool, drafts = make_pool(case), make_drafts(case, 3)
+    _set_cursors(pool, case, "steady", 3, wrap=True)
+    pool["num_cached"][pool["state_batch_indices"][0]] = case.window  # this one flushes
+    kw = _kwargs(pool, drafts)
+    _, launch = replay_prepare(**kw, config=LaunchConfig.parse(config), exact=False)
+    assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"]) == (5, 7)
+    assert launch.before is not None and not launch.kwargs["TILES"]
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, LaunchConfig.parse(config), exact=False)
+    live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    for name, got in zip(("x_cache", "B_cache"), want[2:4], strict=True):
+        assert torch.equal(bits(pool[name]), bits(got.to(DEVICE))), name
+
+
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize(
     ("tiles", "dstate", "cols", "state"),
