@@ -34,6 +34,7 @@ holds for the version it names.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import hashlib
 import json
@@ -172,13 +173,8 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                     yield f"{name}-steps", kw, FAST_CONFIGS[1:2]
                     # and with the Grams' kernel before them, chained (as at bs >= 64 on a GPU:
                     # the main kernel's drafts' B the append's alone, replay_fast.DRAFTS_B_LATE)
-                    saved_gram = replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl
-                    replay_fast.GRAM_MIN_REQUESTS = 1
-                    replay_fast._chain_pdl = lambda call: replay_fast.GRAM_PDL
-                    try:
+                    with _grams_chained():
                         yield f"{name}-steps-chained", kw, FAST_CONFIGS[1:2]
-                    finally:
-                        replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl = saved_gram
                 finally:
                     replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = saved
                     replay_fast.BESIDE_MIN_REQUESTS = saved_beside
@@ -230,31 +226,44 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
             yield f"{name}-vllm", vllm, FAST_CONFIGS[:1]
 
 
-def _chain_inputs(name: str, kw: dict, tokens: int) -> Iterator[tuple[str, dict, tuple[str, ...]]]:
-    """The call with its Grams precomputed (as from replay_fast.GRAM_MIN_REQUESTS requests on)
-    and its kernels chained programmatic-dependent, as on a GPU (replay_fast._chain_pdl
-    replaced: the CPU tensors have no device to launch on): the Grams' kernel and the main
-    kernel, which waits just before it reads the Grams (-chain, LATE_WAIT); at T = 1 also the
-    main kernel waiting after its state loads (-chain-early, as from
-    replay_fast.LATE_WAIT_DECODE_BELOW requests on); and with the Grams' kernel computing the
-    dual form's weights (-chain-weights, replay_fast.WEIGHTS; at T >= 2 draft by draft, the
-    flushes split off)."""
-    saved = replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl, replay_fast.LATE_WAIT
-    weights = replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS
+@contextlib.contextmanager
+def _grams_chained() -> Iterator[None]:
+    """The Grams' kernel first, from one request on (replay_fast.GRAM_MIN_REQUESTS), and the
+    kernels chained programmatic-dependent, as on a GPU (replay_fast._chain_pdl replaced: the
+    CPU tensors have no device to launch on)."""
+    saved = replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl
     replay_fast.GRAM_MIN_REQUESTS = 1
     replay_fast._chain_pdl = lambda call: replay_fast.GRAM_PDL
     try:
-        yield f"{name}-chain", kw, FAST_CONFIGS[1:2]
-        if tokens == 1:
-            replay_fast.LATE_WAIT = False
-            yield f"{name}-chain-early", kw, FAST_CONFIGS[1:2]
-            replay_fast.LATE_WAIT = saved[2]
-        # the dual form's weights from the Grams' kernel (replay_fast.WEIGHTS): decode, and the
-        # draft-by-draft verify step with its flushes split off (its route from 16 requests on)
-        replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = True, 0, 1
-        yield f"{name}-chain-weights", kw, FAST_CONFIGS[1:2]
+        yield
     finally:
-        replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl, replay_fast.LATE_WAIT = saved
+        replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl = saved
+
+
+def _chain_inputs(name: str, kw: dict, tokens: int) -> Iterator[tuple[str, dict, tuple[str, ...]]]:
+    """The call with its Grams precomputed (as from replay_fast.GRAM_MIN_REQUESTS requests on)
+    and its kernels chained programmatic-dependent, as on a GPU (_grams_chained): the Grams'
+    kernel and the main kernel, which waits just before it reads the Grams (-chain, LATE_WAIT);
+    at T = 1 also the main kernel waiting after its state loads (-chain-early, as from
+    replay_fast.LATE_WAIT_DECODE_BELOW requests on); and with the Grams' kernel computing the
+    dual form's weights (-chain-weights, replay_fast.WEIGHTS; at T >= 2 draft by draft, the
+    flushes split off)."""
+    late_wait = replay_fast.LATE_WAIT
+    weights = replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS
+    try:
+        with _grams_chained():
+            yield f"{name}-chain", kw, FAST_CONFIGS[1:2]
+            if tokens == 1:
+                replay_fast.LATE_WAIT = False
+                yield f"{name}-chain-early", kw, FAST_CONFIGS[1:2]
+                replay_fast.LATE_WAIT = late_wait
+            # the dual form's weights from the Grams' kernel (replay_fast.WEIGHTS): decode, and
+            # the draft-by-draft verify step with its flushes split off (its route from 16
+            # requests on)
+            replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = True, 0, 1
+            yield f"{name}-chain-weights", kw, FAST_CONFIGS[1:2]
+    finally:
+        replay_fast.LATE_WAIT = late_wait
         replay_fast.WEIGHTS, replay_fast.TILES_MAX_REQUESTS, replay_fast.SPLIT_MIN_REQUESTS = weights
 
 

@@ -500,8 +500,8 @@ def test_drafts_loads_ahead_or_in_turn(
     z_t) in turn after each draft's out or all before the first out (replay_fast.DRAFTS_AHEAD);
     with the tiles (in passes of 16 columns) the next pass's columns of C and of the ring's B
     with its state columns or in the pass (TILES_COLS_INPUTS_AHEAD); draft by draft the drafts'
-    B at the start or only by the program that appends it (DRAFTS_B_LATE). The main kernel with the
-    precomputed Grams (the wait for their kernel between the drafts' inputs and their Grams),
+    B at the start or only by the program that appends it (DRAFTS_B_LATE). The main kernel with
+    the precomputed Grams (the wait for their kernel between the drafts' inputs and their Grams),
     the flushing requests' programs beside it without: each within the bars of float64, all the
     same writes bit for bit; G < H, z, a pad request, rings that wrap, packed requests of 3, 0,
     1 and 2 drafts."""

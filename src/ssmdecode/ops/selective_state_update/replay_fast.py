@@ -602,7 +602,8 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
     token too, with the main kernel's operations), stored after the wait (PDL). OUT: all of
     the request's step, as the main kernel's flush does it (ROLE 0): out from the checkpoint
     with the token, and the token appended (none under FLUSH_DRAFTS); else the checkpoint
-    only, the main kernel's reads of h0 being the one thing its wait orders. pool: _Pool, tok: _Token."""
+    only, the main kernel's reads of h0 being the one thing its wait orders. pool: _Pool, tok:
+    _Token."""
     i_g = i_h // HEADS_PER_GROUP
     i_slot, m_live, i_ring, n_old, start = _cursors(
         pool.p_src_idx, pool.p_cached, pool.p_ring_start, i_b, pool.stride_src_idx, pool.pad_slot_id, pool.ring,
@@ -628,19 +629,33 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
     if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
         _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
     if FLUSH_DRAFTS or OUT:
-        t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D = _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP,
-                                                                DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, VARLEN, OUT)
+        t0, i_xb, b_x, b_dt, b_B = _flush_token(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
+                                                HAS_DT_BIAS, VARLEN)
+        b_C = b_B
+        b_z = b_x
+        b_D = 0.0
+        if OUT:
+            b_C, b_z = _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
+            if HAS_D:
+                b_D = _head_D(i_h, o_m, m_vm, tok)
         _flush_tail(b_state, ck, rg, tok, t0, i_xb, i_m, i_h, o_m, m_vm, m_live, b_x, b_dt, b_B, b_C, b_z, b_D, b_A,
                     FLUSH_DRAFTS, HEADS_PER_GROUP, HAS_D, HAS_Z, HAS_SRC_IDX, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS,
                     BLOCK_N, EVICT_FIRST, OUT)
 
 
 @triton.jit
-def _drafts_B(tok, i_xb, i_g, o_tok, m_t, o_n, m_vn):
-    """The drafts' B [DW, BLOCK_N] (the first n_tok rows of DW live: m_t), 0 elsewhere."""
+def _drafts_B_at(tok, i_xb, i_g, o_tok, o_n):
+    """The addresses of the drafts' B [DW, BLOCK_N] (request i_xb's tokens o_tok, group i_g)."""
+    return (tok.p_B + i_xb * tok.stride_B_b + i_g * tok.stride_B_g + o_tok[:, None] * tok.stride_B_t
+            + o_n[None, :] * tok.stride_B_n)
+
+
+@triton.jit
+def _drafts_B(p_Bd, m_t, m_vn):
+    """The drafts' B [DW, BLOCK_N] at p_Bd (_drafts_B_at; the first n_tok rows of DW live: m_t),
+    0 elsewhere."""
     m_nd = m_t[:, None] if m_vn is None else m_t[:, None] & m_vn[None, :]
-    return tl.load(tok.p_B + i_xb * tok.stride_B_b + i_g * tok.stride_B_g + o_tok[:, None] * tok.stride_B_t
-                   + o_n[None, :] * tok.stride_B_n, mask=m_nd, other=0.0)
+    return tl.load(p_Bd, mask=m_nd, other=0.0)
 
 
 @triton.jit
@@ -664,7 +679,7 @@ def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW:
     b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
     b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
     if LOAD_B:
-        b_Bd = _drafts_B(tok, i_xb, i_g, o_tok, m_t, o_n, m_vn)
+        b_Bd = _drafts_B(_drafts_B_at(tok, i_xb, i_g, o_tok, o_n), m_t, m_vn)
     return o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd
 
 
@@ -673,8 +688,8 @@ def _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP: t
                    HAS_SRC_IDX: tl.constexpr, DT_B: tl.constexpr, p_Bl=None):
     """The drafts (m_t live) appended to the ring rg (_Ring) at the exact kernel's positions, with
     its values: x by every program, dt' and B (DT_B; with WEIGHTS the Grams' kernel appends them)
-    by the first rows' programs, B by the group's first head (p_Bl, the drafts' B [DW,
-    BLOCK_N]: loaded here, by that program alone, instead of b_Bd)."""
+    by the first rows' programs, B by the group's first head (from p_Bl, _drafts_B_at's: loaded
+    here, by that program alone, instead of b_Bd)."""
     m_app = m_t
     if HAS_SRC_IDX:
         m_app = m_app & rg.m_live
@@ -686,8 +701,7 @@ def _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP: t
         if i_h % HEADS_PER_GROUP == 0:
             m_appn = m_app[:, None] if rg.m_vn is None else m_app[:, None] & rg.m_vn[None, :]
             if p_Bl is not None:
-                m_nd = m_t[:, None] if rg.m_vn is None else m_t[:, None] & rg.m_vn[None, :]
-                b_Ba = tl.load(p_Bl, mask=m_nd, other=0.0)
+                b_Ba = _drafts_B(p_Bl, m_t, rg.m_vn)
             else:
                 b_Ba = b_Bd
             tl.store(rg.p_B[None, :] + pos_t[:, None] * rg.stride_B, b_Ba, mask=m_appn)
@@ -749,24 +763,6 @@ def _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GR
 def _head_D(i_h, o_m, m_vm, tok):
     """D of head i_h's rows o_m as float32."""
     return load(tok.p_D + i_h * tok.stride_D_h + o_m * tok.stride_D_p, m_vm).to(tl.float32)
-
-
-@triton.jit
-def _flush_inputs(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-                  HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, VARLEN: tl.constexpr,
-                  OUT: tl.constexpr):
-    """A decode flush's token (_decode_flush): (t0, i_xb, x, dt', B, then with OUT C, z and D,
-    else B, x and 0.0 in their places)."""
-    t0, i_xb, b_x, b_dt, b_B = _flush_token(i_b, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
-                                            HAS_DT_BIAS, VARLEN)
-    b_C = b_B
-    b_z = b_x
-    b_D = 0.0
-    if OUT:
-        b_C, b_z = _flush_token_out(t0, i_xb, b_x, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
-        if HAS_D:
-            b_D = _head_D(i_h, o_m, m_vm, tok)
-    return t0, i_xb, b_x, b_dt, b_B, b_C, b_z, b_D
 
 
 @triton.jit
@@ -1678,8 +1674,7 @@ def _selective_state_replay_fast_kernel(
         # append: the same positions and values as the exact kernel
         p_Bl = None
         if B_ON_APPEND:
-            p_Bl = (p_B + i_xb * stride_B_b + i_g * stride_B_g + o_tok[:, None] * stride_B_t
-                    + o_n[None, :] * stride_B_n)
+            p_Bl = _drafts_B_at(tok, i_xb, i_g, o_tok, o_n)
         _append_drafts(rg, o_t, m_t, b_xd, b_dtd, b_Bd, i_m, i_h, HEADS_PER_GROUP, HAS_SRC_IDX, not WEIGHTS, p_Bl)
 # fmt: on
 
