@@ -371,6 +371,51 @@ def test_flushes_beside_the_main_kernel(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
+@pytest.mark.parametrize("packed", [False, True], ids=["T4", "T3-cu_seqlens"])
+def test_flush_programs_issue_the_drafts_loads_first(
+    packed: bool, cached: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replay_fast.BESIDE_IN_FIRST (prepared, not yet timed): the draft-by-draft step's flush
+    programs beside the main kernel issue their drafts' loads (C_t, x_t, z_t: _drafts_in)
+    before the new checkpoint's store (1) or before the absorb (2), not after the store, which
+    they cannot pass: out, the states and the rings bit for bit those of the shipped order, and
+    within the bars of float64; G < H, a pad request, rings that wrap, and packed requests of 3,
+    0, 1 and 2 drafts."""
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES", False)
+    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+    tokens = 3 if packed else 4
+    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), headdim=8, dstate=16)
+    lengths = [3, 0, 1, 2] if packed else [tokens] * case.batch
+    extra: dict = {}
+    if packed:
+        cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
+        extra = {"cu_seqlens": cu, "max_seqlen": 3}
+    written = []
+    for first in (0, 1, 2):
+        monkeypatch.setattr(replay_fast, "BESIDE_IN_FIRST", first)
+        pool, drafts = make_pool(case), make_drafts(case, 11)
+        _set_cursors(pool, case, cached, 11, wrap=True)
+        if packed:
+            drafts = _packed(drafts, lengths)
+        kw = {**_kwargs(pool, drafts), **extra}
+        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        assert (launch.beside.kwargs["ROLE"], launch.beside.kwargs.get("IN_FIRST", 0)) == (7, first)
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = (torch.arange(case.batch).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
+        live = live.view(out.shape[: 1 if packed else 2])
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        rings = [pool[name] for name in ("x_cache", "B_cache", "dt_cache")]
+        written.append([bits(t).clone() for t in (out, pool["state"], *rings)])
+    for got in written[1:]:
+        for a, b in zip(got, written[0], strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize(
     "tokens, layout",
     [(1, "list"), (3, "grid"), (3, "list")],
