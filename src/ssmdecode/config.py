@@ -521,7 +521,11 @@ def lookup_config(
     """The table's config for this shape and batch on this device, else default_config.
     Multi-token calls (mode final, buffer or dst, tokens T) take the entry of their mode with
     the token count nearest to T (log2 distance; ties to the smaller), then the nearest batch
-    bucket; a mode the table does not hold falls back to default_config. stochastic: a call
+    bucket; a mode the table does not hold falls back to default_config. The fast replay
+    route (mode replay-fast) takes the entries of its own token count only, else
+    replay_fast_config: its kernels change with T (decode's vectors at T = 1, out draft by
+    draft or as tiles above, by T and the batch), so a table tuned at T = 3, 4 and 8 would
+    otherwise serve the decode step and T = 2 configs measured on other kernels. stochastic: a call
     that rounds a 16-bit state stochastically takes the entries of its rounding where the
     table has them for its shape (and mode), else those of round-to-nearest. dense: a
     multi-token call whose dt, A or dt_bias is not tied over the head dim takes the entries
@@ -572,6 +576,8 @@ def _buckets(
         and (m["params"] or "tied") == params
         and k.startswith(base + " ")
     ]
+    if mode == "replay-fast":  # its kernels change with T (replay_fast._tiles): its own count only
+        counts = [c for c in counts if c == tokens]
     if not counts:
         return None
     key = table_key(headdim, dstate, state_dtype, mode, nearest_bucket(counts, tokens), rounding, params)
