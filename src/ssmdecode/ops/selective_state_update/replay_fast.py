@@ -2032,7 +2032,7 @@ def fast_launch(
         after = _flush_grid(after, sconfig, state, SIDE_AFTER_PROGRAMS or shares)
         flags["ROLE"] = 5
         main = call.launch(kernel, arguments, flags)
-        return main._replace(before=gram_launch, beside=side, after=after)
+        return main._replace(before=gram_launch, beside=side, after=after, before_first=GRAMS_FIRST)
     if _flush_beside(call, rows_path):
         # The flushing requests' whole steps (ROLE 7: the flush first, on the tile, as one matmul;
         # out from the new checkpoint), the other requests' in the main kernel (ROLE 5). The two
@@ -2066,7 +2066,7 @@ def fast_launch(
             )
         flags["ROLE"] = 5
         main = call.launch(kernel, arguments, flags)
-        return main._replace(before=gram_launch, beside=beside)
+        return main._replace(before=gram_launch, beside=beside, before_first=GRAMS_FIRST)
     if _split_flush(call, rows_path):
         flags["ROLE"] = 1
         fconfig = flush_config(*state.shape[-2:])
@@ -2311,6 +2311,16 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
 # (run 201: T = 4 at bs 512 142.9 against 141.0-141.4): there they stay draft by draft.
 BESIDE_TILES = True
 BESIDE_FLUSH_TILES = True
+
+# GRAMS_FIRST (prepared, not yet timed; off): where the flush programs run beside the main kernel
+# (ROLE 7, and decode's ROLE 6), the Grams' kernel is issued ahead of them (Launch.before_first),
+# still on the call's stream and still not waited for by them. Issued after them, as shipped, it
+# is dispatched only once the flush programs' grid is (their stream has the higher priority:
+# at T = 4 bs 512 8192 programs, 22% of which flush, about 55 us), so the Grams (3.3 us) and then
+# the main kernel run after it: the steady step is the sum of its parts (runs 221-223, 228,
+# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-step-parts/: 132.5-133.3 us against 55.2 + 3.3 +
+# 73.5). Prediction: the Grams beside the flush programs instead, up to their 3.3 us back.
+GRAMS_FIRST = False
 
 
 def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
