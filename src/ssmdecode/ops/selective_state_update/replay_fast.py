@@ -2314,12 +2314,13 @@ BESIDE_FLUSH_TILES = True
 
 # GRAMS_FIRST (prepared, not yet timed; off): where the flush programs run beside the main kernel
 # (ROLE 7, and decode's ROLE 6), the Grams' kernel is issued ahead of them (Launch.before_first),
-# still on the call's stream and still not waited for by them. Issued after them, as shipped, it
-# is dispatched only once the flush programs' grid is (their stream has the higher priority:
-# at T = 4 bs 512 8192 programs, 22% of which flush, about 55 us), so the Grams (3.3 us) and then
-# the main kernel run after it: the steady step is the sum of its parts (runs 221-223, 228,
-# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-step-parts/: 132.5-133.3 us against 55.2 + 3.3 +
-# 73.5). Prediction: the Grams beside the flush programs instead, up to their 3.3 us back.
+# still on the call's stream and still not waited for by them. The reading it tests: issued
+# after them, as shipped, the Grams' kernel gets a free slot only once the flush programs' grid
+# is dispatched (their stream has the higher priority; at T = 4 bs 512 8192 programs, 22% of
+# which flush, about 55 us alone), and the main kernel only after the Grams, which would make
+# the steady step the sum of its parts, as measured (runs 221-223, 228,
+# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-step-parts/: 132.5-133.3 us against 55.2 + 3.3
+# + 73.5). Prediction: the Grams beside the flush programs instead, up to their 3.3 us back.
 GRAMS_FIRST = False
 
 
