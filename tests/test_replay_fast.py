@@ -1120,25 +1120,28 @@ def test_gpu_grams_issued_ahead_of_the_flush_programs(
     flush programs beside the main kernel (Launch.before_first; decode's at T = 1, the verify
     step's at T = 4), in a CUDA graph as the engines run it: the same bits as the shipped order,
     the flush programs still not waiting for the Grams."""
+
+    def fresh() -> dict:
+        """The headline step's arguments from its initial pool, out NaN-poisoned."""
+        pool, drafts, _ = _headline(batch, tokens)
+        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        return {**_kwargs(pool, drafts), "out": out, "exact": False}
+
     results = []
     for first in (False, True):
         monkeypatch.setattr(replay_fast, "GRAMS_FIRST", first)
-        pool, drafts, _ = _headline(batch, tokens)
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        kw = {**_kwargs(pool, drafts), "out": out, "exact": False}
+        kw = fresh()
         _, launch = replay_prepare(**kw)
         assert launch.before is not None and launch.beside is not None
         assert launch.before_first == first
         selective_state_replay(**kw)  # compiled and run once, then captured from the same start
-        pool, drafts, _ = _headline(batch, tokens)
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        kw = {**_kwargs(pool, drafts), "out": out, "exact": False}
+        kw = fresh()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             selective_state_replay(**kw)
         graph.replay()
         torch.cuda.synchronize()
-        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["B_cache"])])
+        results.append([bits(kw[name]).clone() for name in ("out", "state", "x_cache", "B_cache")])
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
 
