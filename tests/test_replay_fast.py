@@ -371,51 +371,6 @@ def test_flushes_beside_the_main_kernel(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize("packed", [False, True], ids=["T4", "T3-cu_seqlens"])
-def test_flush_programs_issue_the_drafts_loads_first(
-    packed: bool, cached: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """replay_fast.BESIDE_IN_FIRST (prepared, not yet timed): the draft-by-draft step's flush
-    programs beside the main kernel issue their drafts' loads (C_t, x_t, z_t: _drafts_in)
-    before the new checkpoint's store (1) or before the absorb (2), not after the store, which
-    they cannot pass: out, the states and the rings bit for bit those of the shipped order, and
-    within the bars of float64; G < H, a pad request, rings that wrap, and packed requests of 3,
-    0, 1 and 2 drafts."""
-    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 10**9)  # draft by draft
-    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
-    monkeypatch.setattr(replay_fast, "BESIDE_TILES", False)
-    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-    tokens = 3 if packed else 4
-    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), headdim=8, dstate=16)
-    lengths = [3, 0, 1, 2] if packed else [tokens] * case.batch
-    extra: dict = {}
-    if packed:
-        cu = torch.tensor([0, 3, 3, 4, 6], dtype=torch.int32, device=DEVICE)
-        extra = {"cu_seqlens": cu, "max_seqlen": 3}
-    written = []
-    for first in (0, 1, 2):
-        monkeypatch.setattr(replay_fast, "BESIDE_IN_FIRST", first)
-        pool, drafts = make_pool(case), make_drafts(case, 11)
-        _set_cursors(pool, case, cached, 11, wrap=True)
-        if packed:
-            drafts = _packed(drafts, lengths)
-        kw = {**_kwargs(pool, drafts), **extra}
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
-        assert (launch.beside.kwargs["ROLE"], launch.beside.kwargs.get("IN_FIRST", 0)) == (7, first)
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, _config(case), exact=False)
-        live = (torch.arange(case.batch).repeat_interleave(torch.tensor(lengths)) != 2).to(DEVICE)
-        live = live.view(out.shape[: 1 if packed else 2])
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        rings = [pool[name] for name in ("x_cache", "B_cache", "dt_cache")]
-        written.append([bits(t).clone() for t in (out, pool["state"], *rings)])
-    for got in written[1:]:
-        for a, b in zip(got, written[0], strict=True):
-            assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize(
     "tokens, layout",
     [(1, "list"), (3, "grid"), (3, "list")],
@@ -888,33 +843,6 @@ def test_default_config_of_the_fast_route() -> None:
     assert got == replay_fast_config(64, 128, 64, 1)
 
 
-@pytest.mark.parametrize("tokens", [1, 4])
-def test_grams_issued_ahead_of_the_flush_programs(tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.GRAMS_FIRST (prepared, off): the launch of a step whose flush programs run
-    beside the main kernel (decode's ROLE 6 at T = 1, the verify step's ROLE 7) issues its Grams'
-    kernel ahead of them (Launch.before_first); on the CPU the interpreter runs the launches one
-    after the other either way, so out, the states and the rings are the same; the GPU's order
-    is test_gpu_grams_issued_ahead_of_the_flush_programs's."""
-    monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)
-    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
-    written = []
-    for first in (False, True):
-        monkeypatch.setattr(replay_fast, "GRAMS_FIRST", first)
-        pool, drafts = make_pool(case), make_drafts(case, 5)
-        _set_cursors(pool, case, "flush", 5)
-        kw = _kwargs(pool, drafts)
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
-        assert launch.before is not None and launch.beside is not None
-        assert launch.before_first == first
-        out = _run(kw, _config(case), exact=False)
-        written.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["B_cache"])])
-    for a, b in zip(*written, strict=True):
-        assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize(
     ("tokens", "batch", "route"),
     [
@@ -947,7 +875,6 @@ def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: obje
     if isinstance(route, tuple):
         assert (main["ROLE"], beside.kwargs["ROLE"], after) == (5, 7, None)
         assert (beside.kwargs["BLOCK_M"], beside.kwargs["num_warps"]) == route
-        assert launch.before is not None and not launch.before_first  # the Grams after the flush programs
     elif route == "split":
         assert (main["ROLE"], after.kwargs["ROLE"], beside) == (1, 2, None)
     elif route == "tiles":
@@ -1109,41 +1036,6 @@ def test_gpu_run_to_run_bits(tokens: int) -> None:
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
             assert torch.equal(a, b)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("tokens", "batch"), [(1, 512), (4, 64), (4, 512)])
-def test_gpu_grams_issued_ahead_of_the_flush_programs(
-    tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """replay_fast.GRAMS_FIRST (prepared, not yet timed): the Grams' kernel issued ahead of the
-    flush programs beside the main kernel (Launch.before_first; decode's at T = 1, the verify
-    step's at T = 4), in a CUDA graph as the engines run it: the same bits as the shipped order,
-    the flush programs still not waiting for the Grams."""
-
-    def fresh() -> dict:
-        """The headline step's arguments from its initial pool, out NaN-poisoned."""
-        pool, drafts, _ = _headline(batch, tokens)
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        return {**_kwargs(pool, drafts), "out": out, "exact": False}
-
-    results = []
-    for first in (False, True):
-        monkeypatch.setattr(replay_fast, "GRAMS_FIRST", first)
-        kw = fresh()
-        _, launch = replay_prepare(**kw)
-        assert launch.before is not None and launch.beside is not None
-        assert launch.before_first == first
-        selective_state_replay(**kw)  # compiled and run once, then captured from the same start
-        kw = fresh()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            selective_state_replay(**kw)
-        graph.replay()
-        torch.cuda.synchronize()
-        results.append([bits(kw[name]).clone() for name in ("out", "state", "x_cache", "B_cache")])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
 
 
 @pytest.mark.gpu

@@ -45,10 +45,7 @@ class Launch(NamedTuple):
     kernel whose output it reads, e.g. the fast replay route's Grams) and before the launch
     after (a kernel that writes what it read, e.g. the fast route's flush kernel), where there
     are such; beside, a launch that touches nothing the others do, on a stream of its own from
-    the call's start to its end (on the CPU, under the interpreter, before the others), issued
-    before the chain, or with before_first after the launch before (which it still does not
-    wait for: the GPU then dispatches that kernel's programs ahead of those beside, whose
-    stream has the higher priority)."""
+    the call's start to its end (on the CPU, under the interpreter, before the others)."""
 
     kernel: Any
     grid: tuple[int, ...]
@@ -57,7 +54,6 @@ class Launch(NamedTuple):
     before: Launch | None = None
     after: Launch | None = None
     beside: Launch | None = None
-    before_first: bool = False
 
     def run(self) -> None:
         if self.beside is None:
@@ -69,16 +65,13 @@ class Launch(NamedTuple):
             current = torch.cuda.current_stream()
             side = _side_stream(current.device)
             side.wait_stream(current)
-            first = self.before_first and self.before is not None
-            if first:
-                self.before.run()
             with torch.cuda.stream(side):
                 self.beside.run()
-            self._run_chain(before=not first)
+            self._run_chain()
             current.wait_stream(side)
 
-    def _run_chain(self, before: bool = True) -> None:
-        if before and self.before is not None:
+    def _run_chain(self) -> None:
+        if self.before is not None:
             self.before.run()
         self.kernel[self.grid](*self.args, **self.kwargs)
         if self.after is not None:

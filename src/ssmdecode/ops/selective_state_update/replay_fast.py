@@ -1210,7 +1210,7 @@ def _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T: tl
 def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
                 NO_RING: tl.constexpr, GRAM: tl.constexpr, WEIGHTS: tl.constexpr, LATE: tl.constexpr,
                 PDL: tl.constexpr, VARLEN: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, AHEAD: tl.constexpr = False, ins=None):
+                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, AHEAD: tl.constexpr = False):
     """The verify step's out draft by draft, stored: for each draft t, y_t [BLOCK_M] in the dual
     form (module docstring) from the checkpoint b_h0's h0 . C_t, the ring's x weighed by b_S and
     b_w (none with NO_RING: a state flushed first, nothing cached) and the earlier drafts' x by
@@ -1219,8 +1219,7 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
     and the ring's rows (rg, _Ring; pos_r, o_r, m_r, _ring_positions'). AHEAD: every draft's
     loads (C_t, its Grams or weights, x_t, z_t; _drafts_in) issued before the first draft's out,
     instead of each draft's after the one before it was stored (a load cannot pass a store that
-    may alias it, nor a barrier, so each draft waited on its own round trip); ins: those loads
-    issued by the caller (_drafts_in's, with AHEAD)."""
+    may alias it, nor a barrier, so each draft waited on its own round trip)."""
     b_xr = step.b_xr
     b_xd = step.b_xd
     b_Bd = step.b_Bd
@@ -1262,7 +1261,7 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
             p_g = p_gram + i_b * stride_gram_b + i_h * stride_gram_g
         else:
             p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
-    if AHEAD and ins is None:  # every draft's loads first
+    if AHEAD:  # every draft's loads first
         ins = _drafts_in(step, p_g, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z)
     for t in tl.static_range(T):
         m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
@@ -1383,7 +1382,6 @@ def _selective_state_replay_fast_kernel(
     B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
     B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
-    IN_FIRST: tl.constexpr = 0,  # ROLE 7 with DRAFTS_AHEAD: the drafts' loads before the store (1) or the absorb (2)
 ):
     # the requests' inputs and outs, as the helpers read and write them
     tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1652,18 +1650,10 @@ def _selective_state_replay_fast_kernel(
                     # (m_flush holds in every program that gets here; the branch keeps the PTX of
                     # the kernel measured and GPU-tested in runs 173-182)
                     if m_flush:
-                        # (IN_FIRST: the drafts' loads issued before the checkpoint's store, which
-                        # they could not pass, or before the absorb too)
-                        tl.static_assert(IN_FIRST == 0 or (DRAFTS_AHEAD and not GRAM), "IN_FIRST: _drafts_in's loads")
-                        ins = None
-                        if IN_FIRST == 2:
-                            ins = _drafts_in(step, p_gram, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z)
                         b_h1 = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP)
-                        if IN_FIRST == 1:
-                            ins = _drafts_in(step, p_gram, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z)
                         _store_state(b_h1, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
                         _drafts_out(b_h1, 0.0, 0.0, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
-                                    HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD, ins)
+                                    HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
                     else:
                         _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, True, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
@@ -2032,7 +2022,7 @@ def fast_launch(
         after = _flush_grid(after, sconfig, state, SIDE_AFTER_PROGRAMS or shares)
         flags["ROLE"] = 5
         main = call.launch(kernel, arguments, flags)
-        return main._replace(before=gram_launch, beside=side, after=after, before_first=GRAMS_FIRST)
+        return main._replace(before=gram_launch, beside=side, after=after)
     if _flush_beside(call, rows_path):
         # The flushing requests' whole steps (ROLE 7: the flush first, on the tile, as one matmul;
         # out from the new checkpoint), the other requests' in the main kernel (ROLE 5). The two
@@ -2054,8 +2044,6 @@ def fast_launch(
             "COLS_AHEAD": TILES_COLS_AHEAD,
             "COLS_IN_AHEAD": TILES_COLS_INPUTS_AHEAD,
         }
-        if BESIDE_IN_FIRST and not bcols and flags["DRAFTS_AHEAD"]:  # draft by draft, its loads ahead
-            beside_flags["IN_FIRST"] = BESIDE_IN_FIRST
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = bcall.launch(
             _selective_state_replay_fast_kernel if bcols else _ring_lanes_kernel, beside_args, beside_flags
@@ -2066,7 +2054,7 @@ def fast_launch(
             )
         flags["ROLE"] = 5
         main = call.launch(kernel, arguments, flags)
-        return main._replace(before=gram_launch, beside=beside, before_first=GRAMS_FIRST)
+        return main._replace(before=gram_launch, beside=beside)
     if _split_flush(call, rows_path):
         flags["ROLE"] = 1
         fconfig = flush_config(*state.shape[-2:])
@@ -2175,16 +2163,6 @@ BESIDE_FROM_TOKENS = 2
 BESIDE_MIN_REQUESTS = 64
 BESIDE_MAIN_REGISTERS = 128
 BESIDE_CONFIG: LaunchConfig | None = None  # None: beside_config's rule
-# BESIDE_IN_FIRST (prepared, not yet timed; off): the draft-by-draft step's flush programs issue
-# their drafts' loads (C_t, x_t, z_t: _drafts_in, DRAFTS_AHEAD's) before the new checkpoint's
-# store (1) or before the absorb (2). In the shipped order they follow the store, which a load
-# cannot pass (offline SASS, sm_90, T = 4 bs 512: 12 loads after the 16 stores), so each flush
-# program waits a round trip after its store before its out. Run 228 measured out as about 5.5
-# us of the T = 4 step at bs 512 (benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-step-parts/).
-# The same values either way (tests/test_replay_fast.py); offline the (64,4) flush programs
-# spill 72 bytes at their 128 registers against 40, the (16,1) ones of bs 64 224 (1) and 160
-# (2) against 144.
-BESIDE_IN_FIRST = 0
 
 
 # The decode step (T = 1) splits its flushes off from SPLIT_DECODE_MIN_REQUESTS requests on:
@@ -2311,17 +2289,6 @@ def _split_flush(call: ReplayCall, rows_path: bool) -> bool:
 # (run 201: T = 4 at bs 512 142.9 against 141.0-141.4): there they stay draft by draft.
 BESIDE_TILES = True
 BESIDE_FLUSH_TILES = True
-
-# GRAMS_FIRST (prepared, not yet timed; off): where the flush programs run beside the main kernel
-# (ROLE 7, and decode's ROLE 6), the Grams' kernel is issued ahead of them (Launch.before_first),
-# still on the call's stream and still not waited for by them. The reading it tests: issued
-# after them, as shipped, the Grams' kernel gets a free slot only once the flush programs' grid
-# is dispatched (their stream has the higher priority; at T = 4 bs 512 8192 programs, 22% of
-# which flush, about 55 us alone), and the main kernel only after the Grams, which would make
-# the steady step the sum of its parts, as measured (runs 221-223, 228,
-# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-step-parts/: 132.5-133.3 us against 55.2 + 3.3
-# + 73.5). Prediction: the Grams beside the flush programs instead, up to their 3.3 us back.
-GRAMS_FIRST = False
 
 
 def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
