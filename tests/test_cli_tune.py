@@ -524,3 +524,38 @@ def test_fast_replay_route_is_admitted_by_accuracy(tmp_path: Path, monkeypatch) 
     assert entry.config == LaunchConfig(16, 2, True, True)
     assert entry.accuracy is not None and entry.accuracy["out_ulps"] <= 1.0
     assert entry.accuracy["state_rel"] <= 1e-5
+
+
+@pytest.mark.parametrize(("mode", "window"), [("replay-fast", 16), ("replay", 8)])
+def test_replay_tunes_default_to_their_benches_window(
+    tmp_path: Path, monkeypatch, mode: str, window: int
+) -> None:
+    """Without --window the fast route is tuned at the engines' window (bench-replay's, 16) and
+    the exact replay at bench --tokens' (8); the window goes into tune.json's method."""
+    seen: list[int] = []
+
+    def fake_time(spec, config: LaunchConfig, device, fn=None) -> Timing:
+        seen.append(spec.window)
+        return Timing(10.0, (10.0,), 1, 1, 1, False)
+
+    def fake_admit(spec, configs):
+        seen.append(spec.window)
+        return {c: (True, {"out_ulps": 0.0, "mean_ratio": 1.0, "state_rel": 0.0}) for c in configs}
+
+    monkeypatch.setattr(tune, "_time_fast", fake_time)
+    monkeypatch.setattr(tune, "time_spec_config", fake_time)
+    monkeypatch.setattr(tune, "admit_fast", fake_admit)
+    monkeypatch.setattr(
+        tune, "compare_spec_configs", lambda spec, upstream, configs: {c: True for c in configs}
+    )
+    code = cli.main(
+        [
+            "tune", "--heads", "2", "--headdim", "16", "--dstate", "16", "--batch", "2",
+            "--tokens", "2", "--mode", mode, "--config", "16,2,slot,evict", "--rounds", "1",
+            "--out-dir", str(tmp_path / "cfg"), "--out", str(tmp_path / "results"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert seen and set(seen) == {window}
+    report = json.loads((tmp_path / "results" / "tune.json").read_text())
+    assert report["method"]["window"] == window

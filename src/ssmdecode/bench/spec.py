@@ -40,6 +40,8 @@ from ssmdecode.ops.selective_state_update import (
 from ssmdecode.shapes import Shape
 
 __all__ = [
+    "DEFAULT_WINDOW",
+    "ENGINE_WINDOW",
     "SPEC_MODES",
     "SpecInputs",
     "make_spec_inputs",
@@ -52,6 +54,9 @@ __all__ = [
 SPEC_MODES = ("buffer", "dst", "replay")
 # The replay window (cached tokens a ring holds besides the drafts) when none is given.
 DEFAULT_WINDOW = 8
+# The engines' window: vLLM's replayssm_buffer_len and flashinfer's largest max_window. The fast
+# route is benched (bench-replay) and tuned (tune --mode replay-fast) at it by default.
+ENGINE_WINDOW = 16
 
 
 @dataclass

@@ -46,6 +46,7 @@ from ssmdecode.bench.report import (
     results_dir,
     write_outputs,
 )
+from ssmdecode.bench.spec import ENGINE_WINDOW
 from ssmdecode.bench.timer import method
 from ssmdecode.cli_args import (
     add_batch_argument,
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 GPU_BATCHES = (1, 8, 64, 128, 512, 1024)
 CPU_BATCHES = (1, 3)
-DEFAULT_WINDOW = 16  # vLLM's replayssm_buffer_len and flashinfer's largest max_window
+DEFAULT_WINDOW = ENGINE_WINDOW  # vLLM's replayssm_buffer_len and flashinfer's largest max_window
 ACCURACY_BATCH = 128
 
 

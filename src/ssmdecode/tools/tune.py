@@ -40,7 +40,10 @@ every shape of the key, its call is within the fast route's accuracy bars agains
 max|state|) and two runs from the same inputs give the same bits; each entry written records
 the worst accuracy measured (`accuracy` in the table). The baseline is
 config.replay_fast_config; candidates with fewer than 16 rows or the ordered sum are left out
-(the route multiplies tiles of at least 16 rows).
+(the route multiplies tiles of at least 16 rows). Each candidate is timed as a step and its
+replay_advance, the cursors advancing, at a window of 16 unless --window says otherwise (the
+engines' and bench-replay's; a shorter window flushes more often, and a table tuned at 8 ranked
+configs differently from the bench at 16: docs/performance.md, step 25).
 
 Why --in-model: back to back, each call streams its state through an L2 that holds nothing
 else; in a model the same call shares it with the step's other kernels, and on the H200 the
@@ -75,6 +78,7 @@ from ssmdecode.bench.compare import compare_to
 from ssmdecode.bench.report import MEANINGLESS, environment, markdown_table, results_dir, write_outputs
 from ssmdecode.bench.spec import (
     DEFAULT_WINDOW,
+    ENGINE_WINDOW,
     SPEC_MODES,
     SpecInputs,
     compare_spec_configs,
@@ -307,8 +311,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     v.add_argument(
         "--window",
         type=int,
-        default=DEFAULT_WINDOW,
-        help=f"replay: the ring's window (default {DEFAULT_WINDOW})",
+        help=f"replay: the ring's window (default {ENGINE_WINDOW} for replay-fast, the engines' and "
+        f"bench-replay's; {DEFAULT_WINDOW} for replay, as bench --tokens)",
     )
     v.add_argument(
         "--params",
@@ -571,6 +575,8 @@ def run(args: argparse.Namespace) -> int:
     if args.noise_floor is None:
         args.noise_floor = NOISE_FLOOR[args.in_model]
     args.layers = int_option(args, "layers", STEP_LAYERS, device, "tune")
+    if args.window is None:
+        args.window = ENGINE_WINDOW if args.mode == FAST else DEFAULT_WINDOW
     shapes = shapes_from_args(args, device)
     buckets = sorted(set(batches_from_args(args, device)))
     _check_args(args, shapes)
@@ -744,6 +750,7 @@ def _method(args: argparse.Namespace) -> dict[str, object]:
         "slot_order": args.slot_order,
         "seed": args.seed,
         "params": args.params,
+        "window": args.window if args.tokens and args.mode in ("replay", FAST) else None,
         "timed": (
             f"a verify step of {args.layers} Mamba2 layers and its acceptance "
             f"(ssmdecode.models.mamba2_spec, path {args.mode}), every layer's call with the config"
