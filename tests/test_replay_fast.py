@@ -875,6 +875,7 @@ def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: obje
     if isinstance(route, tuple):
         assert (main["ROLE"], beside.kwargs["ROLE"], after) == (5, 7, None)
         assert (beside.kwargs["BLOCK_M"], beside.kwargs["num_warps"]) == route
+        assert launch.before is not None  # the Grams' kernel, ahead of the main kernel
     elif route == "split":
         assert (main["ROLE"], after.kwargs["ROLE"], beside) == (1, 2, None)
     elif route == "tiles":

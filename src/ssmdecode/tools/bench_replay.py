@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 GPU_BATCHES = (1, 8, 64, 128, 512, 1024)
 CPU_BATCHES = (1, 3)
-DEFAULT_WINDOW = ENGINE_WINDOW  # vLLM's replayssm_buffer_len and flashinfer's largest max_window
+DEFAULT_WINDOW = ENGINE_WINDOW  # bench.spec's: the engines' window
 ACCURACY_BATCH = 128
 
 
