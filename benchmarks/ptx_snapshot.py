@@ -180,16 +180,16 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
                     replay_fast.BESIDE_MIN_REQUESTS = saved_beside
                 # the tiles (a small batch's) reading the state tile in passes of columns (from
                 # TILES_COLS_MIN_REQUESTS on), and with the flushing requests' whole steps beside
-                # (BESIDE_TILES, from BESIDE_MIN_REQUESTS on) in flush programs that are tiles in
-                # the same passes (BESIDE_FLUSH_TILES): the main kernel, and BESIDE_PART
-                saved = replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_MIN_REQUESTS
-                replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_MIN_REQUESTS = 1, 10**9
+                # (BESIDE_TILES, from BESIDE_TILES_MIN_REQUESTS on) in flush programs that are tiles
+                # in the same passes (BESIDE_FLUSH_TILES): the main kernel, and BESIDE_PART
+                saved = replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_TILES_MIN_REQUESTS
+                replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_TILES_MIN_REQUESTS = 1, 10**9
                 try:
                     yield f"{name}-cols", kw, FAST_CONFIGS[3:]
-                    replay_fast.BESIDE_MIN_REQUESTS = 1
+                    replay_fast.BESIDE_TILES_MIN_REQUESTS = 1
                     yield f"{name}-cols-steps", kw, FAST_CONFIGS[3:]
                 finally:
-                    replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_MIN_REQUESTS = saved
+                    replay_fast.TILES_COLS_MIN_REQUESTS, replay_fast.BESIDE_TILES_MIN_REQUESTS = saved
                 continue  # compat.vllm's conventions are decode's (T = 1)
             # decode with its flushes in a kernel of their own (from SPLIT_DECODE_MIN_REQUESTS on),
             # and with its flush programs first in the main kernel's grid (from

@@ -851,22 +851,32 @@ def test_default_config_of_the_fast_route() -> None:
         (4, 512, (64, 4)),
         (2, 64, (64, 4)),
         (3, 512, (64, 4)),
+        (4, 32, (16, 1)),
+        (4, 16, (16, 1)),
+        (2, 32, (64, 4)),
+        (2, 16, (64, 4)),
+        (4, 12, "inline"),
+        (2, 12, "inline"),
         (4, 32, "split"),
-        (2, 32, "inline"),
         (8, 512, "tiles"),
         (8, 64, "tiles"),
+        (8, 32, "tiles-inline"),
         (8, 8, "tiles-inline"),
     ],
 )
-def test_where_the_verify_steps_flushes_run(tokens: int, batch: int, route: object) -> None:
+def test_where_the_verify_steps_flushes_run(
+    tokens: int, batch: int, route: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The default routes of the verify step's flushes (no kernel runs): from 2 drafts and
-    BESIDE_MIN_REQUESTS requests the flushing requests' whole steps beside the main kernel
-    (ROLE 7 beside ROLE 5, beside_config's rows and warps, both capped at 128 registers); below
-    it the split flush kernel after the main kernel at T = 4, the main kernel's own at T = 2 and
-    in the tiles' step (T = 8). The tiles' main kernel and its flush programs read the state
-    tile in passes of TILES_COLS columns from TILES_COLS_MIN_REQUESTS requests on, the flush
-    programs at (64,4) (and never with a seed: stochastic rounding keys its bits by whole rows;
-    the flush programs then draft by draft)."""
+    BESIDE_MIN_REQUESTS requests (BESIDE_TILES_MIN_REQUESTS in the tiles' step, T = 8) the
+    flushing requests' whole steps beside the main kernel (ROLE 7 beside ROLE 5, beside_config's
+    rows and warps, both capped at 128 registers); below it the main kernel's own. With the
+    flush programs beside off, the split flush kernel after the main kernel at T = 4. The tiles'
+    main kernel and its flush programs read the state tile in passes of TILES_COLS columns from
+    TILES_COLS_MIN_REQUESTS requests on, the flush programs at (64,4) (and never with a seed:
+    stochastic rounding keys its bits by whole rows; the flush programs then draft by draft)."""
+    if route == "split":
+        monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", False)
     case = Replay(
         tokens=tokens, window=16, nheads=2, ngroups=1, batch=batch, headdim=64, dstate=128, pad_rows=()
     )

@@ -47,11 +47,13 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on (ROLE 7 beside
   ROLE 5, _flush_beside): each flushes first, on the state tile it holds, the ring absorbed as
   one matmul onto the tile (_absorb_mma), and computes out from the new checkpoint with nothing
-  cached, so h0 is read once (beside the tiles' main kernel, tiles too, the tile read and
-  flushed in passes of columns: _tiles_cols' FIRST). With fewer requests the draft-by-draft
-  step, from SPLIT_FROM_TOKENS drafts, splits them off after the main kernel as decode does
-  (_split_flush), and below that keeps them in its main kernel, as the tiles' step does (the
-  tiles' flush then pass by pass too, from TILES_COLS_MIN_REQUESTS requests: _tiles_cols).
+  cached, so h0 is read once (beside the tiles' main kernel from BESIDE_TILES_MIN_REQUESTS on,
+  tiles too, the tile read and flushed in passes of columns: _tiles_cols' FIRST). With fewer
+  requests the main kernel keeps them (the tiles' flush then pass by pass too, from
+  TILES_COLS_MIN_REQUESTS requests: _tiles_cols). The draft-by-draft step can split them off
+  into a kernel after the main kernel instead, as decode does (_split_flush, SPLIT_FLUSH: from
+  SPLIT_FROM_TOKENS drafts and SPLIT_MIN_REQUESTS requests, where the flush programs beside are
+  off).
 
 Either way the drafts' x, B and dt' are appended to the ring at rows ring_start + num_cached +
 t, as the exact kernel does (the same values), and nothing else is written; no atomics, so the
@@ -2111,7 +2113,9 @@ CHUNK = 32
 # 108 and 111, fast-split-sweep/ and fast-chunk-sweep/) it took T = 4 bs 512 from 151.2 to
 # 133.6 us with the flush kernel at (32,4), and made T = 1 and T = 2 slower (the second
 # launch and its programs' cursor loads cost more than the main kernel's occupancy gains;
-# T = 1 has its own flush kernel since, _decode_flushes: SPLIT_DECODE below).
+# T = 1 has its own flush kernel since, _decode_flushes: SPLIT_DECODE below). Since run 244 the
+# flush programs beside (VERIFY_FLUSH_BESIDE, below) take every call this would; it runs where
+# they are off.
 SPLIT_FLUSH = True
 SPLIT_FROM_TOKENS = 4
 SPLIT_MIN_REQUESTS = 16
@@ -2158,9 +2162,21 @@ VERIFY_FLUSH_LIST = False
 # 40.7-40.9, 146.8-148.3; T = 4 at bs 128 and 256 with (64,4) 38.3 and 71.3 against (16,1)'s
 # 40.0-40.2 and 73.0-73.1; at bs 64 (16,1) stays ahead at T = 4 (22.1-22.2 against 23.1) and T = 8
 # (32.5-33.4 against 33.5).
+#
+# From 16 requests on in the draft-by-draft step (BESIDE_MIN_REQUESTS; 64 until run 244), from
+# 64 in the tiles' (BESIDE_TILES_MIN_REQUESTS). On an H100 (runs 243-245, headline, window 16,
+# steady cursors, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-beside-small/) the flush
+# programs beside took T = 2 at bs 16 and 32 from 11.64-11.97 and 14.92-14.97 us (the flushes
+# in the main kernel) to 7.45 and 10.42, T = 3 from 9.22-9.56 and 14.18-14.30 (the main kernel's
+# own) to 8.64 and 13.19, T = 4 from 10.82-10.87 and 16.90-16.99 (the split) to 9.64 and 13.95
+# (flashinfer's best 8.85, 14.41; 9.48, 15.10); T = 3 with the split instead 9.58 and 14.25. They
+# lose below: at bs 8 (the tiles' step, one kernel) 6.93, 8.17 and 8.82 against 5.83-5.86,
+# 6.98-7.06 and 7.25-7.31 at T = 2, 3, 4; and beside the tiles at T = 8 at bs 16 and 32 (17.33
+# and 21.92 against 12.09-12.23 and 20.57-20.58).
 VERIFY_FLUSH_BESIDE = True
 BESIDE_FROM_TOKENS = 2
-BESIDE_MIN_REQUESTS = 64
+BESIDE_MIN_REQUESTS = 16
+BESIDE_TILES_MIN_REQUESTS = 64
 BESIDE_MAIN_REGISTERS = 128
 BESIDE_CONFIG: LaunchConfig | None = None  # None: beside_config's rule
 
@@ -2302,7 +2318,7 @@ def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
         and not call.flush
         and not WEIGHTS
         and call.tokens >= BESIDE_FROM_TOKENS
-        and call.requests >= BESIDE_MIN_REQUESTS
+        and call.requests >= (BESIDE_MIN_REQUESTS if rows_path else BESIDE_TILES_MIN_REQUESTS)
     )
 
 
