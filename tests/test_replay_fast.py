@@ -328,6 +328,7 @@ def test_flushes_beside_the_main_kernel(
     monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
     monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
     monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
     state = torch.bfloat16 if packed in ("bf16", "tiles-bf16-seeded") else torch.float32
     packed = packed is True or packed == "flush-tiles-cu_seqlens"
     case = Replay(
@@ -511,6 +512,7 @@ def test_drafts_loads_ahead_or_in_turn(
     monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
     monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
     case = Replay(tokens=3, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
     lengths = [3, 0, 1, 2] if packed else [3] * case.batch
