@@ -613,6 +613,48 @@ def test_with_and_without_the_precomputed_grams(
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+def test_decode_ring_in_its_row_order(cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode step without the Grams' kernel reading its whole ring in the ring's row order
+    (replay_fast.RING_PHYS) and gathered in age order: both within the bars of the float64
+    recurrence, the same rings bit for bit, the flushed states within the dual form's bound of
+    each other; the ring's rows that hold no cached token poisoned with NaN (they are read, and
+    must weigh nothing); G < H, a pad request, rings that wrap, a packed request of no token."""
+    case = Replay(tokens=1, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
+    lengths = [1, 0, 1, 1]  # packed: request 1 has no token
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 10**9)
+    results = []
+    for phys in (True, False):
+        monkeypatch.setattr(replay_fast, "RING_PHYS", phys)
+        pool, drafts = make_pool(case), make_drafts(case, 1)
+        _set_cursors(pool, case, cached, 1, wrap=True)
+        age = (torch.arange(case.ring) - pool["ring_start"][:, None].cpu().long()) % case.ring
+        # the rows of no cached token
+        slot, row = (age >= pool["num_cached"][:, None].cpu().long()).nonzero(as_tuple=True)
+        for name in ("x_cache", "B_cache", "dt_cache"):
+            pool[name][slot.to(DEVICE), :, row.to(DEVICE)] = float("nan")
+        extra: dict = {}
+        request = torch.arange(case.batch)
+        if packed:
+            drafts = _packed(drafts, lengths)
+            ends = torch.tensor(lengths).cumsum(0).tolist()
+            cu = torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE)
+            extra = {"cu_seqlens": cu, "max_seqlen": 1}
+            request = torch.arange(case.batch).repeat_interleave(torch.tensor(lengths))
+        kw = {**_kwargs(pool, drafts), **extra}
+        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        assert launch.kwargs["RING_PHYS"] is phys
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append(pool)
+    fast, gathered = results
+    assert_same_writes(fast, gathered, _config(case), "row order against age order: ")
+
+
 # (route, T): where the flushes go while the Grams' kernel weighs (replay_fast.WEIGHTS): in the
 # main kernel (inline), first in its grid (programs: ROLE 4), beside it and after it (beside:
 # ROLE 5 and 6), in a kernel after it (split: ROLE 1 and 2).

@@ -420,6 +420,48 @@ def _ring_rows(rg, b_A, RP: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: t
 
 
 @triton.jit
+def _ring_physical_rows(rg, RR: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
+    """The whole ring rg (_Ring) read in its own row order, RR >= its rows (RING_PHYS): x
+    [RR, BLOCK_M], B [RR, BLOCK_N] and dt' [RR], masked by the ring's size and the slot alone, so
+    that they are issued with the state tile's loads, not after the cursors (the gathered ring's
+    positions wait for num_cached and ring_start: a second round trip to memory)."""
+    o_r = tl.arange(0, RR)
+    m_in = o_r < rg.ring
+    if HAS_SRC_IDX:
+        m_in = m_in & rg.m_live
+    m_xr = m_in[:, None] if rg.m_vm is None else m_in[:, None] & rg.m_vm[None, :]
+    b_x = tl.load(rg.p_x[None, :] + o_r[:, None] * rg.stride_x, mask=m_xr, other=0.0)
+    m_Br = m_in[:, None] if rg.m_vn is None else m_in[:, None] & rg.m_vn[None, :]
+    b_B = tl.load(rg.p_B[None, :] + o_r[:, None] * rg.stride_B, mask=m_Br, other=0.0)
+    b_dt = tl.load(rg.p_dt + o_r * rg.stride_dt, mask=m_in, other=0.0)
+    return b_x, b_B, b_dt
+
+
+@triton.jit
+def _ring_physical(rg, rows, b_A, RR: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+    """The ring rg (_Ring) from its rows read in row order (_ring_physical_rows'): (o_r, m_r,
+    pos_r, x [RR, BLOCK_M], B [RR, BLOCK_N], S, w), as _ring_rows', _ring_x's and _ring_B's but a
+    row a ring row, m_r on for the cached tokens' rows. The rows that hold no cached token are
+    zeroed (an engine's ring may hold anything there). w_j = dt'_j exp(A r_j), r_j the dt' of
+    the cached tokens newer than j summed (over the rows whose age is larger), S all of theirs:
+    the dual form's weights, in another order of summation than _ring_weights'."""
+    b_x, b_B, b_dt = rows
+    o_r = tl.arange(0, RR)
+    m_in = o_r < rg.ring
+    if HAS_SRC_IDX:
+        m_in = m_in & rg.m_live
+    age = o_r - rg.start
+    age = tl.where(age < 0, age + rg.ring, age)  # 0: the oldest cached token
+    m_r = m_in & (age < rg.n_old)
+    b_x = tl.where(m_r[:, None], b_x, 0.0).to(b_x.dtype)
+    b_B = tl.where(m_r[:, None], b_B, 0.0).to(b_B.dtype)
+    b_dt = tl.where(m_r, b_dt, 0.0)
+    b_r = tl.sum(tl.where(age[None, :] > age[:, None], b_dt[None, :], 0.0), axis=1)
+    b_w = b_dt * exp_dA(b_A * b_r, FAST_EXP)
+    return o_r, m_r, o_r, b_x, b_B, tl.sum(b_dt, axis=0), b_w
+
+
+@triton.jit
 def _append_token(rg, pos, b_x, b_dt, b_B, m_app, i_m, i_h, HEADS_PER_GROUP: tl.constexpr,
                   X_ONLY: tl.constexpr = False):
     """The decode token appended to the ring rg (_Ring) at row pos, as the exact kernel appends
@@ -1384,6 +1426,8 @@ def _selective_state_replay_fast_kernel(
     B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
     B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
+    RING_PHYS: tl.constexpr = False,  # T = 1 without GRAM: the whole ring read in its row order (_ring_physical)
+    RR: tl.constexpr = 16,  # with RING_PHYS: next_power_of_2(R), the rows read
 ):
     # the requests' inputs and outs, as the helpers read and write them
     tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1476,9 +1520,11 @@ def _selective_state_replay_fast_kernel(
     p_xc, p_Bc, p_dtc = _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s,
                                        stride_xc_h, stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_n, stride_dtc_s,
                                        stride_dtc_h)
-    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
                start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
+    if RING_PHYS:  # (decode: the whole ring's loads with the state tile's, before anything else)
+        ring_rows = _ring_physical_rows(rg, RR, HAS_SRC_IDX)
+    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
 
@@ -1506,10 +1552,16 @@ def _selective_state_replay_fast_kernel(
         if HAS_Z:
             b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
         # The ring gathered in age order, masked past n_old: its rows (and, unless the Grams'
-        # kernel weighed them, WEIGHTS, their dt' and weights).
-        o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
-        if not WEIGHTS:
-            b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+        # kernel weighed them, WEIGHTS, their dt' and weights); with RING_PHYS the whole ring in
+        # its row order, its loads not waiting for the cursors.
+        tl.static_assert(not RING_PHYS or (not (GRAM or WEIGHTS) and (ROLE == 0 or ROLE == 1)),
+                         "the ring in its row order: the step's own programs, no Grams' kernel")
+        if RING_PHYS:
+            o_r, m_r, pos_r, b_xp, b_Bp, b_S, b_w = _ring_physical(rg, ring_rows, b_A, RR, HAS_SRC_IDX, FAST_EXP)
+        else:
+            o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
+            if not WEIGHTS:
+                b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         # A flush's out comes from its new state, but for ROLE 1 (the flush kernel stores it):
         # there every request's out is the dual form's.
         if ROLE == 0:
@@ -1517,11 +1569,14 @@ def _selective_state_replay_fast_kernel(
         else:
             m_flush_out = False
         if ROLE == 0 and m_flush_out:  # (ROLE == 0 first: the branch not compiled where no flush is)
-            b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
+            if RING_PHYS:
+                b_xrm = tl.trans(b_xp)
+            else:
+                b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
             if WEIGHTS:  # (out's were the Grams' kernel's)
                 b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
             b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
-                                     HAS_SRC_IDX)
+                                     HAS_SRC_IDX, b_Bp if RING_PHYS else None)
             if not FLUSH_DRAFTS:
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
@@ -1531,8 +1586,11 @@ def _selective_state_replay_fast_kernel(
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         else:
             # The dual form with one token.
-            m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
-            b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
+            if RING_PHYS:
+                b_xr = b_xp.to(tl.float32)
+            else:
+                m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
+                b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
             if WEIGHTS:  # the head's weights from _gram_kernel: w_j C . B_j [RP], exp(A S), exp(A dt'), dt' C . B
                 if LATE:
                     wait_prior(PDL)
@@ -1547,7 +1605,7 @@ def _selective_state_replay_fast_kernel(
                 b_gram = tl.load(p_g + o_r)  # [RP]: C . B_j, 0 past n_old
                 b_bc = tl.load(p_g + RP)  # C . B of the token
             else:
-                b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
+                b_Br = (b_Bp if RING_PHYS else _ring_B(rg, pos_r, m_r)).to(tl.float32)
                 b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
                 b_bc = tl.sum(b_B.to(tl.float32) * b_C, axis=0)
             if not WEIGHTS:
@@ -1938,7 +1996,10 @@ def fast_launch(
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
+        RING_PHYS=_ring_phys(call),
     )
+    if flags["RING_PHYS"]:
+        flags["RR"] = max(16, triton.next_power_of_2(call.ring))
     if flags["COLS"]:  # a flush's products with the ring's B on the tensor cores where it is bf16
         flags.update(
             B16=call.B_cache.dtype == torch.bfloat16,
@@ -2474,6 +2535,30 @@ GRAM_MIN_REQUESTS = 16
 
 # The verify step (T >= 2) precomputes its Grams too (_gram_kernel) when this is True.
 GRAM_VERIFY = True
+
+
+# With RING_PHYS the decode step without the Grams' kernel (below GRAM_MIN_REQUESTS requests)
+# reads its whole ring in the ring's row order (_ring_physical): the loads wait for the slot
+# alone, not for num_cached and ring_start as the gathered rows' do, so a program makes two
+# round trips to memory before it computes instead of three; the rows that hold no cached
+# token are zeroed after the load and weigh nothing. Prepared in session 33 for the small
+# batch (the engine's decode step at bs 8 was 0.98x the single-token table in `e2e --replay`,
+# run 219), not yet timed: off. Offline (sm_90, headline, bs 8, (16,4)) it takes 128 registers
+# and 1856 SASS instructions against 96 and 1360, and ptxas places the state tile's loads
+# after the ring's (instructions 542-582 of the program against 257-268 without): whether the
+# round trip is saved is for the GPU to say.
+RING_PHYS = False
+
+
+def _ring_phys(call: ReplayCall) -> bool:
+    """Whether the decode step reads its ring in the ring's row order (RING_PHYS): T = 1, one
+    kernel of its own programs (ROLE 0), no Grams' kernel."""
+    return (
+        RING_PHYS
+        and call.tokens == 1
+        and not _gram_first(call)
+        and not (_flush_programs(call) or _side_flush(call) or _split_flush(call, False))
+    )
 
 
 # With WEIGHTS the Grams' kernel also computes, WEIGHTS_HEADS heads at a time, the dual form's
