@@ -1077,6 +1077,36 @@ def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 8])
+def test_gpu_decode_ring_in_its_row_order(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.RING_PHYS at the headline, decode (T = 1), steady state, at the batches it
+    serves (no Grams' kernel): the accuracy bars, the exact route's rings, its flushed states
+    within the dual form's bars, and the same bits run to run."""
+    monkeypatch.setattr(replay_fast, "RING_PHYS", True)
+    pads = HEADLINE.pad_rows if batch > max(HEADLINE.pad_rows) else ()
+    case = replace(HEADLINE, batch=batch, tokens=1, window=15, pad_rows=pads)
+    results = []
+    for _ in range(2):
+        pool, drafts = make_pool(case), make_drafts(case, 0)
+        _set_cursors(pool, case, "steady", 0)
+        twin = _twin(pool)
+        want = selective_state_replay_reference(**_kwargs(pool, drafts))
+        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
+        assert launch.kwargs["RING_PHYS"] and launch.before is None
+        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+        live = pool["state_batch_indices"] != PAD
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        selective_state_replay(**_kwargs(twin, drafts), exact=True)
+        config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=1)
+        assert_same_writes(pool, twin, config, dual=_dual_flushes(_kwargs(pool, drafts), config))
+        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 4, 8])
 def test_gpu_run_to_run_bits(tokens: int) -> None:
     """The same inputs, the same bits, five runs (no atomics; every config of the grid is
