@@ -124,6 +124,15 @@ def _packed(drafts: dict, lengths: list[int]) -> dict:
     return packed
 
 
+def _packed_call(drafts: dict, lengths: list[int], max_seqlen: int) -> tuple[dict, dict, torch.Tensor]:
+    """The drafts packed as _packed does, the call's cu_seqlens and max_seqlen, and each packed
+    token's request."""
+    ends = torch.tensor(lengths).cumsum(0).tolist()
+    cu = torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE)
+    request = torch.arange(len(lengths)).repeat_interleave(torch.tensor(lengths))
+    return _packed(drafts, lengths), {"cu_seqlens": cu, "max_seqlen": max_seqlen}, request
+
+
 def _twin(pool: dict) -> dict:
     """The pool with its own copies of what a call or replay_advance writes (A, D, dt_bias stay
     the tied broadcasts they are)."""
@@ -597,11 +606,7 @@ def test_with_and_without_the_precomputed_grams(
         extra: dict = {}
         request = torch.arange(case.batch).repeat_interleave(tokens)  # each token's request
         if packed:
-            drafts = _packed(drafts, lengths)
-            ends = torch.tensor(lengths).cumsum(0).tolist()
-            cu = torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE)
-            extra = {"cu_seqlens": cu, "max_seqlen": tokens}
-            request = torch.arange(case.batch).repeat_interleave(torch.tensor(lengths))
+            drafts, extra, request = _packed_call(drafts, lengths, tokens)
         kw = {**_kwargs(pool, drafts), **extra}
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)
@@ -637,11 +642,7 @@ def test_decode_ring_in_its_row_order(cached: str, packed: bool, monkeypatch: py
         extra: dict = {}
         request = torch.arange(case.batch)
         if packed:
-            drafts = _packed(drafts, lengths)
-            ends = torch.tensor(lengths).cumsum(0).tolist()
-            cu = torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE)
-            extra = {"cu_seqlens": cu, "max_seqlen": 1}
-            request = torch.arange(case.batch).repeat_interleave(torch.tensor(lengths))
+            drafts, extra, request = _packed_call(drafts, lengths, 1)
         kw = {**_kwargs(pool, drafts), **extra}
         _, launch = replay_prepare(**kw, config=_config(case), exact=False)
         assert launch.kwargs["RING_PHYS"] is phys
@@ -701,13 +702,7 @@ def test_with_and_without_the_precomputed_weights(
         extra: dict = {}
         request = torch.arange(case.batch).repeat_interleave(tokens)
         if packed:
-            drafts = _packed(drafts, lengths)
-            ends = torch.tensor(lengths).cumsum(0).tolist()
-            extra = {
-                "cu_seqlens": torch.tensor([0, *ends], dtype=torch.int32, device=DEVICE),
-                "max_seqlen": tokens,
-            }
-            request = torch.arange(case.batch).repeat_interleave(torch.tensor(lengths))
+            drafts, extra, request = _packed_call(drafts, lengths, tokens)
         kw = {**_kwargs(pool, drafts), **extra}
         want = selective_state_replay_reference(**kw)
         _, launch = replay_prepare(**kw, config=LaunchConfig(16, 1, True, True), exact=False)

@@ -424,32 +424,27 @@ def _ring_physical_rows(rg, RR: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
     """The whole ring rg (_Ring) read in its own row order, RR >= its rows (RING_PHYS): x
     [RR, BLOCK_M], B [RR, BLOCK_N] and dt' [RR], masked by the ring's size and the slot alone, so
     that they are issued with the state tile's loads, not after the cursors (the gathered ring's
-    positions wait for num_cached and ring_start: a second round trip to memory)."""
+    positions wait for num_cached and ring_start: a second round trip to memory); with the rows
+    o_r and their mask m_in, as (o_r, m_in, x, B, dt')."""
     o_r = tl.arange(0, RR)
     m_in = o_r < rg.ring
     if HAS_SRC_IDX:
         m_in = m_in & rg.m_live
     m_xr = m_in[:, None] if rg.m_vm is None else m_in[:, None] & rg.m_vm[None, :]
     b_x = tl.load(rg.p_x[None, :] + o_r[:, None] * rg.stride_x, mask=m_xr, other=0.0)
-    m_Br = m_in[:, None] if rg.m_vn is None else m_in[:, None] & rg.m_vn[None, :]
-    b_B = tl.load(rg.p_B[None, :] + o_r[:, None] * rg.stride_B, mask=m_Br, other=0.0)
     b_dt = tl.load(rg.p_dt + o_r * rg.stride_dt, mask=m_in, other=0.0)
-    return b_x, b_B, b_dt
+    return o_r, m_in, b_x, _ring_B(rg, o_r, m_in), b_dt
 
 
 @triton.jit
-def _ring_physical(rg, rows, b_A, RR: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
+def _ring_physical(rg, rows, b_A, FAST_EXP: tl.constexpr):
     """The ring rg (_Ring) from its rows read in row order (_ring_physical_rows'): (o_r, m_r,
     pos_r, x [RR, BLOCK_M], B [RR, BLOCK_N], S, w), as _ring_rows', _ring_x's and _ring_B's but a
     row a ring row, m_r on for the cached tokens' rows. The rows that hold no cached token are
     zeroed (an engine's ring may hold anything there). w_j = dt'_j exp(A r_j), r_j the dt' of
     the cached tokens newer than j summed (over the rows whose age is larger), S all of theirs:
     the dual form's weights, in another order of summation than _ring_weights'."""
-    b_x, b_B, b_dt = rows
-    o_r = tl.arange(0, RR)
-    m_in = o_r < rg.ring
-    if HAS_SRC_IDX:
-        m_in = m_in & rg.m_live
+    o_r, m_in, b_x, b_B, b_dt = rows
     age = o_r - rg.start
     age = tl.where(age < 0, age + rg.ring, age)  # 0: the oldest cached token
     m_r = m_in & (age < rg.n_old)
@@ -1557,7 +1552,7 @@ def _selective_state_replay_fast_kernel(
         tl.static_assert(not RING_PHYS or (not (GRAM or WEIGHTS) and (ROLE == 0 or ROLE == 1)),
                          "the ring in its row order: the step's own programs, no Grams' kernel")
         if RING_PHYS:
-            o_r, m_r, pos_r, b_xp, b_Bp, b_S, b_w = _ring_physical(rg, ring_rows, b_A, RR, HAS_SRC_IDX, FAST_EXP)
+            o_r, m_r, pos_r, b_xp, b_Bp, b_S, b_w = _ring_physical(rg, ring_rows, b_A, FAST_EXP)
         else:
             o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
             if not WEIGHTS:
