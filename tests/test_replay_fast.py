@@ -8,6 +8,7 @@ drafts, ring wrap-around, 16-bit states with stochastic rounding, odd shapes, G 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -1043,62 +1044,58 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
     return bool(flags["DUAL_FLUSH"] or flags["ROLE"] == 7)
 
 
+def _fast_route_twice(case: Replay, route: Callable[[object], bool]) -> None:
+    """A fast-route call of case, steady state, twice from the same inputs, its launch taking the
+    route under test (route(launch) holds): the accuracy bars against float64, the exact route's
+    rings, its flushed states within the bars of the programs that store them, and the same
+    bits both times."""
+    results = []
+    for _ in range(2):
+        pool, drafts = make_pool(case, 0), make_drafts(case, 0)
+        _set_cursors(pool, case, "steady", 0)
+        kw, twin = _kwargs(pool, drafts), _twin(pool)
+        want = selective_state_replay_reference(**kw)
+        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        _, launch = replay_prepare(**kw, exact=False)
+        assert route(launch), launch
+        selective_state_replay(**kw, out=out, exact=False)
+        live = pool["state_batch_indices"] != PAD
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        selective_state_replay(**_kwargs(twin, drafts), exact=True)
+        config = lookup_config(
+            64, 128, torch.float32, case.batch, DEVICE, mode="replay-fast", tokens=case.tokens
+        )
+        assert_same_writes(pool, twin, config, dual=_dual_flushes(kw, config))
+        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [64, 512])
 @pytest.mark.parametrize("tokens", [2, 4, 8])
 def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """replay_fast.VERIFY_FLUSH_BESIDE at the headline, steady state (at T = 8 beside the
-    tiles' main kernel, BESIDE_TILES forced): the accuracy bars, the exact route's rings, its
-    flushed states within the dual form's bars, and the same bits run to run."""
+    tiles' main kernel, BESIDE_TILES forced): _fast_route_twice."""
     monkeypatch.setattr(replay_fast, "BESIDE_TILES", tokens >= replay_fast.TILES_FROM_TOKENS)
-    results = []
-    for _ in range(2):
-        pool, drafts, _ = _headline(batch, tokens)
-        twin = _twin(pool)
-        want = selective_state_replay_reference(**_kwargs(pool, drafts))
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
-        assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None)
-        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
-        live = pool["state_batch_indices"] != PAD
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        selective_state_replay(**_kwargs(twin, drafts), exact=True)
-        config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=tokens)
-        assert_same_writes(pool, twin, config, dual=True)
-        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
+    _fast_route_twice(
+        replace(HEADLINE, batch=batch, tokens=tokens),
+        lambda launch: (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None),
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 8])
 def test_gpu_decode_ring_in_its_row_order(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """replay_fast.RING_PHYS at the headline, decode (T = 1), steady state, at the batches it
-    serves (no Grams' kernel): the accuracy bars, the exact route's rings, its flushed states
-    within the dual form's bars, and the same bits run to run."""
+    serves (no Grams' kernel): _fast_route_twice."""
     monkeypatch.setattr(replay_fast, "RING_PHYS", True)
     pads = HEADLINE.pad_rows if batch > max(HEADLINE.pad_rows) else ()
-    case = replace(HEADLINE, batch=batch, tokens=1, window=15, pad_rows=pads)
-    results = []
-    for _ in range(2):
-        pool, drafts = make_pool(case), make_drafts(case, 0)
-        _set_cursors(pool, case, "steady", 0)
-        twin = _twin(pool)
-        want = selective_state_replay_reference(**_kwargs(pool, drafts))
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
-        assert launch.kwargs["RING_PHYS"] and launch.before is None
-        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
-        live = pool["state_batch_indices"] != PAD
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        selective_state_replay(**_kwargs(twin, drafts), exact=True)
-        config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=1)
-        assert_same_writes(pool, twin, config, dual=_dual_flushes(_kwargs(pool, drafts), config))
-        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
+    _fast_route_twice(
+        replace(HEADLINE, batch=batch, tokens=1, window=15, pad_rows=pads),
+        lambda launch: launch.kwargs["RING_PHYS"] and launch.before is None,
+    )
 
 
 @pytest.mark.gpu
