@@ -232,16 +232,30 @@ class _Checkpoint(NamedTuple):
 @triton.jit
 def _cursors(p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW: tl.constexpr,
              CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr,
-             EVICT_FIRST: tl.constexpr):
+             EVICT_FIRST: tl.constexpr, VALUES: tl.constexpr = True):
     """Request i_b's slot and ring cursors, the one reading of them the main and the Gram
     kernels share: (i_slot, m_live, i_ring, n_old, start), the ring's slot 0 for a pad request
-    (which reads no bookkeeping: its cursors 0), num_cached clamped to the window and
-    ring_start into the ring (0 without ring_start), keyed by request with CURSOR_BY_REQUEST."""
+    (which reads no bookkeeping: its cursors 0), n_old and start _cursor_values'; without VALUES
+    those two are left unread (0 and 0 in their place)."""
     i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
     m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
     i_ring = i_slot
     if HAS_SRC_IDX:
         i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
+    n_old = 0
+    start = 0
+    if VALUES:
+        n_old, start = _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW, CURSOR_BY_REQUEST,
+                                      HAS_SRC_IDX, HAS_RING_START)
+    return i_slot, m_live, i_ring, n_old, start
+
+
+@triton.jit
+def _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW: tl.constexpr,
+                   CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr):
+    """Request i_b's ring cursors (n_old, start): num_cached clamped to the window and ring_start
+    into the ring (0 without ring_start), keyed by request with CURSOR_BY_REQUEST, else by its
+    ring's slot i_ring; 0 and 0 where m_live is off."""
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
     if HAS_SRC_IDX:
         n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
@@ -256,7 +270,7 @@ def _cursors(p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id
         start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
     else:
         start = 0
-    return i_slot, m_live, i_ring, n_old, start
+    return n_old, start
 
 
 @triton.jit
@@ -1464,10 +1478,14 @@ def _selective_state_replay_fast_kernel(
     if VARLEN:
         if n_tok == 0:  # a request of no drafts is left alone: as in the exact route
             return
+    # (RING_PHYS: the cursors read, and the flush tested, after every other load; see below)
     i_slot, m_live, i_ring, n_old, start = _cursors(
         p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
-        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
-    m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, HOST_FLUSH)
+        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST, not RING_PHYS)
+    if RING_PHYS and HOST_FLUSH:
+        b_flag = tl.load(p_flush + i_b)
+    if not RING_PHYS:
+        m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, HOST_FLUSH)
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
             return
@@ -1552,6 +1570,18 @@ def _selective_state_replay_fast_kernel(
         tl.static_assert(not RING_PHYS or (not (GRAM or WEIGHTS) and (ROLE == 0 or ROLE == 1)),
                          "the ring in its row order: the step's own programs, no Grams' kernel")
         if RING_PHYS:
+            # The cursors read after every other load of the step: read first, ptxas placed
+            # their clamps, which wait for them, before the state tile's and the ring's loads,
+            # and those then waited a round trip more (offline SASS, sm_90, bs 8).
+            n_old, start = _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW,
+                                          CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START)
+            if HOST_FLUSH:
+                m_flush = b_flag != 0
+            else:
+                m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, False)
+            rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r,
+                       stride_dt=stride_dtc_r, start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn,
+                       m_live=m_live)
             o_r, m_r, pos_r, b_xp, b_Bp, b_S, b_w = _ring_physical(rg, ring_rows, b_A, FAST_EXP)
         else:
             o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
@@ -2536,12 +2566,14 @@ GRAM_VERIFY = True
 # reads its whole ring in the ring's row order (_ring_physical): the loads wait for the slot
 # alone, not for num_cached and ring_start as the gathered rows' do, so a program makes two
 # round trips to memory before it computes instead of three; the rows that hold no cached
-# token are zeroed after the load and weigh nothing. Prepared in session 33 for the small
-# batch (the engine's decode step at bs 8 was 0.98x the single-token table in `e2e --replay`,
-# run 219), not yet timed: off. Offline (sm_90, headline, bs 8, (16,4)) it takes 128 registers
-# and 1856 SASS instructions against 96 and 1360, and ptxas places the state tile's loads
-# after the ring's (instructions 542-582 of the program against 257-268 without): whether the
-# round trip is saved is for the GPU to say.
+# token are zeroed after the load and weigh nothing. The cursors themselves are read after
+# every other load of the step: read first (session 33's form), ptxas placed their clamps,
+# which wait for them, ahead of the state tile's and the ring's loads, so those went out a
+# round trip late, three in all as in the gathered form. Offline (sm_90, headline, bs 8,
+# (16,4)) the program now issues the slot's and the token's loads, then the state tile's, the
+# ring's and the cursors' before it uses any of them: 128 registers and 1960 SASS instructions
+# against 96 and 1360. Prepared for the small batch (the engine's decode step at bs 8 was
+# 0.98x the single-token table in `e2e --replay`, run 219), not yet timed: off.
 RING_PHYS = False
 
 
