@@ -560,22 +560,30 @@ def test_drafts_loads_ahead_or_in_turn(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
-def test_small_batch_tiles_flush_reuses_the_rings_B(cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole-tile tiles kernel with its flushes in it (few requests: no Grams' kernel, ROLE
-    0): the flush's ring B rows loaded again after out's store or taken from out's Grams
-    (replay_fast.TILES_FLUSH_B_REUSE); both within the bars of float64 and the same writes bit
-    for bit; G < H, a pad request, rings that wrap, dstate 40 (columns masked)."""
-    case = Replay(tokens=4, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
+@pytest.mark.parametrize(
+    ("knob", "tokens"), [("TILES_FLUSH_B_REUSE", 4), ("DRAFTS_FLUSH_B_REUSE", 2)], ids=["tiles", "drafts"]
+)
+def test_small_batch_flush_reuses_the_rings_B(
+    knob: str, tokens: int, cached: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verify step with its flushes in the main kernel (few requests: no Grams' kernel, ROLE
+    0), the whole-tile tiles kernel (T = 4) or draft by draft (T = 2): the flush's ring B rows
+    loaded again after out's stores or taken from those out loaded (replay_fast's knob); both
+    within the bars of float64 and the same writes bit for bit; G < H, a pad request, rings that
+    wrap, dstate 40 (columns masked)."""
+    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
     results = []
     for reuse in (False, True):
-        monkeypatch.setattr(replay_fast, "TILES_FLUSH_B_REUSE", reuse)
+        monkeypatch.setattr(replay_fast, knob, reuse)
         pool, drafts = make_pool(case), make_drafts(case, 8)
         _set_cursors(pool, case, cached, 8, wrap=True)
         kw = _kwargs(pool, drafts)
         _, launch = replay_prepare(**kw, config=_config(case), exact=False)
-        assert (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["B_REUSE"]) == (True, 0, reuse)
+        flags = (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["B_REUSE"])
+        assert flags == (knob == "TILES_FLUSH_B_REUSE", 0, reuse)
         assert launch.kwargs["DUAL_FLUSH"] and launch.kwargs.get("COLS", 0) == 0  # (the dual form: B_ring)
         assert launch.before is None and launch.beside is None  # no Grams' kernel, the flushes in the kernel
+        assert launch.after is None
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)
         live = (torch.arange(case.batch) != 2).to(DEVICE)

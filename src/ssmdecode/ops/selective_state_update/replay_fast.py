@@ -574,7 +574,8 @@ class _Step(NamedTuple):
     """A verify program's values that its out (_drafts_out) reads: the ring's gathered x, the
     drafts' x, B and dt', A and D; the ring (_Ring) and its rows (_ring_positions'), the drafts'
     offsets, the drafts' inputs and out (_Token), the request's token span, the program's
-    request, head, group, rows and columns with their masks, and the Grams."""
+    request, head, group, rows and columns with their masks, and the Grams; the ring's B rows
+    (_ring_B's) where the caller loaded them, else None."""
 
     b_xr: Any
     b_xd: Any
@@ -602,6 +603,7 @@ class _Step(NamedTuple):
     p_gram: Any
     stride_gram_b: Any
     stride_gram_g: Any
+    b_Br: Any = None
 
 
 class _Pool(NamedTuple):
@@ -1302,7 +1304,10 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
         b_xrf = b_xr.to(tl.float32)
     b_xdf = b_xd.to(tl.float32)
     if not GRAM and not NO_RING:
-        b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
+        b_Br = step.b_Br
+        if b_Br is None:
+            b_Br = _ring_B(rg, pos_r, m_r)
+        b_Br = b_Br.to(tl.float32)
     if not WEIGHTS:
         b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
         b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
@@ -1432,7 +1437,7 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
-    B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
+    B_REUSE: tl.constexpr = False,  # a flush in ROLE 0 without GRAM: the ring's B rows its out loaded
     B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
     RING_PHYS: tl.constexpr = False,  # T = 1 without GRAM: the whole ring read in its row order (_ring_physical)
@@ -1729,8 +1734,11 @@ def _selective_state_replay_fast_kernel(
                 # out in the dual form (module docstring), draft by draft (_drafts_out); a flush
                 # program's (ROLE 7, every one of its requests flushes) from the request's new
                 # checkpoint, flushed first on the tile, with nothing cached.
+                b_Brd = None
+                if B_REUSE and ROLE == 0 and not GRAM:  # out's ring B rows, the flush's too
+                    b_Brd = _ring_B(rg, pos_r, m_r)
                 step = _Step(b_xr, b_xd, b_Bd, b_dtd, b_A, b_D, rg, pos_r, o_r, m_r, o_t, tok, i_xb, t0, n_tok, i_b,
-                             i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g)
+                             i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g, b_Brd)
                 if ROLE == 7:
                     # (m_flush holds in every program that gets here; the branch keeps the PTX of
                     # the kernel measured and GPU-tested in runs 173-182)
@@ -1750,8 +1758,11 @@ def _selective_state_replay_fast_kernel(
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+                b_Brf = None  # (the ring's B rows out loaded: B_REUSE)
+                if B_REUSE and not GRAM and (TILES or ROLE == 0):
+                    b_Brf = b_Brt if TILES else b_Brd
                 b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
-                                         FAST_EXP, HAS_SRC_IDX, b_Brt if B_REUSE and TILES and not GRAM else None)
+                                         FAST_EXP, HAS_SRC_IDX, b_Brf)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
@@ -2017,7 +2028,7 @@ def fast_launch(
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DRAFTS_B_LATE and not tiles and call.tokens >= DRAFTS_B_LATE_FROM_TOKENS,
-        B_REUSE=TILES_FLUSH_B_REUSE and tiles,
+        B_REUSE=(TILES_FLUSH_B_REUSE and tiles) or (DRAFTS_FLUSH_B_REUSE and not tiles and call.tokens > 1),
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
@@ -2500,6 +2511,12 @@ TILES_COLS_INPUTS_AHEAD = True
 # behind it). On an H100 (run 210, fast-load-placements/) T = 4 at bs 8 took 7.81 us against
 # 7.92-7.95, T = 3 7.56 against 7.59-7.65, the same bits.
 TILES_FLUSH_B_REUSE = True
+# The draft-by-draft step's flush in the main kernel (below BESIDE_MIN_REQUESTS requests, no
+# Grams' kernel) likewise: offline (sm_90, T = 4, bs 8, (32,2)) it loads the ring's B rows a
+# second time after out's stores, a round trip behind them that only the flushing programs
+# wait (the small batch's steady state: 7.31 us against flashinfer's 6.68 in run 243, 5.57
+# against 5.63 where none flushes). Prepared in session 34, not yet timed: off.
+DRAFTS_FLUSH_B_REUSE = False
 TILES_COLS_MIN_REQUESTS = 64
 
 
