@@ -1483,13 +1483,11 @@ def _selective_state_replay_fast_kernel(
     if VARLEN:
         if n_tok == 0:  # a request of no drafts is left alone: as in the exact route
             return
-    # (RING_PHYS: the cursors read, and the flush tested, after every other load; see below)
+    # (RING_PHYS: the cursors read, and a flush by them tested, after every other load; see below)
     i_slot, m_live, i_ring, n_old, start = _cursors(
         p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
         HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST, not RING_PHYS)
-    if RING_PHYS and HOST_FLUSH:
-        b_flag = tl.load(p_flush + i_b)
-    if not RING_PHYS:
+    if not RING_PHYS or HOST_FLUSH:  # (the host's flag needs no cursor)
         m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, HOST_FLUSH)
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
@@ -1580,9 +1578,7 @@ def _selective_state_replay_fast_kernel(
             # and those then waited a round trip more (offline SASS, sm_90, bs 8).
             n_old, start = _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW,
                                           CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START)
-            if HOST_FLUSH:
-                m_flush = b_flag != 0
-            else:
+            if not HOST_FLUSH:
                 m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, False)
             rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r,
                        stride_dt=stride_dtc_r, start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn,
@@ -2512,10 +2508,11 @@ TILES_COLS_INPUTS_AHEAD = True
 # 7.92-7.95, T = 3 7.56 against 7.59-7.65, the same bits.
 TILES_FLUSH_B_REUSE = True
 # The draft-by-draft step's flush in the main kernel (below BESIDE_MIN_REQUESTS requests, no
-# Grams' kernel) likewise: offline (sm_90, T = 4, bs 8, (32,2)) it loads the ring's B rows a
-# second time after out's stores, a round trip behind them that only the flushing programs
-# wait (the small batch's steady state: 7.31 us against flashinfer's 6.68 in run 243, 5.57
-# against 5.63 where none flushes). Prepared in session 34, not yet timed: off.
+# Grams' kernel; at bs 8 that is T = 2, T >= 3 taking the tiles) likewise: offline (sm_90,
+# headline, T = 2, bs 8, (16,2); benchmarks/results/NVIDIA_H100_80GB_HBM3/offline-sass/) it
+# loaded the ring's B rows a second time after out's stores (SASS instruction 1128, first used
+# at 1158 of 1744), a round trip that only the flushing programs wait. Prepared in session 34,
+# not yet timed: off.
 DRAFTS_FLUSH_B_REUSE = False
 TILES_COLS_MIN_REQUESTS = 64
 
