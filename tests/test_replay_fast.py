@@ -594,6 +594,40 @@ def test_small_batch_flush_reuses_the_rings_B(
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("cached", ["steady", "flush"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+def test_tiles_loads_in_one_region(cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-tile tiles kernel with few requests (no Grams' kernel, its flushes in the
+    kernel) with the ring's dt', x and B rows and the drafts' C loaded in one run-time region
+    (replay_fast.TILES_GROUPED) and where each is used: both within the bars of float64 and the
+    same writes bit for bit; G < H, a pad request, rings that wrap, dstate 40 (columns masked),
+    packed requests of up to T tokens or none."""
+    case = Replay(tokens=4, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
+    lengths = [4, 0, 1, 3]  # packed: request 1 has no token
+    results = []
+    for grouped in (False, True):
+        monkeypatch.setattr(replay_fast, "TILES_GROUPED", grouped)
+        pool, drafts = make_pool(case), make_drafts(case, 9)
+        _set_cursors(pool, case, cached, 9, wrap=True)
+        extra: dict = {}
+        request = torch.arange(case.batch).repeat_interleave(case.tokens)  # each token's request
+        if packed:
+            drafts, extra, request = _packed_call(drafts, lengths, case.tokens)
+        kw = {**_kwargs(pool, drafts), **extra}
+        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        flags = (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["TILES_GROUPED"])
+        assert flags == (True, 0, grouped) and launch.kwargs.get("COLS", 0) == 0
+        assert launch.before is None and launch.beside is None and launch.after is None
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
@@ -1103,6 +1137,20 @@ def test_gpu_decode_ring_in_its_row_order(batch: int, monkeypatch: pytest.Monkey
     _fast_route_twice(
         replace(HEADLINE, batch=batch, tokens=1, window=15, pad_rows=pads),
         lambda launch: launch.kwargs["RING_PHYS"] and launch.before is None,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("tokens", [3, 4, 8])
+def test_gpu_tiles_loads_in_one_region(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.TILES_GROUPED at the headline, the whole-tile tiles kernel with its flushes
+    in it (no Grams' kernel), steady state: _fast_route_twice."""
+    monkeypatch.setattr(replay_fast, "TILES_GROUPED", True)
+    pads = HEADLINE.pad_rows if batch > max(HEADLINE.pad_rows) else ()
+    _fast_route_twice(
+        replace(HEADLINE, batch=batch, tokens=tokens, pad_rows=pads),
+        lambda launch: launch.kwargs["TILES_GROUPED"] and launch.before is None and not launch.kwargs["COLS"],
     )
 
 

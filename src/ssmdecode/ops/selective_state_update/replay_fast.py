@@ -1442,6 +1442,7 @@ def _selective_state_replay_fast_kernel(
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
     RING_PHYS: tl.constexpr = False,  # T = 1 without GRAM: the whole ring read in its row order (_ring_physical)
     RR: tl.constexpr = 16,  # with RING_PHYS: next_power_of_2(R), the rows read
+    TILES_GROUPED: tl.constexpr = False,  # the whole-tile tiles in ROLE 0: ring dt', x, B and C loaded in one region
 ):
     # the requests' inputs and outs, as the helpers read and write them
     tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1661,14 +1662,32 @@ def _selective_state_replay_fast_kernel(
         # Grams' kernel weighed them, WEIGHTS, their dt' and weights).
         tl.static_assert(not (WEIGHTS and TILES), "the precomputed weights are the draft-by-draft step's")
         o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
-        if WEIGHTS:  # (the Grams' kernel's, in the weights out reads; a flush computes its own)
+        GROUPED: tl.constexpr = TILES_GROUPED and TILES and not PASSES and not GRAM and ROLE == 0
+        m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+        if GROUPED:
+            if b_A == b_A:  # (a run-time region: the loads issued together, their conversions after)
+                b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
+                b_dtr1 = _ring_dt_next(rg, o_r, HAS_SRC_IDX)
+                b_xr = _ring_x(rg, pos_r, m_r)
+                b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                                + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
+                b_Brt = _ring_B(rg, pos_r, m_r)
+            else:
+                b_dtr = tl.zeros([RP], p_dt_cache.dtype.element_ty)
+                b_dtr1 = tl.zeros([RP], p_dt_cache.dtype.element_ty)
+                b_xr = tl.zeros([BLOCK_M, RP], p_x_cache.dtype.element_ty)
+                b_CdT = tl.zeros([BLOCK_N, TD], p_C.dtype.element_ty)
+                b_Brt = tl.zeros([RP, BLOCK_N], p_B_cache.dtype.element_ty)
+            b_S, b_w = _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP)
+        elif WEIGHTS:  # (the Grams' kernel's, in the weights out reads; a flush computes its own)
             b_S = 0.0
             b_w = tl.zeros([RP], tl.float32)
         else:
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         tl.static_assert(ROLE != 7 or not (WEIGHTS or (TILES and not PASSES)),
                          "the flush programs beside: draft by draft, or tiles in passes (_tiles_cols' FIRST)")
-        b_xr = _ring_x(rg, pos_r, m_r)
+        if not GROUPED:
+            b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
             if TILES:
@@ -1683,15 +1702,16 @@ def _selective_state_replay_fast_kernel(
                                                stride_Bc_s, stride_Bc_g, stride_Bc_n, TD, C16, B16, ROLE == 0,
                                                EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, EVICT_FIRST, BLOCK_M, BLOCK_N,
                                                COLS, COLS_AHEAD, ROLE == 7, COLS_IN_AHEAD)
-                m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
-                b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
-                                + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
+                if not GROUPED:
+                    b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                                    + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
                 if GRAM:  # the group's Grams from _gram_kernel
                     b_GrT, b_GdT = _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T, TP,
                                                 RP, LATE, PDL)
                 else:
                     if ROLE != 7:  # (a flush program's out: nothing cached)
-                        b_Brt = _ring_B(rg, pos_r, m_r)
+                        if not GROUPED:
+                            b_Brt = _ring_B(rg, pos_r, m_r)
                         b_GrT = _dot_exact(b_Brt, b_CdT, MMA16)
                     b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
                 b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
@@ -2029,6 +2049,7 @@ def fast_launch(
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
         RING_PHYS=_ring_phys(call),
+        TILES_GROUPED=TILES_GROUPED and tiles,
     )
     if flags["RING_PHYS"]:
         flags["RR"] = max(16, triton.next_power_of_2(call.ring))
@@ -2514,6 +2535,16 @@ TILES_FLUSH_B_REUSE = True
 # at 1158 of 1744), a round trip that only the flushing programs wait. Prepared in session 34,
 # not yet timed: off.
 DRAFTS_FLUSH_B_REUSE = False
+# The whole-tile tiles kernel with few requests (no Grams' kernel: T >= 3 at bs 1 and 8) loads
+# the ring's dt', x and B rows and the drafts' C in one run-time region that always holds
+# (b_A == b_A), so that the layout conversions of x, C and B for the tensor cores (a store to
+# shared memory and a barrier each, which no load crosses) come after all four loads. Where
+# each is loaded by its use, every conversion waited on its own round trip: offline (sm_90,
+# headline, T = 4, bs 8, (32,2)) the ring's x was first used at SASS 447, C at 550, B at 1098;
+# grouped, all at 599-656, two round trips fewer, 255 registers either way, no spills, 2512
+# SASS instructions against 2456. The same bits (tests/test_replay_fast.py). Prepared in
+# session 35, not yet timed: off.
+TILES_GROUPED = False
 TILES_COLS_MIN_REQUESTS = 64
 
 
