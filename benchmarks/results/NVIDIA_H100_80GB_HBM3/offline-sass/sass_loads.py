@@ -1,7 +1,8 @@
 """A fast-route replay call at T tokens and bs B compiled offline (sm_90, headline): registers,
 SASS count, and each load with the first instruction that uses what it loaded (a stall there).
-Usage: [REUSE=1] [PHYS=1] python sass_loads.py T B [CONFIG]; REUSE sets
-replay_fast.DRAFTS_FLUSH_B_REUSE, PHYS replay_fast.RING_PHYS (T = 1)."""
+Usage: [REUSE=1] [PHYS=1] [GROUPED=1] python sass_loads.py T B [CONFIG]; REUSE sets
+replay_fast.DRAFTS_FLUSH_B_REUSE, PHYS replay_fast.RING_PHYS (T = 1), GROUPED
+replay_fast.TILES_GROUPED (session 35)."""
 import os, sys, re, subprocess, tempfile
 os.environ.pop("TRITON_INTERPRET", None)
 from pathlib import Path
@@ -14,6 +15,7 @@ from ssmdecode.config import LaunchConfig, replay_fast_config
 from ssmdecode.ops.selective_state_update import replay_fast as rf
 rf.DRAFTS_FLUSH_B_REUSE = bool(int(os.environ.get("REUSE", "0")))
 rf.RING_PHYS = bool(int(os.environ.get("PHYS", "0")))
+rf.TILES_GROUPED = bool(int(os.environ.get("GROUPED", "0")))
 T, batch = int(sys.argv[1]), int(sys.argv[2])
 cfg = LaunchConfig.parse(sys.argv[3]) if len(sys.argv) > 3 else replay_fast_config(64, 128, batch, T)
 shape = per_rank(PRESETS[HEADLINE[0]], HEADLINE[1])
