@@ -256,20 +256,35 @@ def _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW: tl
     """Request i_b's ring cursors (n_old, start): num_cached clamped to the window and ring_start
     into the ring (0 without ring_start), keyed by request with CURSOR_BY_REQUEST, else by its
     ring's slot i_ring; 0 and 0 where m_live is off."""
+    n_old, start = _cursor_loads(p_cached, p_ring_start, i_b, i_ring, m_live, CURSOR_BY_REQUEST, HAS_SRC_IDX,
+                                 HAS_RING_START)
+    return _cursor_clamps(n_old, start, ring, WINDOW, HAS_RING_START)
+
+
+@triton.jit
+def _cursor_loads(p_cached, p_ring_start, i_b, i_ring, m_live, CURSOR_BY_REQUEST: tl.constexpr,
+                  HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr):
+    """_cursor_values' num_cached and ring_start as stored, int32 (0 for ring_start without it)."""
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
     if HAS_SRC_IDX:
         n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
     else:
         n_old = tl.load(p_cached + i_cur).to(tl.int32)
-    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    start = 0
     if HAS_RING_START:
         if HAS_SRC_IDX:
             start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
         else:
             start = tl.load(p_ring_start + i_cur).to(tl.int32)
+    return n_old, start
+
+
+@triton.jit
+def _cursor_clamps(n_old, start, ring, WINDOW: tl.constexpr, HAS_RING_START: tl.constexpr):
+    """_cursor_values' clamps of the stored cursors (_cursor_loads')."""
+    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    if HAS_RING_START:
         start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
-    else:
-        start = 0
     return n_old, start
 
 
@@ -422,6 +437,29 @@ def _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: 
     its dt'."""
     b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
     return _ring_weights(b_dtr, rg, o_r, b_A, HAS_SRC_IDX, FAST_EXP)
+
+
+@triton.jit
+def _ring_loads(rg, o_r, m_r, pos_r, RP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                HAS_SRC_IDX: tl.constexpr):
+    """The ring rg (_Ring) at its rows pos_r (_ring_positions'), every load in one run-time
+    region that always holds (n_old < ring: the window is the ring less the drafts):
+    (dt', dt' one row on (_ring_dt_next), x [RP, BLOCK_M] (a row a cached token), B [RP,
+    BLOCK_N]). Loaded where each is used, ptxas issued each after the one before had come back
+    (a layout conversion through shared memory, or a wait the scheduler put between them), a
+    round trip each (RING_GROUPED)."""
+    if rg.n_old < rg.ring:
+        b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
+        b_dtr1 = _ring_dt_next(rg, o_r, HAS_SRC_IDX)
+        m_xr = m_r[:, None] if rg.m_vm is None else m_r[:, None] & rg.m_vm[None, :]
+        b_xr = tl.load(rg.p_x[None, :] + pos_r[:, None] * rg.stride_x, mask=m_xr, other=0.0)
+        b_Br = _ring_B(rg, pos_r, m_r)
+    else:
+        b_dtr = tl.zeros([RP], rg.p_dt.dtype.element_ty)
+        b_dtr1 = tl.zeros([RP], rg.p_dt.dtype.element_ty)
+        b_xr = tl.zeros([RP, BLOCK_M], rg.p_x.dtype.element_ty)
+        b_Br = tl.zeros([RP, BLOCK_N], rg.p_B.dtype.element_ty)
+    return b_dtr, b_dtr1, b_xr, b_Br
 
 
 @triton.jit
@@ -714,11 +752,9 @@ def _drafts_B(p_Bd, m_t, m_vn):
 
 
 @triton.jit
-def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW: tl.constexpr,
-            HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, LOAD_B: tl.constexpr = True):
-    """A verify program's drafts (tok, _Token; the first n_tok of DW live), all loaded before any
-    store: (o_t, m_t, o_tok, m_md, x [BLOCK_M, DW] a column a draft, dt' [DW] with the bias and
-    softplus, 0 past n_tok, B [DW, BLOCK_N])."""
+def _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, DW: tl.constexpr, LOAD_B: tl.constexpr):
+    """A verify program's drafts' inputs as stored (_drafts): x [BLOCK_M, DW], dt [DW], B [DW,
+    BLOCK_N] (0.0 without LOAD_B), 0 past n_tok."""
     o_t = tl.arange(0, DW)
     m_t = o_t < n_tok
     o_tok = t0 + o_t
@@ -726,15 +762,68 @@ def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW:
     b_xd = tl.load(tok.p_x + i_xb * tok.stride_x_b + i_h * tok.stride_x_h + o_m[:, None] * tok.stride_x_p
                    + o_tok[None, :] * tok.stride_x_t, mask=m_md, other=0.0)
     b_dtd = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + i_h * tok.stride_dt_h + o_tok * tok.stride_dt_t, mask=m_t,
-                    other=0.0).to(tl.float32)
+                    other=0.0)
+    b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
+    if LOAD_B:
+        b_Bd = _drafts_B(_drafts_B_at(tok, i_xb, i_g, o_tok, o_n), m_t, m_vn)
+    return b_xd, b_dtd, b_Bd
+
+
+@triton.jit
+def _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h, stride_D_p,
+                HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr):
+    """The head's parameters as stored: (A, dt_bias (0.0 without it), D of the program's rows
+    [BLOCK_M] (0.0 without it))."""
+    b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h)
+    b_D = 0.0
+    if HAS_D:
+        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm)
+    return tl.load(p_A + i_h * stride_A_h), b_dt_bias, b_D
+
+
+@triton.jit
+def _head_zeros(p_A, p_dt_bias, p_D, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """_head_loads' types, zeros (the other side of a run-time region)."""
+    b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.zeros([], p_dt_bias.dtype.element_ty)
+    b_D = 0.0
+    if HAS_D:
+        b_D = tl.zeros([BLOCK_M], p_D.dtype.element_ty)
+    return tl.zeros([], p_A.dtype.element_ty), b_dt_bias, b_D
+
+
+@triton.jit
+def _drafts_zeros(tok, DW: tl.constexpr, LOAD_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """_drafts_loads' types, zeros (the other side of a run-time region)."""
+    b_Bd = 0.0
+    if LOAD_B:
+        b_Bd = tl.zeros([DW, BLOCK_N], tok.p_B.dtype.element_ty)
+    return tl.zeros([BLOCK_M, DW], tok.p_x.dtype.element_ty), tl.zeros([DW], tok.p_dt.dtype.element_ty), b_Bd
+
+
+@triton.jit
+def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW: tl.constexpr,
+            HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, LOAD_B: tl.constexpr = True, raw=None):
+    """A verify program's drafts (tok, _Token; the first n_tok of DW live), all loaded before any
+    store: (o_t, m_t, o_tok, m_md, x [BLOCK_M, DW] a column a draft, dt' [DW] with the bias and
+    softplus, 0 past n_tok, B [DW, BLOCK_N]); raw: _drafts_loads' already loaded."""
+    o_t = tl.arange(0, DW)
+    m_t = o_t < n_tok
+    o_tok = t0 + o_t
+    m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
+    if raw is None:
+        raw = _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, DW, LOAD_B)
+    b_xd = raw[0]
+    b_dtd = raw[1].to(tl.float32)
     if HAS_DT_BIAS:
         b_dtd += b_dt_bias
     if DT_SOFTPLUS:
         b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
     b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
-    b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
-    if LOAD_B:
-        b_Bd = _drafts_B(_drafts_B_at(tok, i_xb, i_g, o_tok, o_n), m_t, m_vn)
+    b_Bd = raw[2]
     return o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd
 
 
@@ -1442,6 +1531,8 @@ def _selective_state_replay_fast_kernel(
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
     RING_PHYS: tl.constexpr = False,  # T = 1 without GRAM: the whole ring read in its row order (_ring_physical)
     RR: tl.constexpr = 16,  # with RING_PHYS: next_power_of_2(R), the rows read
+    RING_GROUPED: tl.constexpr = False,  # ROLE 0, no Grams' kernel, T = 1 or draft by draft: _ring_loads
+    STATE_FIRST: tl.constexpr = False,  # ROLE 0 and 1: the cursors read after the state tile's loads
     TILES_GROUPED: tl.constexpr = False,  # the whole-tile tiles in ROLE 0: ring dt', x, B and C loaded in one region
 ):
     # the requests' inputs and outs, as the helpers read and write them
@@ -1484,11 +1575,15 @@ def _selective_state_replay_fast_kernel(
     if VARLEN:
         if n_tok == 0:  # a request of no drafts is left alone: as in the exact route
             return
-    # (RING_PHYS: the cursors read, and a flush by them tested, after every other load; see below)
+    # (RING_PHYS: the cursors read, and a flush by them tested, after every other load; see below.
+    # STATE_FIRST: after the state tile's loads)
+    RGROUP: tl.constexpr = RING_GROUPED and ROLE == 0 and not GRAM and not WEIGHTS and not RING_PHYS  # _ring_loads
+    CURSORS_LATE: tl.constexpr = (STATE_FIRST and not RING_PHYS and (ROLE == 0 or ROLE == 1)
+                                  and not (TILES and COLS > 0))
     i_slot, m_live, i_ring, n_old, start = _cursors(
         p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
-        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST, not RING_PHYS)
-    if not RING_PHYS or HOST_FLUSH:  # (the host's flag needs no cursor)
+        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST, not (RING_PHYS or CURSORS_LATE))
+    if not (RING_PHYS or CURSORS_LATE) or HOST_FLUSH:  # (the host's flag needs no cursor)
         m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, HOST_FLUSH)
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
@@ -1515,7 +1610,36 @@ def _selective_state_replay_fast_kernel(
     PASSES: tl.constexpr = TILES and COLS > 0  # the tile read in passes of COLS columns, in the tiles' branch
     tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH or ROLE == 7) and CHUNK == 0),
                      "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
-    if not PASSES:
+    drafts_raw = None
+    if CURSORS_LATE:
+        # One run-time region that always holds (every program's request is one of the call's):
+        # the state tile's, the cursors' and the drafts' loads, all issued before any is used
+        # (loaded where each was used, ptxas issued the tile's after the cursors' clamps had
+        # waited for them, and the drafts' after the ring's waits)
+        if i_b < n_requests:
+            b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
+            n_old, start = _cursor_loads(p_cached, p_ring_start, i_b, i_ring, m_live, CURSOR_BY_REQUEST,
+                                         HAS_SRC_IDX, HAS_RING_START)
+            heads_raw = _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h,
+                                    stride_D_p, HAS_DT_BIAS, HAS_D)
+            if T > 1:
+                drafts_raw = _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
+                                           TD if TILES else TP, not (B_LATE and GRAM and not WEIGHTS))
+        else:
+            heads_raw = _head_zeros(p_A, p_dt_bias, p_D, HAS_DT_BIAS, HAS_D, BLOCK_M)
+            if CHUNK > 0:
+                b_h0 = tl.zeros([BLOCK_M, BLOCK_N // CHUNK, CHUNK], tl.float32)
+            else:
+                b_h0 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            n_old = 0
+            start = 0
+            if T > 1:
+                drafts_raw = _drafts_zeros(tok, TD if TILES else TP, not (B_LATE and GRAM and not WEIGHTS), BLOCK_M,
+                                           BLOCK_N)
+        n_old, start = _cursor_clamps(n_old, start, ring, WINDOW, HAS_RING_START)
+        if not HOST_FLUSH:
+            m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, False)
+    elif not PASSES:
         b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     elif COLS_AHEAD:  # the first pass's tile, at once (_tiles_cols)
         _, _, p_t0, m_t0 = _pass_tile(p_slot, 0, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, stride_state_p,
@@ -1541,16 +1665,19 @@ def _selective_state_replay_fast_kernel(
                start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
     if RING_PHYS:  # (decode: the whole ring's loads with the state tile's, before anything else)
         ring_rows = _ring_physical_rows(rg, RR, HAS_SRC_IDX)
-    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
+    if not CURSORS_LATE:  # (else loaded in the region above)
+        heads_raw = _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h,
+                                stride_D_p, HAS_DT_BIAS, HAS_D)
+    b_A = heads_raw[0].to(tl.float32)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
 
     b_dt_bias = 0.0
     if HAS_DT_BIAS:
-        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+        b_dt_bias = heads_raw[1].to(tl.float32)
     b_D = 0.0
     if HAS_D:
-        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
+        b_D = heads_raw[2].to(tl.float32)
     if T == 1:
         # Decode: one token (a packed request of none returned above), its inputs as vectors.
         # (The tiles of the drafts below cost more instructions than they save at T = 1: 848
@@ -1587,7 +1714,10 @@ def _selective_state_replay_fast_kernel(
             o_r, m_r, pos_r, b_xp, b_Bp, b_S, b_w = _ring_physical(rg, ring_rows, b_A, FAST_EXP)
         else:
             o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
-            if not WEIGHTS:
+            if RGROUP:
+                b_dtr, b_dtr1, b_xg, b_Bg = _ring_loads(rg, o_r, m_r, pos_r, RP, BLOCK_M, BLOCK_N, HAS_SRC_IDX)
+                b_S, b_w = _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP)
+            elif not WEIGHTS:
                 b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         # A flush's out comes from its new state, but for ROLE 1 (the flush kernel stores it):
         # there every request's out is the dual form's.
@@ -1598,12 +1728,19 @@ def _selective_state_replay_fast_kernel(
         if ROLE == 0 and m_flush_out:  # (ROLE == 0 first: the branch not compiled where no flush is)
             if RING_PHYS:
                 b_xrm = tl.trans(b_xp)
+            elif RGROUP:
+                b_xrm = tl.trans(b_xg)
             else:
                 b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
             if WEIGHTS:  # (out's were the Grams' kernel's)
                 b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+            b_Bf = None
+            if RING_PHYS:
+                b_Bf = b_Bp
+            elif RGROUP:
+                b_Bf = b_Bg
             b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
-                                     HAS_SRC_IDX, b_Bp if RING_PHYS else None)
+                                     HAS_SRC_IDX, b_Bf)
             if not FLUSH_DRAFTS:
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
@@ -1615,6 +1752,8 @@ def _selective_state_replay_fast_kernel(
             # The dual form with one token.
             if RING_PHYS:
                 b_xr = b_xp.to(tl.float32)
+            elif RGROUP:
+                b_xr = b_xg.to(tl.float32)
             else:
                 m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
                 b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
@@ -1632,7 +1771,12 @@ def _selective_state_replay_fast_kernel(
                 b_gram = tl.load(p_g + o_r)  # [RP]: C . B_j, 0 past n_old
                 b_bc = tl.load(p_g + RP)  # C . B of the token
             else:
-                b_Br = (b_Bp if RING_PHYS else _ring_B(rg, pos_r, m_r)).to(tl.float32)
+                if RING_PHYS:
+                    b_Br = b_Bp.to(tl.float32)
+                elif RGROUP:
+                    b_Br = b_Bg.to(tl.float32)
+                else:
+                    b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
                 b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
                 b_bc = tl.sum(b_B.to(tl.float32) * b_C, axis=0)
             if not WEIGHTS:
@@ -1656,7 +1800,8 @@ def _selective_state_replay_fast_kernel(
         # (B_LATE with the Grams: the drafts' B is the append's alone, loaded there, _append_drafts)
         B_ON_APPEND: tl.constexpr = B_LATE and GRAM and not WEIGHTS
         o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd = _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
-                                                           b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS, not B_ON_APPEND)
+                                                           b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS, not B_ON_APPEND,
+                                                           drafts_raw)
 
         # The ring gathered in age order, masked past n_old: x [BLOCK_M, RP] (and, unless the
         # Grams' kernel weighed them, WEIGHTS, their dt' and weights).
@@ -1664,7 +1809,10 @@ def _selective_state_replay_fast_kernel(
         o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
         GROUPED: tl.constexpr = TILES_GROUPED and TILES and not PASSES and not GRAM and ROLE == 0
         m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
-        if GROUPED:
+        if RGROUP and not TILES:
+            b_dtr, b_dtr1, b_xg, b_Bg = _ring_loads(rg, o_r, m_r, pos_r, RP, BLOCK_M, BLOCK_N, HAS_SRC_IDX)
+            b_S, b_w = _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP)
+        elif GROUPED:
             if b_A == b_A:  # (a run-time region: the loads issued together, their conversions after)
                 b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
                 b_dtr1 = _ring_dt_next(rg, o_r, HAS_SRC_IDX)
@@ -1686,7 +1834,9 @@ def _selective_state_replay_fast_kernel(
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         tl.static_assert(ROLE != 7 or not (WEIGHTS or (TILES and not PASSES)),
                          "the flush programs beside: draft by draft, or tiles in passes (_tiles_cols' FIRST)")
-        if not GROUPED:
+        if RGROUP and not TILES:
+            b_xr = tl.trans(b_xg)
+        elif not GROUPED:
             b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
@@ -1751,7 +1901,9 @@ def _selective_state_replay_fast_kernel(
                 # program's (ROLE 7, every one of its requests flushes) from the request's new
                 # checkpoint, flushed first on the tile, with nothing cached.
                 b_Brd = None
-                if B_REUSE and ROLE == 0 and not GRAM:  # out's ring B rows, the flush's too
+                if RGROUP:
+                    b_Brd = b_Bg
+                elif B_REUSE and ROLE == 0 and not GRAM:  # out's ring B rows, the flush's too
                     b_Brd = _ring_B(rg, pos_r, m_r)
                 step = _Step(b_xr, b_xd, b_Bd, b_dtd, b_A, b_D, rg, pos_r, o_r, m_r, o_t, tok, i_xb, t0, n_tok, i_b,
                              i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g, b_Brd)
@@ -1775,7 +1927,9 @@ def _selective_state_replay_fast_kernel(
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
                 b_Brf = None  # (the ring's B rows out loaded: B_REUSE)
-                if B_REUSE and not GRAM and (TILES or ROLE == 0):
+                if RGROUP and not TILES:
+                    b_Brf = b_Bg
+                elif B_REUSE and not GRAM and (TILES or ROLE == 0):
                     b_Brf = b_Brt if TILES else b_Brd
                 b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
                                          FAST_EXP, HAS_SRC_IDX, b_Brf)
@@ -2050,6 +2204,8 @@ def fast_launch(
         CURSOR_BY_REQUEST=cursor_by_request,
         RING_PHYS=_ring_phys(call),
         TILES_GROUPED=TILES_GROUPED and tiles,
+        STATE_FIRST=STATE_FIRST,
+        RING_GROUPED=RING_GROUPED and not tiles and not _gram_first(call) and not _ring_phys(call),
     )
     if flags["RING_PHYS"]:
         flags["RR"] = max(16, triton.next_power_of_2(call.ring))
@@ -2545,6 +2701,8 @@ DRAFTS_FLUSH_B_REUSE = False
 # SASS instructions against 2456. The same bits (tests/test_replay_fast.py). Prepared in
 # session 35, not yet timed: off.
 TILES_GROUPED = False
+STATE_FIRST = False
+RING_GROUPED = False
 TILES_COLS_MIN_REQUESTS = 64
 
 
