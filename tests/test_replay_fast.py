@@ -1181,15 +1181,18 @@ def test_gpu_decode_ring_in_its_row_order(batch: int, monkeypatch: pytest.Monkey
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 8])
-@pytest.mark.parametrize("tokens", [3, 4, 8])
-def test_gpu_tiles_loads_in_one_region(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.TILES_GROUPED at the headline, the whole-tile tiles kernel with its flushes
-    in it (no Grams' kernel), steady state: _fast_route_twice."""
-    monkeypatch.setattr(replay_fast, "TILES_GROUPED", True)
+@pytest.mark.parametrize("tokens", [1, 2, 3, 4, 8])
+def test_gpu_small_batch_loads_in_regions(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.STATE_FIRST with RING_GROUPED (T = 1 and 2) or TILES_GROUPED (T >= 3, the
+    whole-tile tiles kernel) at the headline, the step's flushes in its own programs (no Grams'
+    kernel), steady state: _fast_route_twice."""
+    for knob in ("STATE_FIRST", "RING_GROUPED", "TILES_GROUPED"):
+        monkeypatch.setattr(replay_fast, knob, True)
+    grouped = "TILES_GROUPED" if tokens > 2 else "RING_GROUPED"
     pads = HEADLINE.pad_rows if batch > max(HEADLINE.pad_rows) else ()
     _fast_route_twice(
         replace(HEADLINE, batch=batch, tokens=tokens, pad_rows=pads),
-        lambda launch: launch.kwargs["TILES_GROUPED"] and launch.before is None and not launch.kwargs["COLS"],
+        lambda launch: launch.kwargs[grouped] and launch.kwargs["STATE_FIRST"] and launch.before is None,
     )
 
 

@@ -770,6 +770,35 @@ def _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, DW: tl.c
 
 
 @triton.jit
+def _token_loads(tok, i_xb, t0, i_h, i_g, o_m, o_n, m_vm, m_vn, HAS_Z: tl.constexpr):
+    """The decode step's token (request i_xb's t0) as stored: (x [BLOCK_M], dt, B [BLOCK_N], C
+    [BLOCK_N], z [BLOCK_M] (x without z))."""
+    b_x = load(tok.p_x + i_xb * tok.stride_x_b + t0 * tok.stride_x_t + i_h * tok.stride_x_h + o_m * tok.stride_x_p,
+               m_vm)
+    b_dt = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + t0 * tok.stride_dt_t + i_h * tok.stride_dt_h)
+    b_B = load(tok.p_B + i_xb * tok.stride_B_b + t0 * tok.stride_B_t + i_g * tok.stride_B_g + o_n * tok.stride_B_n,
+               m_vn)
+    b_C = load(tok.p_C + i_xb * tok.stride_C_b + t0 * tok.stride_C_t + i_g * tok.stride_C_g + o_n * tok.stride_C_n,
+               m_vn)
+    b_z = b_x
+    if HAS_Z:
+        b_z = load(tok.p_z + i_xb * tok.stride_z_b + t0 * tok.stride_z_t + i_h * tok.stride_z_h
+                   + o_m * tok.stride_z_p, m_vm)
+    return b_x, b_dt, b_B, b_C, b_z
+
+
+@triton.jit
+def _token_zeros(tok, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """_token_loads' types, zeros (the other side of a run-time region)."""
+    b_x = tl.zeros([BLOCK_M], tok.p_x.dtype.element_ty)
+    b_z = b_x
+    if HAS_Z:
+        b_z = tl.zeros([BLOCK_M], tok.p_z.dtype.element_ty)
+    return (b_x, tl.zeros([], tok.p_dt.dtype.element_ty), tl.zeros([BLOCK_N], tok.p_B.dtype.element_ty),
+            tl.zeros([BLOCK_N], tok.p_C.dtype.element_ty), b_z)
+
+
+@triton.jit
 def _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h, stride_D_p,
                 HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr):
     """The head's parameters as stored: (A, dt_bias (0.0 without it), D of the program's rows
@@ -1278,10 +1307,15 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
 @triton.jit
 def _draft_C(t: tl.constexpr, step, VARLEN: tl.constexpr):
     """Draft t's C_t [BLOCK_N] as stored (0 past a packed request's drafts)."""
-    tok = step.tok
-    m_tt = (t < step.n_tok) if VARLEN else None
-    p_Ct = tok.p_C + step.i_xb * tok.stride_C_b + (step.t0 + t) * tok.stride_C_t + step.i_g * tok.stride_C_g
-    return load(p_Ct + step.o_n * tok.stride_C_n, both(step.m_vn, m_tt))
+    return _draft_C_at(t, step.tok, step.i_xb, step.t0, step.n_tok, step.i_g, step.o_n, step.m_vn, VARLEN)
+
+
+@triton.jit
+def _draft_C_at(t: tl.constexpr, tok, i_xb, t0, n_tok, i_g, o_n, m_vn, VARLEN: tl.constexpr):
+    """_draft_C's, from the values it takes from the step."""
+    m_tt = (t < n_tok) if VARLEN else None
+    p_Ct = tok.p_C + i_xb * tok.stride_C_b + (t0 + t) * tok.stride_C_t + i_g * tok.stride_C_g
+    return load(p_Ct + o_n * tok.stride_C_n, both(m_vn, m_tt))
 
 
 @triton.jit
@@ -1306,27 +1340,56 @@ def _draft_grams(t: tl.constexpr, step, p_g, T: tl.constexpr, TP: tl.constexpr, 
 @triton.jit
 def _draft_xz(t: tl.constexpr, step, VARLEN: tl.constexpr, HAS_Z: tl.constexpr):
     """Draft t's x_t and z_t [BLOCK_M] (x_t again without z)."""
-    tok = step.tok
-    m_tt = (t < step.n_tok) if VARLEN else None
-    o_xt = step.i_xb * tok.stride_x_b + (step.t0 + t) * tok.stride_x_t + step.i_h * tok.stride_x_h
-    b_xt = load(tok.p_x + o_xt + step.o_m * tok.stride_x_p, both(step.m_vm, m_tt))
+    return _draft_xz_at(t, step.tok, step.i_xb, step.t0, step.n_tok, step.i_h, step.o_m, step.m_vm, VARLEN, HAS_Z)
+
+
+@triton.jit
+def _draft_xz_at(t: tl.constexpr, tok, i_xb, t0, n_tok, i_h, o_m, m_vm, VARLEN: tl.constexpr, HAS_Z: tl.constexpr):
+    """_draft_xz's, from the values it takes from the step."""
+    m_tt = (t < n_tok) if VARLEN else None
+    o_xt = i_xb * tok.stride_x_b + (t0 + t) * tok.stride_x_t + i_h * tok.stride_x_h
+    b_xt = load(tok.p_x + o_xt + o_m * tok.stride_x_p, both(m_vm, m_tt))
     b_zt = b_xt
     if HAS_Z:
-        b_zt = load(tok.p_z + step.i_xb * tok.stride_z_b + (step.t0 + t) * tok.stride_z_t
-                    + step.i_h * tok.stride_z_h + step.o_m * tok.stride_z_p, both(step.m_vm, m_tt))
+        b_zt = load(tok.p_z + i_xb * tok.stride_z_b + (t0 + t) * tok.stride_z_t
+                    + i_h * tok.stride_z_h + o_m * tok.stride_z_p, both(m_vm, m_tt))
     return b_xt, b_zt
+
+
+@triton.jit
+def _drafts_tks(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, T: tl.constexpr, VARLEN: tl.constexpr,
+                HAS_Z: tl.constexpr):
+    """Every draft's (C_t, x_t, z_t), a tuple of T (_drafts_in's first loads)."""
+    tks = ()
+    for t in tl.static_range(T):
+        tks = tks + ((_draft_C_at(t, tok, i_xb, t0, n_tok, i_g, o_n, m_vn, VARLEN), )  # noqa: RUF005 (Triton's tuples)
+                     + _draft_xz_at(t, tok, i_xb, t0, n_tok, i_h, o_m, m_vm, VARLEN, HAS_Z), )
+    return tks
+
+
+@triton.jit
+def _drafts_tks_zeros(tok, T: tl.constexpr, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """_drafts_tks' types, zeros (the other side of a run-time region)."""
+    tks = ()
+    for _t in tl.static_range(T):
+        b_xt = tl.zeros([BLOCK_M], tok.p_x.dtype.element_ty)
+        b_zt = b_xt
+        if HAS_Z:
+            b_zt = tl.zeros([BLOCK_M], tok.p_z.dtype.element_ty)
+        tks = tks + ((tl.zeros([BLOCK_N], tok.p_C.dtype.element_ty), b_xt, b_zt), )  # noqa: RUF005
+    return tks
 
 
 @triton.jit
 def _drafts_in(step, p_g, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr, GRAM: tl.constexpr,
                WEIGHTS: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, VARLEN: tl.constexpr,
-               HAS_Z: tl.constexpr):
+               HAS_Z: tl.constexpr, tks=None):
     """Every draft's loads for _drafts_out's AHEAD, a tuple of T (C_t, its three _draft_grams,
-    x_t, z_t): the drafts' C_t, x_t and z_t first, then (after the wait for the Grams' kernel,
-    LATE) their Grams or weights."""
-    tks = ()
-    for t in tl.static_range(T):
-        tks = tks + ((_draft_C(t, step, VARLEN), ) + _draft_xz(t, step, VARLEN, HAS_Z), )  # noqa: RUF005 (Triton's tuples)
+    x_t, z_t): the drafts' C_t, x_t and z_t first (tks: _drafts_tks' already loaded), then
+    (after the wait for the Grams' kernel, LATE) their Grams or weights."""
+    if tks is None:
+        tks = _drafts_tks(step.tok, step.i_xb, step.t0, step.n_tok, step.i_h, step.i_g, step.o_m, step.o_n,
+                          step.m_vm, step.m_vn, T, VARLEN, HAS_Z)
     if GRAM and LATE:
         wait_prior(PDL)
     ins = ()
@@ -1354,7 +1417,7 @@ def _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T: tl
 def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
                 NO_RING: tl.constexpr, GRAM: tl.constexpr, WEIGHTS: tl.constexpr, LATE: tl.constexpr,
                 PDL: tl.constexpr, VARLEN: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, AHEAD: tl.constexpr = False):
+                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, AHEAD: tl.constexpr = False, tks=None):
     """The verify step's out draft by draft, stored: for each draft t, y_t [BLOCK_M] in the dual
     form (module docstring) from the checkpoint b_h0's h0 . C_t, the ring's x weighed by b_S and
     b_w (none with NO_RING: a state flushed first, nothing cached) and the earlier drafts' x by
@@ -1409,7 +1472,7 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
         else:
             p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
     if AHEAD:  # every draft's loads first
-        ins = _drafts_in(step, p_g, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z)
+        ins = _drafts_in(step, p_g, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z, tks)
     for t in tl.static_range(T):
         m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
         if AHEAD:
@@ -1611,6 +1674,7 @@ def _selective_state_replay_fast_kernel(
     tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH or ROLE == 7) and CHUNK == 0),
                      "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
     drafts_raw = None
+    drafts_tks = None
     if CURSORS_LATE:
         # One run-time region that always holds (every program's request is one of the call's):
         # the state tile's, the cursors' and the drafts' loads, all issued before any is used
@@ -1622,9 +1686,13 @@ def _selective_state_replay_fast_kernel(
                                          HAS_SRC_IDX, HAS_RING_START)
             heads_raw = _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h,
                                     stride_D_p, HAS_DT_BIAS, HAS_D)
-            if T > 1:
+            if T == 1:
+                token_raw = _token_loads(tok, i_xb, t0, i_h, i_g, o_m, o_n, m_vm, m_vn, HAS_Z)
+            else:
                 drafts_raw = _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
                                            TD if TILES else TP, not (B_LATE and GRAM and not WEIGHTS))
+                if DRAFTS_AHEAD and not TILES:
+                    drafts_tks = _drafts_tks(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, T, VARLEN, HAS_Z)
         else:
             heads_raw = _head_zeros(p_A, p_dt_bias, p_D, HAS_DT_BIAS, HAS_D, BLOCK_M)
             if CHUNK > 0:
@@ -1633,7 +1701,11 @@ def _selective_state_replay_fast_kernel(
                 b_h0 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
             n_old = 0
             start = 0
-            if T > 1:
+            if T == 1:
+                token_raw = _token_zeros(tok, HAS_Z, BLOCK_M, BLOCK_N)
+            else:
+                if DRAFTS_AHEAD and not TILES:
+                    drafts_tks = _drafts_tks_zeros(tok, T, HAS_Z, BLOCK_M, BLOCK_N)
                 drafts_raw = _drafts_zeros(tok, TD if TILES else TP, not (B_LATE and GRAM and not WEIGHTS), BLOCK_M,
                                            BLOCK_N)
         n_old, start = _cursor_clamps(n_old, start, ring, WINDOW, HAS_RING_START)
@@ -1682,19 +1754,20 @@ def _selective_state_replay_fast_kernel(
         # Decode: one token (a packed request of none returned above), its inputs as vectors.
         # (The tiles of the drafts below cost more instructions than they save at T = 1: 848
         # SASS instructions for the step that does not flush against 1320, sm_90, headline.)
-        b_x = load(p_x + i_xb * stride_x_b + t0 * stride_x_t + i_h * stride_x_h + o_m * stride_x_p, m_vm)
+        if not CURSORS_LATE:  # (else loaded in the region above)
+            token_raw = _token_loads(tok, i_xb, t0, i_h, i_g, o_m, o_n, m_vm, m_vn, HAS_Z)
+        b_x = token_raw[0]
         b_xf = b_x.to(tl.float32)
-        b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
+        b_dt = token_raw[1].to(tl.float32)
         if HAS_DT_BIAS:
             b_dt += b_dt_bias
         if DT_SOFTPLUS:
             b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
-        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
-        b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
-                   m_vn).to(tl.float32)
+        b_B = token_raw[2]
+        b_C = token_raw[3].to(tl.float32)
         b_z = b_x
         if HAS_Z:
-            b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
+            b_z = token_raw[4]
         # The ring gathered in age order, masked past n_old: its rows (and, unless the Grams'
         # kernel weighed them, WEIGHTS, their dt' and weights); with RING_PHYS the whole ring in
         # its row order, its loads not waiting for the cursors.
@@ -1920,7 +1993,7 @@ def _selective_state_replay_fast_kernel(
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
                 else:
                     _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, False, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
-                                HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
+                                HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD, drafts_tks)
 
         if (ROLE == 0 or ROLE == 2) and not PASSES:  # (PASSES: stored in _tiles_cols)
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
