@@ -256,35 +256,45 @@ def _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW: tl
     """Request i_b's ring cursors (n_old, start): num_cached clamped to the window and ring_start
     into the ring (0 without ring_start), keyed by request with CURSOR_BY_REQUEST, else by its
     ring's slot i_ring; 0 and 0 where m_live is off."""
-    n_old, start = _cursor_loads(p_cached, p_ring_start, i_b, i_ring, m_live, CURSOR_BY_REQUEST, HAS_SRC_IDX,
-                                 HAS_RING_START)
-    return _cursor_clamps(n_old, start, ring, WINDOW, HAS_RING_START)
+    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
+    n_old = _cursor_load(p_cached, i_cur, m_live, HAS_SRC_IDX)
+    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    if HAS_RING_START:
+        start = _cursor_load(p_ring_start, i_cur, m_live, HAS_SRC_IDX)
+        start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+    else:
+        start = 0
+    return n_old, start
+
+
+@triton.jit
+def _cursor_load(p_cursor, i_cur, m_live, HAS_SRC_IDX: tl.constexpr):
+    """A cursor as stored (int32), 0 where m_live is off."""
+    if HAS_SRC_IDX:
+        return tl.load(p_cursor + i_cur, mask=m_live, other=0).to(tl.int32)
+    else:
+        return tl.load(p_cursor + i_cur).to(tl.int32)
 
 
 @triton.jit
 def _cursor_loads(p_cached, p_ring_start, i_b, i_ring, m_live, CURSOR_BY_REQUEST: tl.constexpr,
                   HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr):
-    """_cursor_values' num_cached and ring_start as stored, int32 (0 for ring_start without it)."""
+    """_cursor_values' num_cached and ring_start as stored, unclamped (0 for ring_start without
+    it): their clamps wait for them (_cursor_clamps)."""
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    if HAS_SRC_IDX:
-        n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
-    else:
-        n_old = tl.load(p_cached + i_cur).to(tl.int32)
+    n_old = _cursor_load(p_cached, i_cur, m_live, HAS_SRC_IDX)
     start = 0
     if HAS_RING_START:
-        if HAS_SRC_IDX:
-            start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
-        else:
-            start = tl.load(p_ring_start + i_cur).to(tl.int32)
+        start = _cursor_load(p_ring_start, i_cur, m_live, HAS_SRC_IDX)
     return n_old, start
 
 
 @triton.jit
 def _cursor_clamps(n_old, start, ring, WINDOW: tl.constexpr, HAS_RING_START: tl.constexpr):
     """_cursor_values' clamps of the stored cursors (_cursor_loads')."""
-    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
+    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)
     if HAS_RING_START:
-        start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
+        start = tl.minimum(tl.maximum(start, 0), ring - 1)
     return n_old, start
 
 
@@ -844,15 +854,24 @@ def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW:
     o_tok = t0 + o_t
     m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
     if raw is None:
-        raw = _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, DW, LOAD_B)
-    b_xd = raw[0]
-    b_dtd = raw[1].to(tl.float32)
+        b_xd = tl.load(tok.p_x + i_xb * tok.stride_x_b + i_h * tok.stride_x_h + o_m[:, None] * tok.stride_x_p
+                       + o_tok[None, :] * tok.stride_x_t, mask=m_md, other=0.0)
+        b_dtd = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + i_h * tok.stride_dt_h + o_tok * tok.stride_dt_t,
+                        mask=m_t, other=0.0).to(tl.float32)
+    else:
+        b_xd = raw[0]
+        b_dtd = raw[1].to(tl.float32)
     if HAS_DT_BIAS:
         b_dtd += b_dt_bias
     if DT_SOFTPLUS:
         b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
     b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
-    b_Bd = raw[2]
+    if raw is None:
+        b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
+        if LOAD_B:
+            b_Bd = _drafts_B(_drafts_B_at(tok, i_xb, i_g, o_tok, o_n), m_t, m_vn)
+    else:
+        b_Bd = raw[2]
     return o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd
 
 
@@ -1737,37 +1756,54 @@ def _selective_state_replay_fast_kernel(
                start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
     if RING_PHYS:  # (decode: the whole ring's loads with the state tile's, before anything else)
         ring_rows = _ring_physical_rows(rg, RR, HAS_SRC_IDX)
-    if not CURSORS_LATE:  # (else loaded in the region above)
-        heads_raw = _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h,
-                                stride_D_p, HAS_DT_BIAS, HAS_D)
-    b_A = heads_raw[0].to(tl.float32)
+    if CURSORS_LATE:  # (loaded in the region above)
+        b_A = heads_raw[0].to(tl.float32)
+    else:
+        b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
 
     b_dt_bias = 0.0
-    if HAS_DT_BIAS:
-        b_dt_bias = heads_raw[1].to(tl.float32)
     b_D = 0.0
-    if HAS_D:
-        b_D = heads_raw[2].to(tl.float32)
+    if CURSORS_LATE:
+        if HAS_DT_BIAS:
+            b_dt_bias = heads_raw[1].to(tl.float32)
+        if HAS_D:
+            b_D = heads_raw[2].to(tl.float32)
+    else:
+        if HAS_DT_BIAS:
+            b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
+        if HAS_D:
+            b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
     if T == 1:
         # Decode: one token (a packed request of none returned above), its inputs as vectors.
         # (The tiles of the drafts below cost more instructions than they save at T = 1: 848
         # SASS instructions for the step that does not flush against 1320, sm_90, headline.)
-        if not CURSORS_LATE:  # (else loaded in the region above)
-            token_raw = _token_loads(tok, i_xb, t0, i_h, i_g, o_m, o_n, m_vm, m_vn, HAS_Z)
-        b_x = token_raw[0]
-        b_xf = b_x.to(tl.float32)
-        b_dt = token_raw[1].to(tl.float32)
+        if CURSORS_LATE:  # (loaded in the region above)
+            b_x = token_raw[0]
+            b_xf = b_x.to(tl.float32)
+            b_dt = token_raw[1].to(tl.float32)
+        else:
+            b_x = load(p_x + i_xb * stride_x_b + t0 * stride_x_t + i_h * stride_x_h + o_m * stride_x_p, m_vm)
+            b_xf = b_x.to(tl.float32)
+            b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
         if HAS_DT_BIAS:
             b_dt += b_dt_bias
         if DT_SOFTPLUS:
             b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
-        b_B = token_raw[2]
-        b_C = token_raw[3].to(tl.float32)
-        b_z = b_x
-        if HAS_Z:
-            b_z = token_raw[4]
+        if CURSORS_LATE:
+            b_B = token_raw[2]
+            b_C = token_raw[3].to(tl.float32)
+            b_z = b_x
+            if HAS_Z:
+                b_z = token_raw[4]
+        else:
+            b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
+            b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                       m_vn).to(tl.float32)
+            b_z = b_x
+            if HAS_Z:
+                b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
         # The ring gathered in age order, masked past n_old: its rows (and, unless the Grams'
         # kernel weighed them, WEIGHTS, their dt' and weights); with RING_PHYS the whole ring in
         # its row order, its loads not waiting for the cursors.
