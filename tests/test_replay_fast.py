@@ -596,22 +596,24 @@ def test_small_batch_flush_reuses_the_rings_B(
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
+@pytest.mark.parametrize("first", [False, True], ids=["grouped", "grouped-first"])
 @pytest.mark.parametrize("tokens", [1, 2, 4], ids=["T1", "T2", "T4-tiles"])
 def test_small_batch_loads_in_regions(
-    tokens: int, packed: bool, cached: str, monkeypatch: pytest.MonkeyPatch
+    tokens: int, first: bool, packed: bool, cached: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The small-batch step (no Grams' kernel, its flushes in its own programs) with its loads
-    in run-time regions (replay_fast.STATE_FIRST: the state tile's, the cursors', the head's
-    and the drafts' in one before the cursors are used; RING_GROUPED, TILES_GROUPED: the ring's
-    in one after) and without: within the bars of float64 and the same writes bit for bit;
-    G < H, a pad request, rings that wrap, dstate 40 (columns masked), packed requests of up to
-    T tokens or none."""
+    in run-time regions (replay_fast.RING_GROUPED, TILES_GROUPED: the ring's in one after the
+    cursors; with first, STATE_FIRST too: the state tile's, the cursors', the head's and the
+    drafts' in one before the cursors are used) and without: within the bars of float64 and
+    the same writes bit for bit; G < H, a pad request, rings that wrap, dstate 40 (columns
+    masked), packed requests of up to T tokens or none."""
     case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
     lengths = [tokens, 0, 1, max(1, tokens - 1)]  # packed: request 1 has no token
     results = []
     for on in (False, True):
-        for knob in ("STATE_FIRST", "RING_GROUPED", "TILES_GROUPED"):
+        for knob in ("RING_GROUPED", "TILES_GROUPED"):
             monkeypatch.setattr(replay_fast, knob, on)
+        monkeypatch.setattr(replay_fast, "STATE_FIRST", on and first)
         pool, drafts = make_pool(case), make_drafts(case, 10)
         _set_cursors(pool, case, cached, 10, wrap=True)
         extra: dict = {}
@@ -621,41 +623,8 @@ def test_small_batch_loads_in_regions(
         kw = {**_kwargs(pool, drafts), **extra}
         _, launch = replay_prepare(**kw, config=_config(case), exact=False)
         grouped = "TILES_GROUPED" if tokens > 2 else "RING_GROUPED"
-        assert (launch.kwargs["ROLE"], launch.kwargs["STATE_FIRST"], launch.kwargs[grouped]) == (0, on, on)
-        assert launch.before is None and launch.beside is None and launch.after is None
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, _config(case), exact=False)
-        live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-def test_tiles_loads_in_one_region(cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole-tile tiles kernel with few requests (no Grams' kernel, its flushes in the
-    kernel) with the ring's dt', x and B rows and the drafts' C loaded in one run-time region
-    (replay_fast.TILES_GROUPED) and where each is used: both within the bars of float64 and the
-    same writes bit for bit; G < H, a pad request, rings that wrap, dstate 40 (columns masked),
-    packed requests of up to T tokens or none."""
-    case = Replay(tokens=4, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
-    lengths = [4, 0, 1, 3]  # packed: request 1 has no token
-    results = []
-    for grouped in (False, True):
-        monkeypatch.setattr(replay_fast, "TILES_GROUPED", grouped)
-        pool, drafts = make_pool(case), make_drafts(case, 9)
-        _set_cursors(pool, case, cached, 9, wrap=True)
-        extra: dict = {}
-        request = torch.arange(case.batch).repeat_interleave(case.tokens)  # each token's request
-        if packed:
-            drafts, extra, request = _packed_call(drafts, lengths, case.tokens)
-        kw = {**_kwargs(pool, drafts), **extra}
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
-        flags = (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["TILES_GROUPED"])
-        assert flags == (True, 0, grouped) and launch.kwargs.get("COLS", 0) == 0
+        flags = (launch.kwargs["ROLE"], launch.kwargs["STATE_FIRST"], launch.kwargs[grouped])
+        assert flags == (0, on and first, on)
         assert launch.before is None and launch.beside is None and launch.after is None
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)
