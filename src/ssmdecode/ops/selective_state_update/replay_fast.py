@@ -2810,6 +2810,22 @@ DRAFTS_FLUSH_B_REUSE = False
 # SASS instructions against 2456. The same bits (tests/test_replay_fast.py). Prepared in
 # session 35, not yet timed: off.
 TILES_GROUPED = False
+# The same for the rest of the small-batch step (ROLE 0 and 1, no Grams' kernel; below 16
+# requests). ptxas sinks a load toward its first use and no load crosses a barrier, so loads
+# that do not depend on each other still waited on each other's round trips: offline (sm_90,
+# headline, bs 8; benchmarks/results/NVIDIA_H100_80GB_HBM3/offline-sass/sass_src.py) the draft-
+# by-draft step (T = 2) waited on the slot, the cursors, the ring's dt' one row on, A, the
+# ring's dt', then its x and B, six in a row, and issued the state tile's loads only after the
+# fourth; decode (T = 1) on the slot, the cursors, the ring's dt' and the state tile, then the
+# ring's x and B. STATE_FIRST: one run-time region right after the slot (i_b < n_requests)
+# holds the state tile's, the cursors' (clamped after it), the head's and the token's or the
+# drafts' loads (draft by draft also every draft's C_t, x_t, z_t). RING_GROUPED (T = 1 and
+# draft by draft): one after the cursors (n_old < ring) holds the ring's dt', dt' one row on,
+# x and B rows (_ring_loads). With both each waits three times: the slot, the first region,
+# the ring (T = 1: 1264 SASS instructions against 1360, 126 registers against 96; T = 2:
+# 1944 against 1744, 168 registers against 163; no spills; the tiles at T = 3, (32,4), with
+# TILES_GROUPED too: 1880 against 2024). The same bits (tests/test_replay_fast.py). Prepared
+# in session 35, not yet timed: off.
 STATE_FIRST = False
 RING_GROUPED = False
 TILES_COLS_MIN_REQUESTS = 64
