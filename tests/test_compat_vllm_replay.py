@@ -125,7 +125,7 @@ def test_signature_is_vllms() -> None:
     assert MAX_CACHE_LEN == 16
 
 
-@pytest.mark.parametrize("variant", ["", "grams", "programs", "split", "ring-rows"])
+@pytest.mark.parametrize("variant", ["", "grams", "programs", "split"])
 @pytest.mark.parametrize("L", [8, 16])
 def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 L + 3 decode steps from prefill, the host's cursors after each (a flush every L
@@ -135,10 +135,9 @@ def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pyte
     bc_pre scratch untouched. grams: with the fast route's precomputed Grams at any batch;
     programs: with them and the flushing requests' steps taken by flush programs first in the
     main kernel's grid (replay_fast.FLUSH_PROGRAMS); split: with them and the flushes in a
-    kernel of their own after the main kernel (replay_fast.SPLIT_DECODE); ring-rows: without
-    them, the ring read in its row order (replay_fast.RING_PHYS); else in the main kernel."""
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if variant not in ("", "ring-rows") else 10**9)
-    monkeypatch.setattr(replay_fast, "RING_PHYS", variant == "ring-rows")
+    kernel of their own after the main kernel (replay_fast.SPLIT_DECODE); else in the main
+    kernel."""
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if variant != "" else 10**9)
     monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1 if variant == "programs" else 10**9)
     monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if variant == "split" else 10**9)
     pool = make_pool(L)

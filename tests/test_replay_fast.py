@@ -8,7 +8,6 @@ drafts, ring wrap-around, 16-bit states with stochastic rounding, odd shapes, G 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -560,75 +559,25 @@ def test_drafts_loads_ahead_or_in_turn(
 
 
 @pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize(
-    ("knob", "tokens"), [("TILES_FLUSH_B_REUSE", 4), ("DRAFTS_FLUSH_B_REUSE", 2)], ids=["tiles", "drafts"]
-)
-def test_small_batch_flush_reuses_the_rings_B(
-    knob: str, tokens: int, cached: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The verify step with its flushes in the main kernel (few requests: no Grams' kernel, ROLE
-    0), the whole-tile tiles kernel (T = 4) or draft by draft (T = 2): the flush's ring B rows
-    loaded again after out's stores or taken from those out loaded (replay_fast's knob); both
-    within the bars of float64 and the same writes bit for bit; G < H, a pad request, rings that
-    wrap, dstate 40 (columns masked)."""
-    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
+def test_small_batch_tiles_flush_reuses_the_rings_B(cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-tile tiles kernel with its flushes in it (few requests: no Grams' kernel, ROLE
+    0): the flush's ring B rows loaded again after out's store or taken from out's Grams
+    (replay_fast.TILES_FLUSH_B_REUSE); both within the bars of float64 and the same writes bit
+    for bit; G < H, a pad request, rings that wrap, dstate 40 (columns masked)."""
+    case = Replay(tokens=4, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
     results = []
     for reuse in (False, True):
-        monkeypatch.setattr(replay_fast, knob, reuse)
+        monkeypatch.setattr(replay_fast, "TILES_FLUSH_B_REUSE", reuse)
         pool, drafts = make_pool(case), make_drafts(case, 8)
         _set_cursors(pool, case, cached, 8, wrap=True)
         kw = _kwargs(pool, drafts)
         _, launch = replay_prepare(**kw, config=_config(case), exact=False)
-        flags = (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["B_REUSE"])
-        assert flags == (knob == "TILES_FLUSH_B_REUSE", 0, reuse)
+        assert (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["B_REUSE"]) == (True, 0, reuse)
         assert launch.kwargs["DUAL_FLUSH"] and launch.kwargs.get("COLS", 0) == 0  # (the dual form: B_ring)
         assert launch.before is None and launch.beside is None  # no Grams' kernel, the flushes in the kernel
-        assert launch.after is None
         want = selective_state_replay_reference(**kw)
         out = _run(kw, _config(case), exact=False)
         live = (torch.arange(case.batch) != 2).to(DEVICE)
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("cached", ["steady", "flush"])
-@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-@pytest.mark.parametrize("first", [False, True], ids=["grouped", "grouped-first"])
-@pytest.mark.parametrize("tokens", [1, 2, 4], ids=["T1", "T2", "T4-tiles"])
-def test_small_batch_loads_in_regions(
-    tokens: int, first: bool, packed: bool, cached: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The small-batch step (no Grams' kernel, its flushes in its own programs) with its loads
-    in run-time regions (replay_fast.RING_GROUPED, TILES_GROUPED: the ring's in one after the
-    cursors; with first, STATE_FIRST too: the state tile's, the cursors', the head's and the
-    drafts' in one before the cursors are used) and without: within the bars of float64 and
-    the same writes bit for bit; G < H, a pad request, rings that wrap, dstate 40 (columns
-    masked), packed requests of up to T tokens or none."""
-    case = Replay(tokens=tokens, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
-    lengths = [tokens, 0, 1, max(1, tokens - 1)]  # packed: request 1 has no token
-    results = []
-    for on in (False, True):
-        for knob in ("RING_GROUPED", "TILES_GROUPED"):
-            monkeypatch.setattr(replay_fast, knob, on)
-        monkeypatch.setattr(replay_fast, "STATE_FIRST", on and first)
-        pool, drafts = make_pool(case), make_drafts(case, 10)
-        _set_cursors(pool, case, cached, 10, wrap=True)
-        extra: dict = {}
-        request = torch.arange(case.batch).repeat_interleave(tokens)  # each token's request
-        if packed:
-            drafts, extra, request = _packed_call(drafts, lengths, tokens)
-        kw = {**_kwargs(pool, drafts), **extra}
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
-        grouped = "TILES_GROUPED" if tokens > 2 else "RING_GROUPED"
-        flags = (launch.kwargs["ROLE"], launch.kwargs["STATE_FIRST"], launch.kwargs[grouped])
-        assert flags == (0, on and first, on)
-        assert launch.before is None and launch.beside is None and launch.after is None
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, _config(case), exact=False)
-        live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
         assert_out_accurate(out[live], want[0][live])
         assert_state_accurate(pool["state"], want[1])
         results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
@@ -667,44 +616,6 @@ def test_with_and_without_the_precomputed_grams(
         results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
-@pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
-def test_decode_ring_in_its_row_order(cached: str, packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The decode step without the Grams' kernel reading its whole ring in the ring's row order
-    (replay_fast.RING_PHYS) and gathered in age order: both within the bars of the float64
-    recurrence, the same rings bit for bit, the flushed states within the dual form's bound of
-    each other; the ring's rows that hold no cached token poisoned with NaN (they are read, and
-    must weigh nothing); G < H, a pad request, rings that wrap, a packed request of no token."""
-    case = Replay(tokens=1, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,))
-    lengths = [1, 0, 1, 1]  # packed: request 1 has no token
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 10**9)
-    results = []
-    for phys in (True, False):
-        monkeypatch.setattr(replay_fast, "RING_PHYS", phys)
-        pool, drafts = make_pool(case), make_drafts(case, 1)
-        _set_cursors(pool, case, cached, 1, wrap=True)
-        age = (torch.arange(case.ring) - pool["ring_start"][:, None].cpu().long()) % case.ring
-        # the rows of no cached token
-        slot, row = (age >= pool["num_cached"][:, None].cpu().long()).nonzero(as_tuple=True)
-        for name in ("x_cache", "B_cache", "dt_cache"):
-            pool[name][slot.to(DEVICE), :, row.to(DEVICE)] = float("nan")
-        extra: dict = {}
-        request = torch.arange(case.batch)
-        if packed:
-            drafts, extra, request = _packed_call(drafts, lengths, 1)
-        kw = {**_kwargs(pool, drafts), **extra}
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
-        assert launch.kwargs["RING_PHYS"] is phys
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, _config(case), exact=False)
-        live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append(pool)
-    fast, gathered = results
-    assert_same_writes(fast, gathered, _config(case), "row order against age order: ")
 
 
 # (route, T): where the flushes go while the Grams' kernel weighs (replay_fast.WEIGHTS): in the
@@ -1094,75 +1005,32 @@ def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
     return bool(flags["DUAL_FLUSH"] or flags["ROLE"] == 7)
 
 
-def _fast_route_twice(case: Replay, route: Callable[[object], bool]) -> None:
-    """A fast-route call of case, steady state, twice from the same inputs, its launch taking the
-    route under test (route(launch) holds): the accuracy bars against float64, the exact route's
-    rings, its flushed states within the bars of the programs that store them, and the same
-    bits both times."""
-    results = []
-    for _ in range(2):
-        pool, drafts = make_pool(case, 0), make_drafts(case, 0)
-        _set_cursors(pool, case, "steady", 0)
-        kw, twin = _kwargs(pool, drafts), _twin(pool)
-        want = selective_state_replay_reference(**kw)
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        _, launch = replay_prepare(**kw, exact=False)
-        assert route(launch), launch
-        selective_state_replay(**kw, out=out, exact=False)
-        live = pool["state_batch_indices"] != PAD
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        selective_state_replay(**_kwargs(twin, drafts), exact=True)
-        config = lookup_config(
-            64, 128, torch.float32, case.batch, DEVICE, mode="replay-fast", tokens=case.tokens
-        )
-        assert_same_writes(pool, twin, config, dual=_dual_flushes(kw, config))
-        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [64, 512])
 @pytest.mark.parametrize("tokens", [2, 4, 8])
 def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """replay_fast.VERIFY_FLUSH_BESIDE at the headline, steady state (at T = 8 beside the
-    tiles' main kernel, BESIDE_TILES forced): _fast_route_twice."""
+    tiles' main kernel, BESIDE_TILES forced): the accuracy bars, the exact route's rings, its
+    flushed states within the dual form's bars, and the same bits run to run."""
     monkeypatch.setattr(replay_fast, "BESIDE_TILES", tokens >= replay_fast.TILES_FROM_TOKENS)
-    _fast_route_twice(
-        replace(HEADLINE, batch=batch, tokens=tokens),
-        lambda launch: (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None),
-    )
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("batch", [1, 8])
-def test_gpu_decode_ring_in_its_row_order(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.RING_PHYS at the headline, decode (T = 1), steady state, at the batches it
-    serves (no Grams' kernel): _fast_route_twice."""
-    monkeypatch.setattr(replay_fast, "RING_PHYS", True)
-    pads = HEADLINE.pad_rows if batch > max(HEADLINE.pad_rows) else ()
-    _fast_route_twice(
-        replace(HEADLINE, batch=batch, tokens=1, window=15, pad_rows=pads),
-        lambda launch: launch.kwargs["RING_PHYS"] and launch.before is None,
-    )
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("batch", [1, 8])
-@pytest.mark.parametrize("tokens", [1, 2, 3, 4, 8])
-def test_gpu_small_batch_loads_in_regions(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.STATE_FIRST with RING_GROUPED (T = 1 and 2) or TILES_GROUPED (T >= 3, the
-    whole-tile tiles kernel) at the headline, the step's flushes in its own programs (no Grams'
-    kernel), steady state: _fast_route_twice."""
-    for knob in ("STATE_FIRST", "RING_GROUPED", "TILES_GROUPED"):
-        monkeypatch.setattr(replay_fast, knob, True)
-    grouped = "TILES_GROUPED" if tokens > 2 else "RING_GROUPED"
-    pads = HEADLINE.pad_rows if batch > max(HEADLINE.pad_rows) else ()
-    _fast_route_twice(
-        replace(HEADLINE, batch=batch, tokens=tokens, pad_rows=pads),
-        lambda launch: launch.kwargs[grouped] and launch.kwargs["STATE_FIRST"] and launch.before is None,
-    )
+    results = []
+    for _ in range(2):
+        pool, drafts, _ = _headline(batch, tokens)
+        twin = _twin(pool)
+        want = selective_state_replay_reference(**_kwargs(pool, drafts))
+        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        _, launch = replay_prepare(**_kwargs(pool, drafts), exact=False)
+        assert (launch.kwargs["ROLE"], launch.beside.kwargs["ROLE"], launch.after) == (5, 7, None)
+        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+        live = pool["state_batch_indices"] != PAD
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        selective_state_replay(**_kwargs(twin, drafts), exact=True)
+        config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=tokens)
+        assert_same_writes(pool, twin, config, dual=True)
+        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.gpu

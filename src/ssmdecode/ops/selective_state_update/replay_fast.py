@@ -232,70 +232,31 @@ class _Checkpoint(NamedTuple):
 @triton.jit
 def _cursors(p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW: tl.constexpr,
              CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr,
-             EVICT_FIRST: tl.constexpr, VALUES: tl.constexpr = True):
+             EVICT_FIRST: tl.constexpr):
     """Request i_b's slot and ring cursors, the one reading of them the main and the Gram
     kernels share: (i_slot, m_live, i_ring, n_old, start), the ring's slot 0 for a pad request
-    (which reads no bookkeeping: its cursors 0), n_old and start _cursor_values'; without VALUES
-    those two are left unread (0 and 0 in their place)."""
+    (which reads no bookkeeping: its cursors 0), num_cached clamped to the window and
+    ring_start into the ring (0 without ring_start), keyed by request with CURSOR_BY_REQUEST."""
     i_slot = slot_index(p_src_idx, i_b * stride_src_idx, i_b.to(tl.int64), HAS_SRC_IDX, EVICT_FIRST)
     m_live = live_mask(i_slot, pad_slot_id, HAS_SRC_IDX)
     i_ring = i_slot
     if HAS_SRC_IDX:
         i_ring = tl.where(m_live, i_slot, 0)  # a pad request reads no bookkeeping
-    n_old = 0
-    start = 0
-    if VALUES:
-        n_old, start = _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW, CURSOR_BY_REQUEST,
-                                      HAS_SRC_IDX, HAS_RING_START)
-    return i_slot, m_live, i_ring, n_old, start
-
-
-@triton.jit
-def _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW: tl.constexpr,
-                   CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr):
-    """Request i_b's ring cursors (n_old, start): num_cached clamped to the window and ring_start
-    into the ring (0 without ring_start), keyed by request with CURSOR_BY_REQUEST, else by its
-    ring's slot i_ring; 0 and 0 where m_live is off."""
     i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    n_old = _cursor_load(p_cached, i_cur, m_live, HAS_SRC_IDX)
+    if HAS_SRC_IDX:
+        n_old = tl.load(p_cached + i_cur, mask=m_live, other=0).to(tl.int32)
+    else:
+        n_old = tl.load(p_cached + i_cur).to(tl.int32)
     n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)  # never past the ring's old rows
     if HAS_RING_START:
-        start = _cursor_load(p_ring_start, i_cur, m_live, HAS_SRC_IDX)
+        if HAS_SRC_IDX:
+            start = tl.load(p_ring_start + i_cur, mask=m_live, other=0).to(tl.int32)
+        else:
+            start = tl.load(p_ring_start + i_cur).to(tl.int32)
         start = tl.minimum(tl.maximum(start, 0), ring - 1)  # never outside the ring
     else:
         start = 0
-    return n_old, start
-
-
-@triton.jit
-def _cursor_load(p_cursor, i_cur, m_live, HAS_SRC_IDX: tl.constexpr):
-    """A cursor as stored (int32), 0 where m_live is off."""
-    if HAS_SRC_IDX:
-        return tl.load(p_cursor + i_cur, mask=m_live, other=0).to(tl.int32)
-    else:
-        return tl.load(p_cursor + i_cur).to(tl.int32)
-
-
-@triton.jit
-def _cursor_loads(p_cached, p_ring_start, i_b, i_ring, m_live, CURSOR_BY_REQUEST: tl.constexpr,
-                  HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr):
-    """_cursor_values' num_cached and ring_start as stored, unclamped (0 for ring_start without
-    it): their clamps wait for them (_cursor_clamps)."""
-    i_cur = i_b.to(tl.int64) if CURSOR_BY_REQUEST else i_ring
-    n_old = _cursor_load(p_cached, i_cur, m_live, HAS_SRC_IDX)
-    start = 0
-    if HAS_RING_START:
-        start = _cursor_load(p_ring_start, i_cur, m_live, HAS_SRC_IDX)
-    return n_old, start
-
-
-@triton.jit
-def _cursor_clamps(n_old, start, ring, WINDOW: tl.constexpr, HAS_RING_START: tl.constexpr):
-    """_cursor_values' clamps of the stored cursors (_cursor_loads')."""
-    n_old = tl.minimum(tl.maximum(n_old, 0), WINDOW)
-    if HAS_RING_START:
-        start = tl.minimum(tl.maximum(start, 0), ring - 1)
-    return n_old, start
+    return i_slot, m_live, i_ring, n_old, start
 
 
 @triton.jit
@@ -450,72 +411,12 @@ def _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX: tl.constexpr, FAST_EXP: 
 
 
 @triton.jit
-def _ring_loads(rg, o_r, m_r, pos_r, RP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                HAS_SRC_IDX: tl.constexpr):
-    """The ring rg (_Ring) at its rows pos_r (_ring_positions'), every load in one run-time
-    region that always holds (n_old < ring: the window is the ring less the drafts):
-    (dt', dt' one row on (_ring_dt_next), x [RP, BLOCK_M] (a row a cached token), B [RP,
-    BLOCK_N]). Loaded where each is used, ptxas issued each after the one before had come back
-    (a layout conversion through shared memory, or a wait the scheduler put between them), a
-    round trip each (RING_GROUPED)."""
-    if rg.n_old < rg.ring:
-        b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
-        b_dtr1 = _ring_dt_next(rg, o_r, HAS_SRC_IDX)
-        m_xr = m_r[:, None] if rg.m_vm is None else m_r[:, None] & rg.m_vm[None, :]
-        b_xr = tl.load(rg.p_x[None, :] + pos_r[:, None] * rg.stride_x, mask=m_xr, other=0.0)
-        b_Br = _ring_B(rg, pos_r, m_r)
-    else:
-        b_dtr = tl.zeros([RP], rg.p_dt.dtype.element_ty)
-        b_dtr1 = tl.zeros([RP], rg.p_dt.dtype.element_ty)
-        b_xr = tl.zeros([RP, BLOCK_M], rg.p_x.dtype.element_ty)
-        b_Br = tl.zeros([RP, BLOCK_N], rg.p_B.dtype.element_ty)
-    return b_dtr, b_dtr1, b_xr, b_Br
-
-
-@triton.jit
 def _ring_rows(rg, b_A, RP: tl.constexpr, HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr):
     """The ring rg (_Ring) gathered in age order, masked past its n_old cached tokens: (o_r,
     m_r, pos_r, S, w) [RP], the rows, their mask and ring positions, and _ring_weights'."""
     o_r, m_r, pos_r = _ring_positions(rg.n_old, rg.start, rg.ring, rg.m_live, RP, HAS_SRC_IDX)
     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
     return o_r, m_r, pos_r, b_S, b_w
-
-
-@triton.jit
-def _ring_physical_rows(rg, RR: tl.constexpr, HAS_SRC_IDX: tl.constexpr):
-    """The whole ring rg (_Ring) read in its own row order, RR >= its rows (RING_PHYS): x
-    [RR, BLOCK_M], B [RR, BLOCK_N] and dt' [RR], masked by the ring's size and the slot alone, so
-    that they are issued with the state tile's loads, not after the cursors (the gathered ring's
-    positions wait for num_cached and ring_start: a second round trip to memory); with the rows
-    o_r and their mask m_in, as (o_r, m_in, x, B, dt')."""
-    o_r = tl.arange(0, RR)
-    m_in = o_r < rg.ring
-    if HAS_SRC_IDX:
-        m_in = m_in & rg.m_live
-    m_xr = m_in[:, None] if rg.m_vm is None else m_in[:, None] & rg.m_vm[None, :]
-    b_x = tl.load(rg.p_x[None, :] + o_r[:, None] * rg.stride_x, mask=m_xr, other=0.0)
-    b_dt = tl.load(rg.p_dt + o_r * rg.stride_dt, mask=m_in, other=0.0)
-    return o_r, m_in, b_x, _ring_B(rg, o_r, m_in), b_dt
-
-
-@triton.jit
-def _ring_physical(rg, rows, b_A, FAST_EXP: tl.constexpr):
-    """The ring rg (_Ring) from its rows read in row order (_ring_physical_rows'): (o_r, m_r,
-    pos_r, x [RR, BLOCK_M], B [RR, BLOCK_N], S, w), as _ring_rows', _ring_x's and _ring_B's but a
-    row a ring row, m_r on for the cached tokens' rows. The rows that hold no cached token are
-    zeroed (an engine's ring may hold anything there). w_j = dt'_j exp(A r_j), r_j the dt' of
-    the cached tokens newer than j summed (over the rows whose age is larger), S all of theirs:
-    the dual form's weights, in another order of summation than _ring_weights'."""
-    o_r, m_in, b_x, b_B, b_dt = rows
-    age = o_r - rg.start
-    age = tl.where(age < 0, age + rg.ring, age)  # 0: the oldest cached token
-    m_r = m_in & (age < rg.n_old)
-    b_x = tl.where(m_r[:, None], b_x, 0.0).to(b_x.dtype)
-    b_B = tl.where(m_r[:, None], b_B, 0.0).to(b_B.dtype)
-    b_dt = tl.where(m_r, b_dt, 0.0)
-    b_r = tl.sum(tl.where(age[None, :] > age[:, None], b_dt[None, :], 0.0), axis=1)
-    b_w = b_dt * exp_dA(b_A * b_r, FAST_EXP)
-    return o_r, m_r, o_r, b_x, b_B, tl.sum(b_dt, axis=0), b_w
 
 
 @triton.jit
@@ -622,8 +523,7 @@ class _Step(NamedTuple):
     """A verify program's values that its out (_drafts_out) reads: the ring's gathered x, the
     drafts' x, B and dt', A and D; the ring (_Ring) and its rows (_ring_positions'), the drafts'
     offsets, the drafts' inputs and out (_Token), the request's token span, the program's
-    request, head, group, rows and columns with their masks, and the Grams; the ring's B rows
-    (_ring_B's) where the caller loaded them, else None."""
+    request, head, group, rows and columns with their masks, and the Grams."""
 
     b_xr: Any
     b_xd: Any
@@ -651,7 +551,6 @@ class _Step(NamedTuple):
     p_gram: Any
     stride_gram_b: Any
     stride_gram_g: Any
-    b_Br: Any = None
 
 
 class _Pool(NamedTuple):
@@ -762,9 +661,11 @@ def _drafts_B(p_Bd, m_t, m_vn):
 
 
 @triton.jit
-def _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, DW: tl.constexpr, LOAD_B: tl.constexpr):
-    """A verify program's drafts' inputs as stored (_drafts): x [BLOCK_M, DW], dt [DW], B [DW,
-    BLOCK_N] (0.0 without LOAD_B), 0 past n_tok."""
+def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW: tl.constexpr,
+            HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, LOAD_B: tl.constexpr = True):
+    """A verify program's drafts (tok, _Token; the first n_tok of DW live), all loaded before any
+    store: (o_t, m_t, o_tok, m_md, x [BLOCK_M, DW] a column a draft, dt' [DW] with the bias and
+    softplus, 0 past n_tok, B [DW, BLOCK_N])."""
     o_t = tl.arange(0, DW)
     m_t = o_t < n_tok
     o_tok = t0 + o_t
@@ -772,106 +673,15 @@ def _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, DW: tl.c
     b_xd = tl.load(tok.p_x + i_xb * tok.stride_x_b + i_h * tok.stride_x_h + o_m[:, None] * tok.stride_x_p
                    + o_tok[None, :] * tok.stride_x_t, mask=m_md, other=0.0)
     b_dtd = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + i_h * tok.stride_dt_h + o_tok * tok.stride_dt_t, mask=m_t,
-                    other=0.0)
-    b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
-    if LOAD_B:
-        b_Bd = _drafts_B(_drafts_B_at(tok, i_xb, i_g, o_tok, o_n), m_t, m_vn)
-    return b_xd, b_dtd, b_Bd
-
-
-@triton.jit
-def _token_loads(tok, i_xb, t0, i_h, i_g, o_m, o_n, m_vm, m_vn, HAS_Z: tl.constexpr):
-    """The decode step's token (request i_xb's t0) as stored: (x [BLOCK_M], dt, B [BLOCK_N], C
-    [BLOCK_N], z [BLOCK_M] (x without z))."""
-    b_x = load(tok.p_x + i_xb * tok.stride_x_b + t0 * tok.stride_x_t + i_h * tok.stride_x_h + o_m * tok.stride_x_p,
-               m_vm)
-    b_dt = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + t0 * tok.stride_dt_t + i_h * tok.stride_dt_h)
-    b_B = load(tok.p_B + i_xb * tok.stride_B_b + t0 * tok.stride_B_t + i_g * tok.stride_B_g + o_n * tok.stride_B_n,
-               m_vn)
-    b_C = load(tok.p_C + i_xb * tok.stride_C_b + t0 * tok.stride_C_t + i_g * tok.stride_C_g + o_n * tok.stride_C_n,
-               m_vn)
-    b_z = b_x
-    if HAS_Z:
-        b_z = load(tok.p_z + i_xb * tok.stride_z_b + t0 * tok.stride_z_t + i_h * tok.stride_z_h
-                   + o_m * tok.stride_z_p, m_vm)
-    return b_x, b_dt, b_B, b_C, b_z
-
-
-@triton.jit
-def _token_zeros(tok, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """_token_loads' types, zeros (the other side of a run-time region)."""
-    b_x = tl.zeros([BLOCK_M], tok.p_x.dtype.element_ty)
-    b_z = b_x
-    if HAS_Z:
-        b_z = tl.zeros([BLOCK_M], tok.p_z.dtype.element_ty)
-    return (b_x, tl.zeros([], tok.p_dt.dtype.element_ty), tl.zeros([BLOCK_N], tok.p_B.dtype.element_ty),
-            tl.zeros([BLOCK_N], tok.p_C.dtype.element_ty), b_z)
-
-
-@triton.jit
-def _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h, stride_D_p,
-                HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr):
-    """The head's parameters as stored: (A, dt_bias (0.0 without it), D of the program's rows
-    [BLOCK_M] (0.0 without it))."""
-    b_dt_bias = 0.0
-    if HAS_DT_BIAS:
-        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h)
-    b_D = 0.0
-    if HAS_D:
-        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm)
-    return tl.load(p_A + i_h * stride_A_h), b_dt_bias, b_D
-
-
-@triton.jit
-def _head_zeros(p_A, p_dt_bias, p_D, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """_head_loads' types, zeros (the other side of a run-time region)."""
-    b_dt_bias = 0.0
-    if HAS_DT_BIAS:
-        b_dt_bias = tl.zeros([], p_dt_bias.dtype.element_ty)
-    b_D = 0.0
-    if HAS_D:
-        b_D = tl.zeros([BLOCK_M], p_D.dtype.element_ty)
-    return tl.zeros([], p_A.dtype.element_ty), b_dt_bias, b_D
-
-
-@triton.jit
-def _drafts_zeros(tok, DW: tl.constexpr, LOAD_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """_drafts_loads' types, zeros (the other side of a run-time region)."""
-    b_Bd = 0.0
-    if LOAD_B:
-        b_Bd = tl.zeros([DW, BLOCK_N], tok.p_B.dtype.element_ty)
-    return tl.zeros([BLOCK_M, DW], tok.p_x.dtype.element_ty), tl.zeros([DW], tok.p_dt.dtype.element_ty), b_Bd
-
-
-@triton.jit
-def _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, b_dt_bias, DW: tl.constexpr,
-            HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, LOAD_B: tl.constexpr = True, raw=None):
-    """A verify program's drafts (tok, _Token; the first n_tok of DW live), all loaded before any
-    store: (o_t, m_t, o_tok, m_md, x [BLOCK_M, DW] a column a draft, dt' [DW] with the bias and
-    softplus, 0 past n_tok, B [DW, BLOCK_N]); raw: _drafts_loads' already loaded."""
-    o_t = tl.arange(0, DW)
-    m_t = o_t < n_tok
-    o_tok = t0 + o_t
-    m_md = m_t[None, :] if m_vm is None else m_vm[:, None] & m_t[None, :]
-    if raw is None:
-        b_xd = tl.load(tok.p_x + i_xb * tok.stride_x_b + i_h * tok.stride_x_h + o_m[:, None] * tok.stride_x_p
-                       + o_tok[None, :] * tok.stride_x_t, mask=m_md, other=0.0)
-        b_dtd = tl.load(tok.p_dt + i_xb * tok.stride_dt_b + i_h * tok.stride_dt_h + o_tok * tok.stride_dt_t,
-                        mask=m_t, other=0.0).to(tl.float32)
-    else:
-        b_xd = raw[0]
-        b_dtd = raw[1].to(tl.float32)
+                    other=0.0).to(tl.float32)
     if HAS_DT_BIAS:
         b_dtd += b_dt_bias
     if DT_SOFTPLUS:
         b_dtd = softplus(b_dtd)  # the exact kernel's operations: the same dt' bits in the ring
     b_dtd = tl.where(m_t, b_dtd, 0.0)  # no draft past n_tok in the cumulative sums
-    if raw is None:
-        b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
-        if LOAD_B:
-            b_Bd = _drafts_B(_drafts_B_at(tok, i_xb, i_g, o_tok, o_n), m_t, m_vn)
-    else:
-        b_Bd = raw[2]
+    b_Bd = 0.0  # (LOAD_B off: the append loads it, _append_drafts' late)
+    if LOAD_B:
+        b_Bd = _drafts_B(_drafts_B_at(tok, i_xb, i_g, o_tok, o_n), m_t, m_vn)
     return o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd
 
 
@@ -1326,15 +1136,10 @@ def _tiles_cols(p_slot, b_first, p_C, p_B_cache, rg, i_ring, i_xb, i_h, i_g, i_m
 @triton.jit
 def _draft_C(t: tl.constexpr, step, VARLEN: tl.constexpr):
     """Draft t's C_t [BLOCK_N] as stored (0 past a packed request's drafts)."""
-    return _draft_C_at(t, step.tok, step.i_xb, step.t0, step.n_tok, step.i_g, step.o_n, step.m_vn, VARLEN)
-
-
-@triton.jit
-def _draft_C_at(t: tl.constexpr, tok, i_xb, t0, n_tok, i_g, o_n, m_vn, VARLEN: tl.constexpr):
-    """_draft_C's, from the values it takes from the step."""
-    m_tt = (t < n_tok) if VARLEN else None
-    p_Ct = tok.p_C + i_xb * tok.stride_C_b + (t0 + t) * tok.stride_C_t + i_g * tok.stride_C_g
-    return load(p_Ct + o_n * tok.stride_C_n, both(m_vn, m_tt))
+    tok = step.tok
+    m_tt = (t < step.n_tok) if VARLEN else None
+    p_Ct = tok.p_C + step.i_xb * tok.stride_C_b + (step.t0 + t) * tok.stride_C_t + step.i_g * tok.stride_C_g
+    return load(p_Ct + step.o_n * tok.stride_C_n, both(step.m_vn, m_tt))
 
 
 @triton.jit
@@ -1359,56 +1164,27 @@ def _draft_grams(t: tl.constexpr, step, p_g, T: tl.constexpr, TP: tl.constexpr, 
 @triton.jit
 def _draft_xz(t: tl.constexpr, step, VARLEN: tl.constexpr, HAS_Z: tl.constexpr):
     """Draft t's x_t and z_t [BLOCK_M] (x_t again without z)."""
-    return _draft_xz_at(t, step.tok, step.i_xb, step.t0, step.n_tok, step.i_h, step.o_m, step.m_vm, VARLEN, HAS_Z)
-
-
-@triton.jit
-def _draft_xz_at(t: tl.constexpr, tok, i_xb, t0, n_tok, i_h, o_m, m_vm, VARLEN: tl.constexpr, HAS_Z: tl.constexpr):
-    """_draft_xz's, from the values it takes from the step."""
-    m_tt = (t < n_tok) if VARLEN else None
-    o_xt = i_xb * tok.stride_x_b + (t0 + t) * tok.stride_x_t + i_h * tok.stride_x_h
-    b_xt = load(tok.p_x + o_xt + o_m * tok.stride_x_p, both(m_vm, m_tt))
+    tok = step.tok
+    m_tt = (t < step.n_tok) if VARLEN else None
+    o_xt = step.i_xb * tok.stride_x_b + (step.t0 + t) * tok.stride_x_t + step.i_h * tok.stride_x_h
+    b_xt = load(tok.p_x + o_xt + step.o_m * tok.stride_x_p, both(step.m_vm, m_tt))
     b_zt = b_xt
     if HAS_Z:
-        b_zt = load(tok.p_z + i_xb * tok.stride_z_b + (t0 + t) * tok.stride_z_t
-                    + i_h * tok.stride_z_h + o_m * tok.stride_z_p, both(m_vm, m_tt))
+        b_zt = load(tok.p_z + step.i_xb * tok.stride_z_b + (step.t0 + t) * tok.stride_z_t
+                    + step.i_h * tok.stride_z_h + step.o_m * tok.stride_z_p, both(step.m_vm, m_tt))
     return b_xt, b_zt
-
-
-@triton.jit
-def _drafts_tks(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, T: tl.constexpr, VARLEN: tl.constexpr,
-                HAS_Z: tl.constexpr):
-    """Every draft's (C_t, x_t, z_t), a tuple of T (_drafts_in's first loads)."""
-    tks = ()
-    for t in tl.static_range(T):
-        tks = tks + ((_draft_C_at(t, tok, i_xb, t0, n_tok, i_g, o_n, m_vn, VARLEN), )  # noqa: RUF005 (Triton's tuples)
-                     + _draft_xz_at(t, tok, i_xb, t0, n_tok, i_h, o_m, m_vm, VARLEN, HAS_Z), )
-    return tks
-
-
-@triton.jit
-def _drafts_tks_zeros(tok, T: tl.constexpr, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """_drafts_tks' types, zeros (the other side of a run-time region)."""
-    tks = ()
-    for _t in tl.static_range(T):
-        b_xt = tl.zeros([BLOCK_M], tok.p_x.dtype.element_ty)
-        b_zt = b_xt
-        if HAS_Z:
-            b_zt = tl.zeros([BLOCK_M], tok.p_z.dtype.element_ty)
-        tks = tks + ((tl.zeros([BLOCK_N], tok.p_C.dtype.element_ty), b_xt, b_zt), )  # noqa: RUF005
-    return tks
 
 
 @triton.jit
 def _drafts_in(step, p_g, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr, GRAM: tl.constexpr,
                WEIGHTS: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, VARLEN: tl.constexpr,
-               HAS_Z: tl.constexpr, tks=None):
+               HAS_Z: tl.constexpr):
     """Every draft's loads for _drafts_out's AHEAD, a tuple of T (C_t, its three _draft_grams,
-    x_t, z_t): the drafts' C_t, x_t and z_t first (tks: _drafts_tks' already loaded), then
-    (after the wait for the Grams' kernel, LATE) their Grams or weights."""
-    if tks is None:
-        tks = _drafts_tks(step.tok, step.i_xb, step.t0, step.n_tok, step.i_h, step.i_g, step.o_m, step.o_n,
-                          step.m_vm, step.m_vn, T, VARLEN, HAS_Z)
+    x_t, z_t): the drafts' C_t, x_t and z_t first, then (after the wait for the Grams' kernel,
+    LATE) their Grams or weights."""
+    tks = ()
+    for t in tl.static_range(T):
+        tks = tks + ((_draft_C(t, step, VARLEN), ) + _draft_xz(t, step, VARLEN, HAS_Z), )  # noqa: RUF005 (Triton's tuples)
     if GRAM and LATE:
         wait_prior(PDL)
     ins = ()
@@ -1436,7 +1212,7 @@ def _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T: tl
 def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.constexpr,
                 NO_RING: tl.constexpr, GRAM: tl.constexpr, WEIGHTS: tl.constexpr, LATE: tl.constexpr,
                 PDL: tl.constexpr, VARLEN: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, AHEAD: tl.constexpr = False, tks=None):
+                HAS_SRC_IDX: tl.constexpr, FAST_EXP: tl.constexpr, AHEAD: tl.constexpr = False):
     """The verify step's out draft by draft, stored: for each draft t, y_t [BLOCK_M] in the dual
     form (module docstring) from the checkpoint b_h0's h0 . C_t, the ring's x weighed by b_S and
     b_w (none with NO_RING: a state flushed first, nothing cached) and the earlier drafts' x by
@@ -1475,10 +1251,7 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
         b_xrf = b_xr.to(tl.float32)
     b_xdf = b_xd.to(tl.float32)
     if not GRAM and not NO_RING:
-        b_Br = step.b_Br
-        if b_Br is None:
-            b_Br = _ring_B(rg, pos_r, m_r)
-        b_Br = b_Br.to(tl.float32)
+        b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
     if not WEIGHTS:
         b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
         b_decay0 = exp_dA(b_A * b_S, FAST_EXP)
@@ -1491,7 +1264,7 @@ def _drafts_out(b_h0, b_S, b_w, step, T: tl.constexpr, TP: tl.constexpr, RP: tl.
         else:
             p_g = p_gram + i_b * stride_gram_b + i_g * stride_gram_g
     if AHEAD:  # every draft's loads first
-        ins = _drafts_in(step, p_g, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z, tks)
+        ins = _drafts_in(step, p_g, T, TP, RP, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_Z)
     for t in tl.static_range(T):
         m_tt = (t < n_tok) if VARLEN else None  # packed: a request of fewer drafts
         if AHEAD:
@@ -1608,14 +1381,9 @@ def _selective_state_replay_fast_kernel(
     COLS: tl.constexpr = 0,  # > 0, with TILES: the state tile read (and a flush stored) COLS columns a pass (_tiles_cols)
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
-    B_REUSE: tl.constexpr = False,  # a flush in ROLE 0 without GRAM: the ring's B rows its out loaded
+    B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
     B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
-    RING_PHYS: tl.constexpr = False,  # T = 1 without GRAM: the whole ring read in its row order (_ring_physical)
-    RR: tl.constexpr = 16,  # with RING_PHYS: next_power_of_2(R), the rows read
-    RING_GROUPED: tl.constexpr = False,  # ROLE 0, no Grams' kernel, T = 1 or draft by draft: _ring_loads
-    STATE_FIRST: tl.constexpr = False,  # ROLE 0 and 1: the cursors read after the state tile's loads
-    TILES_GROUPED: tl.constexpr = False,  # the whole-tile tiles in ROLE 0: ring dt', x, B and C loaded in one region
 ):
     # the requests' inputs and outs, as the helpers read and write them
     tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1657,16 +1425,10 @@ def _selective_state_replay_fast_kernel(
     if VARLEN:
         if n_tok == 0:  # a request of no drafts is left alone: as in the exact route
             return
-    # (RING_PHYS: the cursors read, and a flush by them tested, after every other load; see below.
-    # STATE_FIRST: after the state tile's loads)
-    RGROUP: tl.constexpr = RING_GROUPED and ROLE == 0 and not GRAM and not WEIGHTS and not RING_PHYS  # _ring_loads
-    CURSORS_LATE: tl.constexpr = (STATE_FIRST and not RING_PHYS and (ROLE == 0 or ROLE == 1)
-                                  and not (TILES and COLS > 0))
     i_slot, m_live, i_ring, n_old, start = _cursors(
         p_src_idx, p_cached, p_ring_start, i_b, stride_src_idx, pad_slot_id, ring, WINDOW, CURSOR_BY_REQUEST,
-        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST, not (RING_PHYS or CURSORS_LATE))
-    if not (RING_PHYS or CURSORS_LATE) or HOST_FLUSH:  # (the host's flag needs no cursor)
-        m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, HOST_FLUSH)
+        HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
+    m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, HOST_FLUSH)
     if ROLE == 2:  # the flush kernel: a request that does not flush has nothing to store
         if m_flush == 0:
             return
@@ -1692,45 +1454,7 @@ def _selective_state_replay_fast_kernel(
     PASSES: tl.constexpr = TILES and COLS > 0  # the tile read in passes of COLS columns, in the tiles' branch
     tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH or ROLE == 7) and CHUNK == 0),
                      "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
-    drafts_raw = None
-    drafts_tks = None
-    if CURSORS_LATE:
-        # One run-time region that always holds (every program's request is one of the call's):
-        # the state tile's, the cursors' and the drafts' loads, all issued before any is used
-        # (loaded where each was used, ptxas issued the tile's after the cursors' clamps had
-        # waited for them, and the drafts' after the ring's waits)
-        if i_b < n_requests:
-            b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
-            n_old, start = _cursor_loads(p_cached, p_ring_start, i_b, i_ring, m_live, CURSOR_BY_REQUEST,
-                                         HAS_SRC_IDX, HAS_RING_START)
-            heads_raw = _head_loads(p_A, p_dt_bias, p_D, i_h, o_m, m_vm, stride_A_h, stride_dt_bias_h, stride_D_h,
-                                    stride_D_p, HAS_DT_BIAS, HAS_D)
-            if T == 1:
-                token_raw = _token_loads(tok, i_xb, t0, i_h, i_g, o_m, o_n, m_vm, m_vn, HAS_Z)
-            else:
-                drafts_raw = _drafts_loads(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
-                                           TD if TILES else TP, not (B_LATE and GRAM and not WEIGHTS))
-                if DRAFTS_AHEAD and not TILES:
-                    drafts_tks = _drafts_tks(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn, T, VARLEN, HAS_Z)
-        else:
-            heads_raw = _head_zeros(p_A, p_dt_bias, p_D, HAS_DT_BIAS, HAS_D, BLOCK_M)
-            if CHUNK > 0:
-                b_h0 = tl.zeros([BLOCK_M, BLOCK_N // CHUNK, CHUNK], tl.float32)
-            else:
-                b_h0 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-            n_old = 0
-            start = 0
-            if T == 1:
-                token_raw = _token_zeros(tok, HAS_Z, BLOCK_M, BLOCK_N)
-            else:
-                if DRAFTS_AHEAD and not TILES:
-                    drafts_tks = _drafts_tks_zeros(tok, T, HAS_Z, BLOCK_M, BLOCK_N)
-                drafts_raw = _drafts_zeros(tok, TD if TILES else TP, not (B_LATE and GRAM and not WEIGHTS), BLOCK_M,
-                                           BLOCK_N)
-        n_old, start = _cursor_clamps(n_old, start, ring, WINDOW, HAS_RING_START)
-        if not HOST_FLUSH:
-            m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, False)
-    elif not PASSES:
+    if not PASSES:
         b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     elif COLS_AHEAD:  # the first pass's tile, at once (_tiles_cols)
         _, _, p_t0, m_t0 = _pass_tile(p_slot, 0, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, stride_state_p,
@@ -1752,82 +1476,40 @@ def _selective_state_replay_fast_kernel(
     p_xc, p_Bc, p_dtc = _ring_pointers(p_x_cache, p_B_cache, p_dt_cache, i_ring, i_h, i_g, o_m, o_n, stride_xc_s,
                                        stride_xc_h, stride_xc_p, stride_Bc_s, stride_Bc_g, stride_Bc_n, stride_dtc_s,
                                        stride_dtc_h)
+    b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r, stride_dt=stride_dtc_r,
                start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn, m_live=m_live)
-    if RING_PHYS:  # (decode: the whole ring's loads with the state tile's, before anything else)
-        ring_rows = _ring_physical_rows(rg, RR, HAS_SRC_IDX)
-    if CURSORS_LATE:  # (loaded in the region above)
-        b_A = heads_raw[0].to(tl.float32)
-    else:
-        b_A = tl.load(p_A + i_h * stride_A_h).to(tl.float32)
     ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=p_seed, i_slot=i_slot, i_h=i_h, o_m=o_m,
                      stride_s=stride_state_s, stride_h=stride_state_h, stride_p=stride_state_p)
 
     b_dt_bias = 0.0
+    if HAS_DT_BIAS:
+        b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
     b_D = 0.0
-    if CURSORS_LATE:
-        if HAS_DT_BIAS:
-            b_dt_bias = heads_raw[1].to(tl.float32)
-        if HAS_D:
-            b_D = heads_raw[2].to(tl.float32)
-    else:
-        if HAS_DT_BIAS:
-            b_dt_bias = tl.load(p_dt_bias + i_h * stride_dt_bias_h).to(tl.float32)
-        if HAS_D:
-            b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
+    if HAS_D:
+        b_D = load(p_D + i_h * stride_D_h + o_m * stride_D_p, m_vm).to(tl.float32)
     if T == 1:
         # Decode: one token (a packed request of none returned above), its inputs as vectors.
         # (The tiles of the drafts below cost more instructions than they save at T = 1: 848
         # SASS instructions for the step that does not flush against 1320, sm_90, headline.)
-        if CURSORS_LATE:  # (loaded in the region above)
-            b_x = token_raw[0]
-            b_xf = b_x.to(tl.float32)
-            b_dt = token_raw[1].to(tl.float32)
-        else:
-            b_x = load(p_x + i_xb * stride_x_b + t0 * stride_x_t + i_h * stride_x_h + o_m * stride_x_p, m_vm)
-            b_xf = b_x.to(tl.float32)
-            b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
+        b_x = load(p_x + i_xb * stride_x_b + t0 * stride_x_t + i_h * stride_x_h + o_m * stride_x_p, m_vm)
+        b_xf = b_x.to(tl.float32)
+        b_dt = tl.load(p_dt + i_xb * stride_dt_b + t0 * stride_dt_t + i_h * stride_dt_h).to(tl.float32)
         if HAS_DT_BIAS:
             b_dt += b_dt_bias
         if DT_SOFTPLUS:
             b_dt = softplus(b_dt)  # the exact kernel's operations: the same dt' bits in the ring
-        if CURSORS_LATE:
-            b_B = token_raw[2]
-            b_C = token_raw[3].to(tl.float32)
-            b_z = b_x
-            if HAS_Z:
-                b_z = token_raw[4]
-        else:
-            b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
-            b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
-                       m_vn).to(tl.float32)
-            b_z = b_x
-            if HAS_Z:
-                b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
+        b_B = load(p_B + i_xb * stride_B_b + t0 * stride_B_t + i_g * stride_B_g + o_n * stride_B_n, m_vn)
+        b_C = load(p_C + i_xb * stride_C_b + t0 * stride_C_t + i_g * stride_C_g + o_n * stride_C_n,
+                   m_vn).to(tl.float32)
+        b_z = b_x
+        if HAS_Z:
+            b_z = load(p_z + i_xb * stride_z_b + t0 * stride_z_t + i_h * stride_z_h + o_m * stride_z_p, m_vm)
         # The ring gathered in age order, masked past n_old: its rows (and, unless the Grams'
-        # kernel weighed them, WEIGHTS, their dt' and weights); with RING_PHYS the whole ring in
-        # its row order, its loads not waiting for the cursors.
-        tl.static_assert(not RING_PHYS or (not (GRAM or WEIGHTS) and (ROLE == 0 or ROLE == 1)),
-                         "the ring in its row order: the step's own programs, no Grams' kernel")
-        if RING_PHYS:
-            # The cursors read after every other load of the step: read first, ptxas placed
-            # their clamps, which wait for them, before the state tile's and the ring's loads,
-            # and those then waited a round trip more (offline SASS, sm_90, bs 8).
-            n_old, start = _cursor_values(p_cached, p_ring_start, i_b, i_ring, m_live, ring, WINDOW,
-                                          CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START)
-            if not HOST_FLUSH:
-                m_flush = _flushes(p_flush, i_b, n_old, n_tok, ring, T, FLUSH, False)
-            rg = _Ring(p_x=p_xc, p_B=p_Bc, p_dt=p_dtc, stride_x=stride_xc_r, stride_B=stride_Bc_r,
-                       stride_dt=stride_dtc_r, start=start, n_old=n_old, ring=ring, m_vm=m_vm, m_vn=m_vn,
-                       m_live=m_live)
-            o_r, m_r, pos_r, b_xp, b_Bp, b_S, b_w = _ring_physical(rg, ring_rows, b_A, FAST_EXP)
-        else:
-            o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
-            if RGROUP:
-                b_dtr, b_dtr1, b_xg, b_Bg = _ring_loads(rg, o_r, m_r, pos_r, RP, BLOCK_M, BLOCK_N, HAS_SRC_IDX)
-                b_S, b_w = _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP)
-            elif not WEIGHTS:
-                b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
+        # kernel weighed them, WEIGHTS, their dt' and weights).
+        o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
+        if not WEIGHTS:
+            b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         # A flush's out comes from its new state, but for ROLE 1 (the flush kernel stores it):
         # there every request's out is the dual form's.
         if ROLE == 0:
@@ -1835,21 +1517,11 @@ def _selective_state_replay_fast_kernel(
         else:
             m_flush_out = False
         if ROLE == 0 and m_flush_out:  # (ROLE == 0 first: the branch not compiled where no flush is)
-            if RING_PHYS:
-                b_xrm = tl.trans(b_xp)
-            elif RGROUP:
-                b_xrm = tl.trans(b_xg)
-            else:
-                b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
+            b_xrm = _ring_x(rg, pos_r, m_r) if DUAL_FLUSH else None
             if WEIGHTS:  # (out's were the Grams' kernel's)
                 b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-            b_Bf = None
-            if RING_PHYS:
-                b_Bf = b_Bp
-            elif RGROUP:
-                b_Bf = b_Bg
             b_state = _flushed_state(b_h0, rg, b_xrm, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW, FAST_EXP,
-                                     HAS_SRC_IDX, b_Bf)
+                                     HAS_SRC_IDX)
             if not FLUSH_DRAFTS:
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             b_state = tl.fma(b_state, exp_dA(b_A * b_dt, FAST_EXP),
@@ -1859,13 +1531,8 @@ def _selective_state_replay_fast_kernel(
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         else:
             # The dual form with one token.
-            if RING_PHYS:
-                b_xr = b_xp.to(tl.float32)
-            elif RGROUP:
-                b_xr = b_xg.to(tl.float32)
-            else:
-                m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
-                b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
+            m_xr = m_r[:, None] if m_vm is None else m_r[:, None] & m_vm[None, :]
+            b_xr = tl.load(p_xc[None, :] + pos_r[:, None] * stride_xc_r, mask=m_xr, other=0.0).to(tl.float32)
             if WEIGHTS:  # the head's weights from _gram_kernel: w_j C . B_j [RP], exp(A S), exp(A dt'), dt' C . B
                 if LATE:
                     wait_prior(PDL)
@@ -1880,12 +1547,7 @@ def _selective_state_replay_fast_kernel(
                 b_gram = tl.load(p_g + o_r)  # [RP]: C . B_j, 0 past n_old
                 b_bc = tl.load(p_g + RP)  # C . B of the token
             else:
-                if RING_PHYS:
-                    b_Br = b_Bp.to(tl.float32)
-                elif RGROUP:
-                    b_Br = b_Bg.to(tl.float32)
-                else:
-                    b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
+                b_Br = _ring_B(rg, pos_r, m_r).to(tl.float32)
                 b_gram = tl.sum(b_Br * b_C[None, :], axis=1)  # [RP]: C . B_j
                 b_bc = tl.sum(b_B.to(tl.float32) * b_C, axis=0)
             if not WEIGHTS:
@@ -1909,44 +1571,20 @@ def _selective_state_replay_fast_kernel(
         # (B_LATE with the Grams: the drafts' B is the append's alone, loaded there, _append_drafts)
         B_ON_APPEND: tl.constexpr = B_LATE and GRAM and not WEIGHTS
         o_t, m_t, o_tok, m_md, b_xd, b_dtd, b_Bd = _drafts(tok, i_xb, t0, n_tok, i_h, i_g, o_m, o_n, m_vm, m_vn,
-                                                           b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS, not B_ON_APPEND,
-                                                           drafts_raw)
+                                                           b_dt_bias, DW, HAS_DT_BIAS, DT_SOFTPLUS, not B_ON_APPEND)
 
         # The ring gathered in age order, masked past n_old: x [BLOCK_M, RP] (and, unless the
         # Grams' kernel weighed them, WEIGHTS, their dt' and weights).
         tl.static_assert(not (WEIGHTS and TILES), "the precomputed weights are the draft-by-draft step's")
         o_r, m_r, pos_r = _ring_positions(n_old, start, ring, m_live, RP, HAS_SRC_IDX)
-        GROUPED: tl.constexpr = TILES_GROUPED and TILES and not PASSES and not GRAM and ROLE == 0
-        m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
-        if RGROUP and not TILES:
-            b_dtr, b_dtr1, b_xg, b_Bg = _ring_loads(rg, o_r, m_r, pos_r, RP, BLOCK_M, BLOCK_N, HAS_SRC_IDX)
-            b_S, b_w = _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP)
-        elif GROUPED:
-            if b_A == b_A:  # (a run-time region: the loads issued together, their conversions after)
-                b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
-                b_dtr1 = _ring_dt_next(rg, o_r, HAS_SRC_IDX)
-                b_xr = _ring_x(rg, pos_r, m_r)
-                b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
-                                + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
-                b_Brt = _ring_B(rg, pos_r, m_r)
-            else:
-                b_dtr = tl.zeros([RP], p_dt_cache.dtype.element_ty)
-                b_dtr1 = tl.zeros([RP], p_dt_cache.dtype.element_ty)
-                b_xr = tl.zeros([BLOCK_M, RP], p_x_cache.dtype.element_ty)
-                b_CdT = tl.zeros([BLOCK_N, TD], p_C.dtype.element_ty)
-                b_Brt = tl.zeros([RP, BLOCK_N], p_B_cache.dtype.element_ty)
-            b_S, b_w = _ring_decay(b_dtr, b_dtr1, b_A, FAST_EXP)
-        elif WEIGHTS:  # (the Grams' kernel's, in the weights out reads; a flush computes its own)
+        if WEIGHTS:  # (the Grams' kernel's, in the weights out reads; a flush computes its own)
             b_S = 0.0
             b_w = tl.zeros([RP], tl.float32)
         else:
             b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
         tl.static_assert(ROLE != 7 or not (WEIGHTS or (TILES and not PASSES)),
                          "the flush programs beside: draft by draft, or tiles in passes (_tiles_cols' FIRST)")
-        if RGROUP and not TILES:
-            b_xr = tl.trans(b_xg)
-        elif not GROUPED:
-            b_xr = _ring_x(rg, pos_r, m_r)
+        b_xr = _ring_x(rg, pos_r, m_r)
 
         if ROLE != 2:  # out (the flush kernel stores the checkpoint only)
             if TILES:
@@ -1961,16 +1599,15 @@ def _selective_state_replay_fast_kernel(
                                                stride_Bc_s, stride_Bc_g, stride_Bc_n, TD, C16, B16, ROLE == 0,
                                                EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, EVICT_FIRST, BLOCK_M, BLOCK_N,
                                                COLS, COLS_AHEAD, ROLE == 7, COLS_IN_AHEAD)
-                if not GROUPED:
-                    b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
-                                    + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
+                m_cd = m_t[None, :] if m_vn is None else m_vn[:, None] & m_t[None, :]
+                b_CdT = tl.load(p_C + i_xb * stride_C_b + i_g * stride_C_g + o_n[:, None] * stride_C_n
+                                + o_tok[None, :] * stride_C_t, mask=m_cd, other=0.0)
                 if GRAM:  # the group's Grams from _gram_kernel
                     b_GrT, b_GdT = _tiles_grams(p_gram, i_b, i_g, o_t, o_r, stride_gram_b, stride_gram_g, T, TP,
                                                 RP, LATE, PDL)
                 else:
                     if ROLE != 7:  # (a flush program's out: nothing cached)
-                        if not GROUPED:
-                            b_Brt = _ring_B(rg, pos_r, m_r)
+                        b_Brt = _ring_B(rg, pos_r, m_r)
                         b_GrT = _dot_exact(b_Brt, b_CdT, MMA16)
                     b_GdT = _dot_exact(b_Bd, b_CdT, MMA16)
                 b_d = tl.cumsum(b_dtd, axis=0)  # the drafts' cumulative dt'
@@ -2009,13 +1646,8 @@ def _selective_state_replay_fast_kernel(
                 # out in the dual form (module docstring), draft by draft (_drafts_out); a flush
                 # program's (ROLE 7, every one of its requests flushes) from the request's new
                 # checkpoint, flushed first on the tile, with nothing cached.
-                b_Brd = None
-                if RGROUP:
-                    b_Brd = b_Bg
-                elif B_REUSE and ROLE == 0 and not GRAM:  # out's ring B rows, the flush's too
-                    b_Brd = _ring_B(rg, pos_r, m_r)
                 step = _Step(b_xr, b_xd, b_Bd, b_dtd, b_A, b_D, rg, pos_r, o_r, m_r, o_t, tok, i_xb, t0, n_tok, i_b,
-                             i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g, b_Brd)
+                             i_h, i_g, o_m, o_n, m_vm, m_vn, m_live, p_gram, stride_gram_b, stride_gram_g)
                 if ROLE == 7:
                     # (m_flush holds in every program that gets here; the branch keeps the PTX of
                     # the kernel measured and GPU-tested in runs 173-182)
@@ -2029,19 +1661,14 @@ def _selective_state_replay_fast_kernel(
                                     HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
                 else:
                     _drafts_out(b_h0, b_S, b_w, step, T, TP, RP, False, GRAM, WEIGHTS, LATE, PDL, VARLEN, HAS_D,
-                                HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD, drafts_tks)
+                                HAS_Z, HAS_SRC_IDX, FAST_EXP, DRAFTS_AHEAD)
 
         if (ROLE == 0 or ROLE == 2) and not PASSES:  # (PASSES: stored in _tiles_cols)
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-                b_Brf = None  # (the ring's B rows out loaded: B_REUSE)
-                if RGROUP and not TILES:
-                    b_Brf = b_Bg
-                elif B_REUSE and not GRAM and (TILES or ROLE == 0):
-                    b_Brf = b_Brt if TILES else b_Brd
                 b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
-                                         FAST_EXP, HAS_SRC_IDX, b_Brf)
+                                         FAST_EXP, HAS_SRC_IDX, b_Brt if B_REUSE and TILES and not GRAM else None)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
@@ -2307,17 +1934,11 @@ def fast_launch(
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DRAFTS_B_LATE and not tiles and call.tokens >= DRAFTS_B_LATE_FROM_TOKENS,
-        B_REUSE=(TILES_FLUSH_B_REUSE and tiles) or (DRAFTS_FLUSH_B_REUSE and not tiles and call.tokens > 1),
+        B_REUSE=TILES_FLUSH_B_REUSE and tiles,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
-        RING_PHYS=_ring_phys(call),
-        TILES_GROUPED=TILES_GROUPED and tiles,
-        STATE_FIRST=STATE_FIRST,
-        RING_GROUPED=RING_GROUPED and not tiles and not _gram_first(call) and not _ring_phys(call),
     )
-    if flags["RING_PHYS"]:
-        flags["RR"] = max(16, triton.next_power_of_2(call.ring))
     if flags["COLS"]:  # a flush's products with the ring's B on the tensor cores where it is bf16
         flags.update(
             B16=call.B_cache.dtype == torch.bfloat16,
@@ -2793,41 +2414,6 @@ TILES_COLS_INPUTS_AHEAD = True
 # behind it). On an H100 (run 210, fast-load-placements/) T = 4 at bs 8 took 7.81 us against
 # 7.92-7.95, T = 3 7.56 against 7.59-7.65, the same bits.
 TILES_FLUSH_B_REUSE = True
-# The draft-by-draft step's flush in the main kernel (below BESIDE_MIN_REQUESTS requests, no
-# Grams' kernel; at bs 8 that is T = 2, T >= 3 taking the tiles) likewise: offline (sm_90,
-# headline, T = 2, bs 8, (16,2); benchmarks/results/NVIDIA_H100_80GB_HBM3/offline-sass/) it
-# loaded the ring's B rows a second time after out's stores (SASS instruction 1128, first used
-# at 1158 of 1744), a round trip that only the flushing programs wait. Prepared in session 34,
-# not yet timed: off.
-DRAFTS_FLUSH_B_REUSE = False
-# The whole-tile tiles kernel with few requests (no Grams' kernel: T >= 3 at bs 1 and 8) loads
-# the ring's dt', x and B rows and the drafts' C in one run-time region that always holds
-# (b_A == b_A), so that the layout conversions of x, C and B for the tensor cores (a store to
-# shared memory and a barrier each, which no load crosses) come after all four loads. Where
-# each is loaded by its use, every conversion waited on its own round trip: offline (sm_90,
-# headline, T = 4, bs 8, (32,2)) the ring's x was first used at SASS 447, C at 550, B at 1098;
-# grouped, all at 599-656, two round trips fewer, 255 registers either way, no spills, 2512
-# SASS instructions against 2456. The same bits (tests/test_replay_fast.py). Prepared in
-# session 35, not yet timed: off.
-TILES_GROUPED = False
-# The same for the rest of the small-batch step (ROLE 0 and 1, no Grams' kernel; below 16
-# requests). ptxas sinks a load toward its first use and no load crosses a barrier, so loads
-# that do not depend on each other still waited on each other's round trips: offline (sm_90,
-# headline, bs 8; benchmarks/results/NVIDIA_H100_80GB_HBM3/offline-sass/sass_src.py) the draft-
-# by-draft step (T = 2) waited on the slot, the cursors, the ring's dt' one row on, A, the
-# ring's dt', then its x and B, six in a row, and issued the state tile's loads only after the
-# fourth; decode (T = 1) on the slot, the cursors, the ring's dt' and the state tile, then the
-# ring's x and B. STATE_FIRST: one run-time region right after the slot (i_b < n_requests)
-# holds the state tile's, the cursors' (clamped after it), the head's and the token's or the
-# drafts' loads (draft by draft also every draft's C_t, x_t, z_t). RING_GROUPED (T = 1 and
-# draft by draft): one after the cursors (n_old < ring) holds the ring's dt', dt' one row on,
-# x and B rows (_ring_loads). With both each waits three times: the slot, the first region,
-# the ring (T = 1: 1264 SASS instructions against 1360, 126 registers against 96; T = 2:
-# 1944 against 1744, 168 registers against 163; no spills; the tiles at T = 3, (32,4), with
-# TILES_GROUPED too: 1880 against 2024). The same bits (tests/test_replay_fast.py). Prepared
-# in session 35, not yet timed: off.
-STATE_FIRST = False
-RING_GROUPED = False
 TILES_COLS_MIN_REQUESTS = 64
 
 
@@ -2888,32 +2474,6 @@ GRAM_MIN_REQUESTS = 16
 
 # The verify step (T >= 2) precomputes its Grams too (_gram_kernel) when this is True.
 GRAM_VERIFY = True
-
-
-# With RING_PHYS the decode step without the Grams' kernel (below GRAM_MIN_REQUESTS requests)
-# reads its whole ring in the ring's row order (_ring_physical): the loads wait for the slot
-# alone, not for num_cached and ring_start as the gathered rows' do, so a program makes two
-# round trips to memory before it computes instead of three; the rows that hold no cached
-# token are zeroed after the load and weigh nothing. The cursors themselves are read after
-# every other load of the step: read first (session 33's form), ptxas placed their clamps,
-# which wait for them, ahead of the state tile's and the ring's loads, so those went out a
-# round trip late, three in all as in the gathered form. Offline (sm_90, headline, bs 8,
-# (16,4)) the program now issues the slot's and the token's loads, then the state tile's, the
-# ring's and the cursors' before it uses any of them: 128 registers and 1960 SASS instructions
-# against 96 and 1360. Prepared for the small batch (the engine's decode step at bs 8 was
-# 0.98x the single-token table in `e2e --replay`, run 219), not yet timed: off.
-RING_PHYS = False
-
-
-def _ring_phys(call: ReplayCall) -> bool:
-    """Whether the decode step reads its ring in the ring's row order (RING_PHYS): T = 1, one
-    kernel of its own programs (ROLE 0), no Grams' kernel."""
-    return (
-        RING_PHYS
-        and call.tokens == 1
-        and not _gram_first(call)
-        and not (_flush_programs(call) or _side_flush(call) or _split_flush(call, False))
-    )
 
 
 # With WEIGHTS the Grams' kernel also computes, WEIGHTS_HEADS heads at a time, the dual form's
