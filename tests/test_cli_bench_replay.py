@@ -3,6 +3,7 @@ loader; the float64 reference of the routes against ssmdecode's exact replay."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -77,6 +78,21 @@ def test_reference_matches_exact_replay_with_float32_inputs(no_anchors: Path) ->
     (route,) = [r for r in routes_for(case) if r.name == "ssmdecode replay exact"]
     acc = accuracy_of(case, route)
     assert acc["out_max_ulps"] < 0.1 and (acc["state_max_rel"] is None or acc["state_max_rel"] < 1e-6)
+
+
+def test_accuracy_starts_from_the_pool_as_made(no_anchors: Path) -> None:
+    # every timed call flushes again from the same cursors, which drives a flushing slot toward
+    # the flush's fixed point; a route that stores no flush must still read as wrong after them
+    shape = Shape(nheads=2, headdim=8, dstate=16, ngroups=1, dtype=torch.float32)
+    case = make_case(shape, 2, 2, 4, "allflush", torch.device("cpu"), 5, rotation=1)
+    case.A_head.fill_(-8.0)  # with dt' about 1.3, a flush decays the checkpoint by exp(-30) or so:
+    case.dt_bias_head.fill_(1.0)  # the fixed point within float32 from the second call on
+    (route,) = [r for r in routes_for(case) if r.name == "ssmdecode replay exact"]
+    for _ in range(12):  # as the timer's calls do, on the case's own tensors
+        route.call(0, route.writes)
+    assert accuracy_of(case, route)["state_max_rel"] < 1e-6
+    lazy = dataclasses.replace(route, call=lambda i, t: route.call(i, {**t, "state": t["state"].clone()}))
+    assert accuracy_of(case, lazy)["state_max_rel"] > 1e-2
 
 
 def test_vllm_copies_import_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,6 +96,10 @@ class ReplayCase:
     count: torch.Tensor  # [S] int32: T = 1 vLLM's write_pos, else the cached count
     start: torch.Tensor  # [S] int32: ssmdecode's / flashinfer's ring_start, in [0, R)
     origin: torch.Tensor  # [S] int32: vLLM's spec circular origin, in [0, buf)
+    # [S, H, P, N] the pool as made, accuracy_of's starting point: the timed calls flush from
+    # fixed cursors call after call, which drives a flushing slot's state to the flush's fixed
+    # point, where a route that stored nothing would read as exact
+    initial_state: torch.Tensor
     layouts: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     @property
@@ -235,6 +239,7 @@ def make_case(
         count,
         start,
         origin,
+        state.clone(),
     )
 
 
@@ -361,8 +366,10 @@ class Route:
     """One way to run the case's step.
 
     name: the row's label; kind: "ssmdecode" or "anchor"; why_not: "" when it runs.
-    call(i, tensors): the step on slot set i with these tensors (timed with the case's own);
-    writes: {name: the case's tensor it writes}, cloned fresh for the accuracy run;
+    call(i, tensors): the step on slot set i with these tensors (timed with the case's own; a
+    route that only reads the pool reads tensors["state"] where given);
+    writes: {name: the case's tensor it writes}, cloned fresh for the accuracy run (the state from
+    the pool as made, case.initial_state);
     out(tensors): its out as [B, T, H, P]; state_semantics: "cached" (a flush writes the
     checkpoint plus the cached tokens) or "current" (plus the current token, vLLM's T = 1), or
     "table" / "buffer" for the single-token and intermediate-state paths.
@@ -477,7 +484,7 @@ def _buffer_route(case: ReplayCase) -> Route:
 
     def call(i: int, t: dict[str, torch.Tensor]) -> None:
         selective_state_update(
-            case.state,
+            t.get("state", case.state),  # (accuracy_of's: the pool as made)
             case.x,
             case.dt,
             case.A,
@@ -768,7 +775,7 @@ def reference(case: ReplayCase, route: Route, i: int = 0) -> dict[str, torch.Ten
     slots = case.slot_sets[i].long()
     d = torch.float64
     A, D = case.A_head.to(d), case.D_head.to(d)
-    h = case.state[slots].to(d)
+    h = case.initial_state[slots].to(d)
     x = case.x.to(d)  # [B, T, H, P]
     dtp = F.softplus(case.dt_raw.to(d) + case.dt_bias_head.to(d))  # [B, T, H], exact
     Bh, Ch = _per_head(case.B.to(d), H), _per_head(case.C.to(d), H)
@@ -801,12 +808,14 @@ def reference(case: ReplayCase, route: Route, i: int = 0) -> dict[str, torch.Ten
 
 
 def accuracy_of(case: ReplayCase, route: Route, i: int = 0) -> dict[str, object]:
-    """route's call i on fresh copies of what it writes, against the float64 reference: out's
+    """route's call i on fresh copies of what it writes (the state from the pool as made, whatever
+    the timed calls wrote since), against the float64 reference: out's
     max and mean error in bfloat16 ulps at the float64 value, its max in units of
     numerics.out_resolution (the ulp floored at float32's summation floor, the fast route's
     bar), the mean of bf16(float64 out)'s own error beside it, and the written states' max abs
     error over max |state|."""
-    fresh = {k: v.clone() for k, v in route.writes.items()}
+    fresh = {k: (case.initial_state if v is case.state else v).clone() for k, v in route.writes.items()}
+    fresh.setdefault("state", case.initial_state.clone())  # a route that only reads the pool
     if "out" in fresh:
         fresh["out"].fill_(float("nan"))
     route.call(i, fresh)
@@ -838,7 +847,8 @@ def accuracy_of(case: ReplayCase, route: Route, i: int = 0) -> dict[str, object]
         else:
             result["state_max_rel"] = None
         if (~rows).any():  # the checkpoints of the rows that do not flush: untouched, bit for bit
-            result["unflushed_untouched"] = bool(torch.equal(got_state[~rows], case.state[slots][~rows]))
+            made = case.initial_state[slots]
+            result["unflushed_untouched"] = bool(torch.equal(got_state[~rows], made[~rows]))
     if "buffer" in want:
         rows_i = route.buffer_rows[i].long()  # type: ignore[attr-defined]
         got = fresh["buffer"][rows_i].double()
