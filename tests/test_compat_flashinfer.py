@@ -14,6 +14,7 @@ import torch
 
 from conftest import DEVICE, bits
 from ssmdecode import LaunchConfig
+from ssmdecode.compat import flashinfer as flashinfer_adapter
 from ssmdecode.compat.flashinfer import checkpointing_ssu
 from ssmdecode.numerics import TOLERANCES
 from ssmdecode.ops.selective_state_update import (
@@ -128,19 +129,45 @@ def test_signature_is_flashinfers() -> None:
     assert [(p.name, p.default) for p in params[:-2]] == FLASHINFER_PARAMS
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:-2])
     assert [(p.name, p.kind, p.default) for p in params[-2:]] == [
-        # ssmdecode's: the exact route by default until the GPU tests have run the fast one
-        ("exact", inspect.Parameter.KEYWORD_ONLY, True),
+        # ssmdecode's: the fast route by default, the exact one on request
+        ("exact", inspect.Parameter.KEYWORD_ONLY, False),
         ("config", inspect.Parameter.KEYWORD_ONLY, None),
     ]
 
 
-@pytest.mark.parametrize("exact", [False, True], ids=["fast", "exact"])
-def test_consecutive_steps_with_flashinfers_bookkeeping(exact: bool) -> None:
-    """Five steps (flushes among them, a pad row), by the fast route and the exact one (the
-    default): each step's out and rings against the replay reference, out bit for bit against
+@pytest.mark.parametrize("exact", [None, False, True])
+def test_route_is_fast_unless_exact_is_asked(exact: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route reaches selective_state_replay: fast by default (at this tiny shape both
+    routes can write the same bits, so the steps below cannot tell them apart)."""
+    seen = []
+
+    def replay(*args, **kwargs):
+        seen.append(kwargs["exact"])
+        return selective_state_replay(*args, **kwargs)
+
+    monkeypatch.setattr(flashinfer_adapter, "selective_state_replay", replay)
+    pool, d = make_pool(), make_drafts(0)
+    call(pool, d, poisoned(d["x"]), **({} if exact is None else {"exact": exact}))
+    assert seen == [bool(exact)]
+
+
+@pytest.mark.parametrize("exact", [None, True], ids=["default", "exact"])
+def test_consecutive_steps_with_flashinfers_bookkeeping(exact: bool | None) -> None:
+    """Five steps (flushes among them, a pad row), by the default route (the fast one) and the
+    exact one: each step's out and rings against the replay reference, out bit for bit against
     selective_state_replay of the same route on a twin pool kept by replay_advance, whose
     bookkeeping matches flashinfer's; and out and the final state against the per-token
     recurrence of the accepted drafts."""
+    _consecutive_steps(exact)
+
+
+@pytest.mark.gpu
+def test_gpu_consecutive_steps_by_the_default_route() -> None:
+    """The same five steps on the GPU, by the route a flashinfer caller gets."""
+    _consecutive_steps(None)
+
+
+def _consecutive_steps(exact: bool | None) -> None:
     pool, twin = make_pool(), make_pool()
     slots = pool["state_batch_indices"]
     live = slots != PAD
@@ -152,9 +179,9 @@ def test_consecutive_steps_with_flashinfers_bookkeeping(exact: bool) -> None:
         want = selective_state_replay_reference(**native_kwargs(pool, d))
         flushes += int(((pool["prev_num_accepted_tokens"][slots[live]] + 2 * T) > RING).sum())
         out = poisoned(d["x"])
-        assert call(pool, d, out, **({} if exact else {"exact": False})) is out
+        assert call(pool, d, out, **({} if exact is None else {"exact": exact})) is out
         native = selective_state_replay(
-            **native_kwargs(twin, d), out=poisoned(d["x"]), config=CONFIG, exact=exact
+            **native_kwargs(twin, d), out=poisoned(d["x"]), config=CONFIG, exact=bool(exact)
         )
         assert torch.equal(bits(out), bits(native)), f"step {step}: out, adapter against native"
         assert (out[~live] == 0).all(), "pad rows"

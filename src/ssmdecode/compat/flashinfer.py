@@ -49,10 +49,12 @@ semantics, ring and flush rule, out within 1 bf16 ulp of the float64 recurrence 
 float32's summation floor: numerics.out_resolution) and a flushed
 state within 1e-5 max|state| of float64, but not flashinfer's bits (no adapter can promise
 those).
-exact=True, for now the default, runs the exact route: out and states the multi-token kernel's
-and T single-token calls' bits (float32 state). The fast route becomes the default once it is
-faster than the exact route at every batch at T >= 2: on the H200 (T = 4) it is at batch 8
-and from 128 on, not at 64 (docs/performance.md, "Replay's fast route").
+exact=True runs the exact route instead: out and states the multi-token kernel's and T
+single-token calls' bits (float32 state). The fast route is the default: on an H100 (run 248,
+benchmarks/results/NVIDIA_H100_80GB_HBM3/bench-replay-*run248/) it is 1.6-2.9x faster than the
+exact route at T = 4 from batch 1 to 1024 and at T = 2, 3 and 8 at every batch measured (8 to
+512). On the H200 the last run that timed both (run 159, an older fast route) had it faster
+everywhere but T = 4 at batch 1 (4.84 us against 4.48).
 A pool filled by either kernel and read by another is the same layout, but dt' (softplus) and
 states may differ in the last bits.
 
@@ -192,7 +194,7 @@ def checkpointing_ssu(
     precompute_heads_per_cta: int = 0,
     algorithm: str = "auto",
     *,
-    exact: bool = True,
+    exact: bool = False,
     config: LaunchConfig | None = None,
 ) -> torch.Tensor:
     """A verify step by replay with flashinfer's arguments; updates state (where a request
@@ -207,8 +209,8 @@ def checkpointing_ssu(
         N; D, dt_bias [H, P] (dt_bias tied); state_batch_indices int32/int64 [B].
 
     The module docstring maps every argument; the ones with no meaning here are checked as
-    flashinfer checks them and ignored. exact: True (default for now) the exact replay route,
-    False the fast one (the module docstring's "Route and bits").
+    flashinfer checks them and ignored. exact: False (the default) the fast replay route,
+    True the exact one (the module docstring's "Route and bits").
     """
     require_tensors(
         _ENGINE,
