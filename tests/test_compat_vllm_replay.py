@@ -44,12 +44,12 @@ def make_pool(L: int, seed: int = 0) -> dict:
         bc_pre=torch.full((BATCH, G, L), 7.0),
         write_pos=torch.zeros(BATCH, dtype=torch.int32),
         is_flush=torch.zeros(BATCH, dtype=torch.int8),
-        A=(-torch.rand(H, generator=g) - 0.5)[:, None, None].expand(H, P, N),
-        D=torch.randn(H, generator=g)[:, None].expand(H, P),
-        dt_bias=(torch.rand(H, generator=g) - 3.0)[:, None].expand(H, P),
+        A=(-torch.rand(H, generator=g) - 0.5).to(DEVICE)[:, None, None].expand(H, P, N),
+        D=torch.randn(H, generator=g).to(DEVICE)[:, None].expand(H, P),
+        dt_bias=(torch.rand(H, generator=g) - 3.0).to(DEVICE)[:, None].expand(H, P),
         state_batch_indices=torch.tensor([[4, 9], [NULL_BLOCK_ID, 9], [2, 9]], dtype=torch.int32),
     )
-    return {k: v.to(DEVICE) for k, v in pool.items()}
+    return {k: v.to(DEVICE) for k, v in pool.items()}  # (A, D, dt_bias moved before their expand: tied)
 
 
 def make_token(seed: int) -> dict:
@@ -125,7 +125,7 @@ def test_signature_is_vllms() -> None:
     assert MAX_CACHE_LEN == 16
 
 
-@pytest.mark.parametrize("variant", ["", "grams", "programs", "split"])
+@pytest.mark.parametrize("variant", ["", "grams", "programs", "programs-take", "split"])
 @pytest.mark.parametrize("L", [8, 16])
 def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 L + 3 decode steps from prefill, the host's cursors after each (a flush every L
@@ -134,11 +134,15 @@ def test_decode_steps_with_vllms_cursors(L: int, variant: str, monkeypatch: pyte
     and gets zeros; the state after each flush within 1e-5 max|state| of that recurrence; the
     bc_pre scratch untouched. grams: with the fast route's precomputed Grams at any batch;
     programs: with them and the flushing requests' steps taken by flush programs first in the
-    main kernel's grid (replay_fast.FLUSH_PROGRAMS); split: with them and the flushes in a
+    main kernel's grid (replay_fast.FLUSH_PROGRAMS), -take: the first of them only, the other in
+    its own program of the grid (replay_fast.PROGRAMS_TAKE); split: with them and the flushes in a
     kernel of their own after the main kernel (replay_fast.SPLIT_DECODE); else in the main
     kernel."""
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1 if variant != "" else 10**9)
-    monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1 if variant == "programs" else 10**9)
+    monkeypatch.setattr(
+        replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1 if variant.startswith("programs") else 10**9
+    )
+    monkeypatch.setattr(replay_fast, "PROGRAMS_TAKE", 1 if variant == "programs-take" else 0)
     monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1 if variant == "split" else 10**9)
     pool = make_pool(L)
     truth = pool["state"].double()  # the state vLLM means, by the plain recurrence

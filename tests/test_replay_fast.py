@@ -420,7 +420,8 @@ def test_flushes_in_a_kernel_of_their_own(
 
 
 @pytest.mark.parametrize(
-    "where", ["programs", "programs-ahead", "kernel", "beside", "beside-after", "after-ahead"]
+    "where",
+    ["programs", "programs-ahead", "programs-take", "kernel", "beside", "beside-after", "after-ahead"],
 )
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("shares", [1, 2, 6])
@@ -437,7 +438,8 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     after it (after); -ahead: each program's requests pipelined (_decode_flushes_ahead). Out and
     the flushed states within the bars of float64, and the same bits as the one-kernel route
     with its flushes in the dual form; a pad request, a packed request of no token (which
-    neither flushes nor appends), rings that wrap."""
+    neither flushes nor appends), rings that wrap; -take: each program of the grid's first
+    flushing request only, the others flushing in their own programs (replay_fast.PROGRAMS_TAKE)."""
     case = Replay(tokens=1, window=7, nheads=2, ngroups=1, batch=6, pad_rows=(2,))
     lengths = [1, 1, 1, 0, 1, 1]
     results = []
@@ -449,6 +451,7 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     monkeypatch.setattr(replay_fast, "SIDE_AHEAD", where.endswith("ahead"))
     monkeypatch.setattr(replay_fast, "AFTER_AHEAD", where.endswith("ahead"))
     monkeypatch.setattr(replay_fast, "PROGRAMS_AHEAD", where.endswith("ahead"))
+    monkeypatch.setattr(replay_fast, "PROGRAMS_TAKE", 1 if where.endswith("take") else 0)
     # beside: every flushing request to the programs beside; beside-after: the first there, the rest after
     monkeypatch.setattr(replay_fast, "SIDE_CAP_SHARE", case.batch if where == "beside-after" else 1)
     for split in (True, False):
@@ -784,7 +787,7 @@ def test_steps_track_float64_and_the_exact_route(tokens: int) -> None:
         _run(_kwargs(twin, drafts), config, exact=True)
         assert_out_accurate(out[live], want[0][live], f"step {step}: out")
         mirror = want[1]
-        accepted = torch.randint(1, tokens + 1, (case.batch,), generator=g).to(torch.int32)
+        accepted = torch.randint(1, tokens + 1, (case.batch,), generator=g).to(torch.int32).to(DEVICE)
         for p in (pool, twin):
             replay_advance(p["ring_start"], p["num_cached"], accepted, tokens, case.ring, slots, PAD)
         for name in ("ring_start", "num_cached"):

@@ -829,6 +829,23 @@ def _kth(order, o_b, k):
 
 
 @triton.jit
+def _flush_rank(i_b, p_src_idx, p_cached, p_flush, p_cu_seqlens, n_requests, stride_src_idx, pad_slot_id, ring,
+                total_tokens, WINDOW: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HAS_SRC_IDX: tl.constexpr,
+                HOST_FLUSH: tl.constexpr, VARLEN: tl.constexpr, LIST_BLOCK: tl.constexpr):
+    """The rank of request i_b among the step's flushing requests: how many of the requests
+    before it flush, counted on the flush list as _decode_flushes ranks them, LIST_BLOCK
+    requests a pass."""
+    rank = 0
+    # (Triton's interpreter takes no runtime trip count: there one block of LIST_BLOCK, every request)
+    for c in range(0, LIST_BLOCK if _INTERPRETED else i_b, LIST_BLOCK):
+        o_b, m_f = _decode_flush_share(p_src_idx, p_cached, p_flush, p_cu_seqlens, c, n_requests, stride_src_idx,
+                                       pad_slot_id, ring, total_tokens, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX,
+                                       HOST_FLUSH, VARLEN, LIST_BLOCK)
+        rank += tl.sum((m_f & (o_b < i_b)).to(tl.int32), 0)
+    return rank
+
+
+@triton.jit
 def _flush_reads(i_slot, n_old, start, on, i_m, i_h, pool, RP: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
                  HAS_SRC_IDX: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr):
@@ -948,7 +965,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                     PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, OUT: tl.constexpr, LIST_BLOCK: tl.constexpr,
                     RANKS: tl.constexpr, CAP_SHARE: tl.constexpr, AHEAD: tl.constexpr = False,
-                    T: tl.constexpr = 1):
+                    T: tl.constexpr = 1, TAKE: tl.constexpr = 0):
     """A decode flush program, rows i_m of head i_h, program i_j of the n_j that share the
     (rows, head): the requests that flush, ranked in request order, go out rank r to program
     r mod n_j, each program taking its share one request after the other (_decode_flush, OUT
@@ -958,7 +975,9 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
     cap = ceil(n_requests / CAP_SHARE) (the kernel beside the main kernel); 2, those after the
     first cap (the kernel after it). AHEAD (OUT, the dual form): a program's requests
     pipelined, the next one's reads and the one after's cursors issued before the request in
-    hand is computed (_decode_flushes_ahead)."""
+    hand is computed (_decode_flushes_ahead). TAKE (> 0, RANKS 0): the programs take the first
+    n_j * TAKE flushing requests only, TAKE each at most; the others flush in their own programs
+    of the main grid (ROLE 4, _flush_rank)."""
     tl.static_assert(not AHEAD or (OUT and DUAL_FLUSH), "the pipelined flushes take whole steps in the dual form")
     tl.static_assert(not AHEAD or T == 1, "the pipelined flushes are decode's")
     if PDL:
@@ -987,6 +1006,8 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
         rank = base + tl.cumsum(f, 0) - f
         if RANKS == 0:
             mine = (f != 0) & (rank % n_j == i_j)
+            if TAKE > 0:
+                mine = mine & (rank < n_j * TAKE)
         elif RANKS == 1:
             mine = (f != 0) & (rank < cap) & (rank % n_j == i_j)
         else:
@@ -1375,6 +1396,8 @@ def _selective_state_replay_fast_kernel(
     RANKS: tl.constexpr = 0,  # ROLE 6: which of the flushing requests its programs take (_decode_flushes)
     CAP_SHARE: tl.constexpr = 8,  # ROLE 6: ceil(n_requests / CAP_SHARE) of them go to the programs beside
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
+    TAKE: tl.constexpr = 0,  # ROLE 4, > 0: a flush program's most flushes; the later ranks' own programs flush
+    RANK_BLOCK: tl.constexpr = 0,  # with TAKE: requests a pass of a flushing request's rank (_flush_rank)
     LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
     WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
     B16: tl.constexpr = False,  # ROLE 7, COLS: the ring's B bf16 (a flush's products on the tensor cores)
@@ -1411,7 +1434,7 @@ def _selective_state_replay_fast_kernel(
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
                             VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M,
                             BLOCK_N, EVICT_FIRST, PDL, ROLE != 2, LIST_BLOCK, RANKS if ROLE == 6 else 0, CAP_SHARE,
-                            AHEAD and ROLE != 2, T)
+                            AHEAD and ROLE != 2, T, TAKE if ROLE == 4 else 0)
             return
         if ROLE != 4:  # (every program of a flush kernel is a flush program: no other code)
             return
@@ -1434,6 +1457,21 @@ def _selective_state_replay_fast_kernel(
             return
     if ROLE == 4 or ROLE == 5:  # a live request that flushes is a flush program's (_decode_flushes; ROLE 7)
         if both(m_flush, m_live):
+            # past the flush programs' n_shares * TAKE: its own program's (a rank is at most the index)
+            if ROLE == 4 and TAKE > 0:
+                if i_b >= n_shares * TAKE:
+                    if _flush_rank(i_b, p_src_idx, p_cached, p_flush, p_cu_seqlens, n_requests, stride_src_idx,
+                                   pad_slot_id, ring, total_tokens, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH,
+                                   VARLEN, RANK_BLOCK) >= n_shares * TAKE:
+                        pool = _Pool(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_src_idx, p_seed,
+                                     p_A, headdim, dstate, pad_slot_id, ring, stride_state_s, stride_state_h,
+                                     stride_state_p, stride_state_n, stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
+                                     stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n, stride_dtc_s, stride_dtc_h,
+                                     stride_dtc_r, stride_A_h, stride_src_idx)
+                        _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
+                                      CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
+                                      HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
+                                      STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, True)
             return
     if ROLE == 7:  # the verify step's flush programs beside the main kernel: the live flushing requests'
         if not both(m_flush, m_live):
@@ -1985,6 +2023,8 @@ def fast_launch(
             DUAL_FLUSH=DUAL_FLUSH and PROGRAMS_DUAL and call.config.block_m >= 16,
         )
         flags["AHEAD"] = PROGRAMS_AHEAD and flags["DUAL_FLUSH"]
+        if PROGRAMS_TAKE > 0:  # a rank counted in one pass over the requests (up to RANK_BLOCK_MAX)
+            flags.update(TAKE=PROGRAMS_TAKE, RANK_BLOCK=_flush_list(call.requests, 1, RANK_BLOCK_MAX)[1])
         arguments["n_shares"] = shares
         if call.requests >= PROGRAMS_CAP_FROM and call.config.max_registers is None:
             config = dataclasses.replace(call.config, max_registers=PROGRAMS_MAX_REGISTERS)
@@ -2224,6 +2264,19 @@ PROGRAMS_MAX_REGISTERS = 168
 # Pipelined (_decode_flushes_ahead), the flush programs in the main grid lost where every slot
 # flushes at bs 128 (218.5 us against 120.5, run 133, fast-decode-ahead/): off.
 PROGRAMS_AHEAD = False
+# A flush program in the main grid takes at most PROGRAMS_TAKE flushing requests (0: all of its
+# share); those ranked past the J programs' J * PROGRAMS_TAKE flush in their own programs of the
+# grid, each counting its rank in one pass over up to RANK_BLOCK_MAX requests (_flush_rank), so
+# that a step in which many requests flush does not run 16 of them one after the other in each
+# flush program. On an H100 (runs 261-263, benchmarks/results/NVIDIA_H100_80GB_HBM3/
+# fast-decode-take/, headline, window 16, vLLM's output-only kernel in the same process) it took
+# the step in which every slot flushes from 68.2-70.1 us to 34.6 at bs 64 (vLLM's 31.4) and from
+# 89.5-90.9 to 62.5 at bs 127 (56.1); steady and none flushing the same within 0.3 us up to bs
+# 112, at bs 127 0.8-1.0 us slower steady (29.9 against 28.8-28.9; vLLM's 32.7). 2 and 4 were
+# alike; 8 less (44.5 us at bs 64). More programs instead (PROGRAMS_SHARE 8 or 4, run 260) gained
+# less where all flush and lost more in the steady state (bs 127: 30.0 against 28.7-28.9).
+PROGRAMS_TAKE = 4
+RANK_BLOCK_MAX = 1024
 
 
 # From SIDE_DECODE_MIN_REQUESTS requests on (SIDE_DECODE), the decode step's flushing requests
