@@ -2268,7 +2268,7 @@ PROGRAMS_AHEAD = False
 # share); those ranked past the J programs' J * PROGRAMS_TAKE flush in their own programs of the
 # grid, each counting its rank in one pass over up to RANK_BLOCK_MAX requests (_flush_rank), so
 # that a step in which many requests flush does not run 16 of them one after the other in each
-# flush program. On an H100 (runs 259-269, benchmarks/results/NVIDIA_H100_80GB_HBM3/
+# flush program. On an H100 (runs 259-270, benchmarks/results/NVIDIA_H100_80GB_HBM3/
 # fast-decode-take/, headline, window 16, vLLM's output-only kernel in the same process) TAKE 4
 # took the step in which every slot flushes from 68.2-70.1 us to 34.6 at bs 64 (vLLM's 31.4) and
 # from 89.5-90.9 to 62.5 at bs 127 (56.1), the bench's steady and none-flushing steps the same
@@ -2276,7 +2276,8 @@ PROGRAMS_AHEAD = False
 # --replay`, bs 64, cursors advancing from the steady state) the four layers' SSM kernels took
 # 78.9-80.0 us a step against 67.2-68.5, also with TAKE 64, where no program ever takes the new
 # branch (the same 255 registers either way, runs 268-269; in the bench TAKE 64 cost at most
-# 0.6 us at bs 64). Off.
+# 0.6 us at bs 64). With that flush a non-inlined function the model's cost went, and most of
+# the gain with it (run 270: 51.95 us at bs 64, 92.8 at bs 127). Off.
 PROGRAMS_TAKE = 0
 RANK_BLOCK_MAX = 1024
 
