@@ -77,10 +77,14 @@ def _resource_usage(cubin: bytes) -> tuple[int, int]:
 
 def _sass(cubin: bytes) -> list[str]:
     """The SASS instructions of a cubin, one a line."""
-    return [
-        m.group(1).strip()
-        for m in re.finditer(r"^\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", _cuobjdump(cubin, "-sass"), re.MULTILINE)
-    ]
+    return _sass_of(_cuobjdump(cubin, "-sass"))
+
+
+def _sass_of(listing: str) -> list[str]:
+    """The instructions of cuobjdump -sass's listing, one a line: each follows its address, four
+    hex digits or more (a program of over 4096 instructions runs past 0xfff0)."""
+    line = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.MULTILINE)
+    return [m.group(1).strip() for m in line.finditer(listing)]
 
 
 def _store_bases(sass: list[str]) -> set[str]:

@@ -139,6 +139,25 @@ def test_fast_verify_step_reduces_in_registers(compiled: dict[str, list[list[str
     assert int(row[shfl]) <= 150, row
 
 
+def test_sass_counts_past_4096_instructions() -> None:
+    """compile_info reads every instruction of cuobjdump's listing, those at five-digit addresses
+    too: it read four-digit ones only, so a program of over 4096 instructions read as 4096."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import compile_info
+listing = "\\n".join(f"        /*{{16 * i:04x}}*/                   NOP ;  /* 0x0 */" for i in range(4100))
+print(len(compile_info._sass_of(listing)))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert int(result.stdout.split()[-1]) == 4100
+
+
 def _import_ptx_snapshot() -> ModuleType:
     """benchmarks/ptx_snapshot.py as a module, the environment as it was (the script drops
     TRITON_INTERPRET when it is imported)."""
