@@ -438,8 +438,8 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     after it (after); -ahead: each program's requests pipelined (_decode_flushes_ahead). Out and
     the flushed states within the bars of float64, and the same bits as the one-kernel route
     with its flushes in the dual form; a pad request, a packed request of no token (which
-    neither flushes nor appends), rings that wrap; -take: each program of the grid's first
-    flushing request only, the others flushing in their own programs (replay_fast.PROGRAMS_TAKE)."""
+    neither flushes nor appends), rings that wrap; -take: each flush program takes one flushing
+    request at most, the others flush in their own programs of the grid (replay_fast.PROGRAMS_TAKE)."""
     case = Replay(tokens=1, window=7, nheads=2, ngroups=1, batch=6, pad_rows=(2,))
     lengths = [1, 1, 1, 0, 1, 1]
     results = []
