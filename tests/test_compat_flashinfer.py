@@ -12,7 +12,7 @@ import inspect
 import pytest
 import torch
 
-from conftest import DEVICE, bits
+from conftest import DEVICE, bits, to_device
 from ssmdecode import LaunchConfig
 from ssmdecode.compat import flashinfer as flashinfer_adapter
 from ssmdecode.compat.flashinfer import checkpointing_ssu
@@ -61,12 +61,12 @@ def make_pool(seed: int = 0, pad_row: int | None = 2) -> dict:
         dt_cache=torch.rand(SLOTS, H, RING, generator=g),
         ring_start=torch.randint(0, RING, (SLOTS,), generator=g).to(torch.int32),
         prev_num_accepted_tokens=torch.zeros(SLOTS, dtype=torch.int32),
-        A=(-torch.rand(H, generator=g) - 0.5).to(DEVICE)[:, None, None].expand(H, P, N),
-        D=torch.randn(H, generator=g).to(DEVICE)[:, None].expand(H, P),
-        dt_bias=(torch.rand(H, generator=g) - 3.0).to(DEVICE)[:, None].expand(H, P),
+        A=(-torch.rand(H, generator=g) - 0.5)[:, None, None].expand(H, P, N),
+        D=torch.randn(H, generator=g)[:, None].expand(H, P),
+        dt_bias=(torch.rand(H, generator=g) - 3.0)[:, None].expand(H, P),
         state_batch_indices=slots,
     )
-    return {k: v.to(DEVICE) for k, v in pool.items()}  # (A, D, dt_bias moved before their expand: tied)
+    return {k: to_device(v, DEVICE) for k, v in pool.items()}  # (the expanded A, D, dt_bias stay tied)
 
 
 def make_drafts(seed: int) -> dict:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import DEVICE, bits
+from conftest import DEVICE, bits, to_device
 from ssmdecode import LaunchConfig
 from ssmdecode.compat.vllm import MAX_CACHE_LEN, NULL_BLOCK_ID, selective_state_update_replayssm_output_only
 from ssmdecode.ops.selective_state_update import replay_fast
@@ -44,12 +44,12 @@ def make_pool(L: int, seed: int = 0) -> dict:
         bc_pre=torch.full((BATCH, G, L), 7.0),
         write_pos=torch.zeros(BATCH, dtype=torch.int32),
         is_flush=torch.zeros(BATCH, dtype=torch.int8),
-        A=(-torch.rand(H, generator=g) - 0.5).to(DEVICE)[:, None, None].expand(H, P, N),
-        D=torch.randn(H, generator=g).to(DEVICE)[:, None].expand(H, P),
-        dt_bias=(torch.rand(H, generator=g) - 3.0).to(DEVICE)[:, None].expand(H, P),
+        A=(-torch.rand(H, generator=g) - 0.5)[:, None, None].expand(H, P, N),
+        D=torch.randn(H, generator=g)[:, None].expand(H, P),
+        dt_bias=(torch.rand(H, generator=g) - 3.0)[:, None].expand(H, P),
         state_batch_indices=torch.tensor([[4, 9], [NULL_BLOCK_ID, 9], [2, 9]], dtype=torch.int32),
     )
-    return {k: v.to(DEVICE) for k, v in pool.items()}  # (A, D, dt_bias moved before their expand: tied)
+    return {k: to_device(v, DEVICE) for k, v in pool.items()}  # (the expanded A, D, dt_bias stay tied)
 
 
 def make_token(seed: int) -> dict:

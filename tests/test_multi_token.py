@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from conftest import DEVICE, bits
+from conftest import DEVICE, bits, to_device
 from ssmdecode import LaunchConfig, selective_state_update, selective_state_update_reference
 from ssmdecode.config import default_config, device_key, load_table, table_key, upstream_config
 from ssmdecode.numerics import TOLERANCES
@@ -151,14 +151,7 @@ def make_verify(case: Verify, device: str = DEVICE, seed: int = 0) -> dict:
         kw["cu_seqlens"] = torch.tensor(
             [0, *torch.tensor(case.lengths).cumsum(0).tolist()], dtype=torch.int32
         )
-    return {k: _to(v, device) for k, v in kw.items()}
-
-
-def _to(v: object, device: str) -> object:
-    if not isinstance(v, torch.Tensor) or v.device.type == torch.device(device).type:
-        return v
-    flat = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage())
-    return torch.as_strided(flat.to(device), v.shape, v.stride(), v.storage_offset())
+    return {k: to_device(v, device) for k, v in kw.items()}
 
 
 def _cpu_config(case: Verify) -> LaunchConfig:

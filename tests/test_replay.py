@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from conftest import DEVICE, bits
+from conftest import DEVICE, bits, to_device
 from ssmdecode import LaunchConfig, selective_state_update
 from ssmdecode.config import device_key, load_table, table_key, upstream_config
 from ssmdecode.numerics import TOLERANCES
@@ -66,7 +66,7 @@ def make_pool(case: Replay, seed: int = 0) -> dict:
     for r in case.pad_rows:
         slots[r] = PAD
     pool["state_batch_indices"] = slots
-    return {k: _to(v) for k, v in pool.items()}
+    return {k: to_device(v, DEVICE) for k, v in pool.items()}
 
 
 def make_drafts(case: Replay, seed: int) -> dict:
@@ -75,7 +75,7 @@ def make_drafts(case: Replay, seed: int) -> dict:
     b, t, H, P, N, G = case.batch, case.tokens, case.nheads, case.headdim, case.dstate, case.ngroups
     xbc = torch.randn(b, t, H * P + 2 * G * N, generator=g).to(torch.bfloat16)
     return {
-        k: _to(v)
+        k: to_device(v, DEVICE)
         for k, v in dict(
             x=xbc[..., : H * P].unflatten(-1, (H, P)),
             B=xbc[..., H * P : H * P + G * N].unflatten(-1, (G, N)),
@@ -84,13 +84,6 @@ def make_drafts(case: Replay, seed: int) -> dict:
             z=torch.randn(b, t, H, P, generator=g).to(torch.bfloat16) if case.has_z else None,
         ).items()
     }
-
-
-def _to(v: object) -> object:
-    if not isinstance(v, torch.Tensor) or v.device.type == torch.device(DEVICE).type:
-        return v
-    flat = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage())
-    return torch.as_strided(flat.to(DEVICE), v.shape, v.stride(), v.storage_offset())
 
 
 def _cpu_config(case: Replay) -> LaunchConfig:
