@@ -1415,6 +1415,12 @@ def _selective_state_replay_fast_kernel(
                  stride_C_b, stride_C_t, stride_C_g, stride_C_n, stride_D_h, stride_D_p,
                  stride_z_b, stride_z_t, stride_z_h, stride_z_p,
                  stride_out_b, stride_out_t, stride_out_h, stride_out_p)
+    # the pool, its rings and cursors, as decode's flush programs (and TAKE's own flushes) read them
+    pool = _Pool(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_src_idx, p_seed, p_A,
+                 headdim, dstate, pad_slot_id, ring, stride_state_s, stride_state_h, stride_state_p,
+                 stride_state_n, stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p, stride_Bc_s, stride_Bc_g,
+                 stride_Bc_r, stride_Bc_n, stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h,
+                 stride_src_idx)
     if (T == 1 or LIST_BLOCK > 0) and (ROLE == 2 or ROLE == 4 or ROLE == 6):
         # Decode's flush programs: a program a share of the flushing requests (_decode_flushes),
         # the flush kernel's grid (P blocks, H, J) for ROLE 2 and 6; for ROLE 4 the first J of
@@ -1424,11 +1430,6 @@ def _selective_state_replay_fast_kernel(
         tl.static_assert(T == 1 or ROLE != 4, "at T >= 2 the flush programs are a kernel's own (ROLE 2)")
         n_j = n_shares if ROLE == 4 else tl.num_programs(2)
         if tl.program_id(2) < n_j:
-            pool = _Pool(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_src_idx, p_seed, p_A,
-                         headdim, dstate, pad_slot_id, ring, stride_state_s, stride_state_h, stride_state_p,
-                         stride_state_n, stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p, stride_Bc_s, stride_Bc_g,
-                         stride_Bc_r, stride_Bc_n, stride_dtc_s, stride_dtc_h, stride_dtc_r, stride_A_h,
-                         stride_src_idx)
             _decode_flushes(tl.program_id(0), tl.program_id(1), tl.program_id(2), n_j, pool, tok, p_flush, n_requests,
                             WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST, HEADS_PER_GROUP,
                             DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, HOST_FLUSH,
@@ -1463,11 +1464,6 @@ def _selective_state_replay_fast_kernel(
                     if _flush_rank(i_b, p_src_idx, p_cached, p_flush, p_cu_seqlens, n_requests, stride_src_idx,
                                    pad_slot_id, ring, total_tokens, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH,
                                    VARLEN, RANK_BLOCK) >= n_shares * TAKE:
-                        pool = _Pool(p_state, p_x_cache, p_B_cache, p_dt_cache, p_ring_start, p_cached, p_src_idx, p_seed,
-                                     p_A, headdim, dstate, pad_slot_id, ring, stride_state_s, stride_state_h,
-                                     stride_state_p, stride_state_n, stride_xc_s, stride_xc_h, stride_xc_r, stride_xc_p,
-                                     stride_Bc_s, stride_Bc_g, stride_Bc_r, stride_Bc_n, stride_dtc_s, stride_dtc_h,
-                                     stride_dtc_r, stride_A_h, stride_src_idx)
                         _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
                                       CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
                                       HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
