@@ -9,6 +9,7 @@ drafts, ring wrap-around, 16-bit states with stochastic rounding, odd shapes, G 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -421,7 +422,16 @@ def test_flushes_in_a_kernel_of_their_own(
 
 @pytest.mark.parametrize(
     "where",
-    ["programs", "programs-ahead", "programs-take", "kernel", "beside", "beside-after", "after-ahead"],
+    [
+        "programs",
+        "programs-ahead",
+        "programs-take",
+        "programs-take-unaligned",
+        "kernel",
+        "beside",
+        "beside-after",
+        "after-ahead",
+    ],
 )
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("shares", [1, 2, 6])
@@ -439,8 +449,28 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     the flushed states within the bars of float64, and the same bits as the one-kernel route
     with its flushes in the dual form; a pad request, a packed request of no token (which
     neither flushes nor appends), rings that wrap; -take: each flush program takes one flushing
-    request at most, the others flush in their own programs of the grid (replay_fast.PROGRAMS_TAKE)."""
-    case = Replay(tokens=1, window=7, nheads=2, ngroups=1, batch=6, pad_rows=(2,))
+    request at most, the others flush in their own programs of the grid (replay_fast.PROGRAMS_TAKE),
+    with a pool whose alignment the own flush restates (P = 16, a ring of 16) and, -unaligned,
+    one whose ring stride (P = 8) it must not."""
+    take = "-take" in where
+    aligned = where == "programs-take"
+    case = Replay(
+        tokens=1,
+        window=15 if aligned else 7,
+        nheads=2,
+        headdim=16 if aligned else 8,
+        ngroups=1,
+        batch=6,
+        pad_rows=(2,),
+    )
+    seen = []  # what the host told each launch's own flush of the pool's alignment
+    aligned16 = replay_fast._aligned16
+
+    def spy(call: object) -> bool:
+        seen.append(aligned16(call))
+        return seen[-1]
+
+    monkeypatch.setattr(replay_fast, "_aligned16", spy)
     lengths = [1, 1, 1, 0, 1, 1]
     results = []
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)  # as from 16 requests on
@@ -451,7 +481,7 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     monkeypatch.setattr(replay_fast, "SIDE_AHEAD", where.endswith("ahead"))
     monkeypatch.setattr(replay_fast, "AFTER_AHEAD", where.endswith("ahead"))
     monkeypatch.setattr(replay_fast, "PROGRAMS_AHEAD", where.endswith("ahead"))
-    monkeypatch.setattr(replay_fast, "PROGRAMS_TAKE", 1 if where.endswith("take") else 0)
+    monkeypatch.setattr(replay_fast, "PROGRAMS_TAKE", 1 if take else 0)
     # beside: every flushing request to the programs beside; beside-after: the first there, the rest after
     monkeypatch.setattr(replay_fast, "SIDE_CAP_SHARE", case.batch if where == "beside-after" else 1)
     for split in (True, False):
@@ -481,6 +511,29 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         results.append([bits(pool[n]).clone() for n in ("state", "x_cache", "B_cache", "dt_cache")])
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
+    assert seen == ([aligned] if take else [])  # the split run's flush programs, not the one kernel
+
+
+def test_own_flush_restates_alignment_only_where_the_pool_has_it() -> None:
+    """replay_fast._aligned16, the host's check behind _own_flush's ALIGNED: a contiguous pool
+    with P = N = 16 and a ring of 16 has it; a state pool starting 4 bytes in, a ring stride of
+    8 elements (P = 8), a ring's x transposed (P not innermost) and a dt ring strided do not."""
+    S, H, P, N, R = 3, 2, 16, 16, 16
+
+    def pool(**over: torch.Tensor) -> SimpleNamespace:
+        t = dict(
+            state=torch.zeros(S, H, P, N),
+            x_cache=torch.zeros(S, H, R, P, dtype=torch.bfloat16),
+            B_cache=torch.zeros(S, 1, R, N, dtype=torch.bfloat16),
+            dt_cache=torch.zeros(S, H, R),
+        )
+        return SimpleNamespace(**{**t, **over})
+
+    assert replay_fast._aligned16(pool())
+    assert not replay_fast._aligned16(pool(state=torch.zeros(S * H * P * N + 1)[1:].view(S, H, P, N)))
+    assert not replay_fast._aligned16(pool(x_cache=torch.zeros(S, H, R, 8, dtype=torch.bfloat16)))
+    assert not replay_fast._aligned16(pool(x_cache=pool().x_cache.transpose(2, 3)))
+    assert not replay_fast._aligned16(pool(dt_cache=torch.zeros(S, H, 2 * R)[..., ::2]))
 
 
 @pytest.mark.parametrize("tokens", [1, 4], ids=["T1", "T4"])

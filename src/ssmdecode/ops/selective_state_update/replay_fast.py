@@ -645,6 +645,42 @@ def _decode_flush(i_b, i_m, i_h, pool, tok,
                     BLOCK_N, EVICT_FIRST, OUT)
 
 
+@triton.jit(noinline=True)
+def _own_flush(i_b, i_m, i_h, pool, tok,
+               WINDOW: tl.constexpr, RP: tl.constexpr, X16: tl.constexpr, DUAL_FLUSH: tl.constexpr,
+               FLUSH_DRAFTS: tl.constexpr, CURSOR_BY_REQUEST: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
+               DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+               HAS_SRC_IDX: tl.constexpr, HAS_RING_START: tl.constexpr, VARLEN: tl.constexpr,
+               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr,
+               STOCHASTIC: tl.constexpr, PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, ALIGNED: tl.constexpr):
+    """_decode_flush with OUT for a request flushing in its own program (TAKE), as a function of
+    its own: inlined, its code changed the schedule of the whole kernel, which cost the model's
+    step in every program (PROGRAMS_TAKE). A called function does not inherit the kernel's
+    divisibility specialization; ALIGNED (checked by the host, _aligned16) restates the state's
+    and the rings' 16-byte alignment and unit innermost strides, so that their loads stay
+    vectors."""
+    if ALIGNED:
+        pool = _Pool(
+            tl.multiple_of(pool.p_state, 16), tl.multiple_of(pool.p_x_cache, 16),
+            tl.multiple_of(pool.p_B_cache, 16), pool.p_dt_cache,
+            pool.p_ring_start, pool.p_cached, pool.p_src_idx, pool.p_seed, pool.p_A,
+            pool.headdim, pool.dstate, pool.pad_slot_id, pool.ring,
+            tl.multiple_of(pool.stride_state_s, 16), tl.multiple_of(pool.stride_state_h, 16),
+            tl.multiple_of(pool.stride_state_p, 16), 1,
+            tl.multiple_of(pool.stride_xc_s, 16), tl.multiple_of(pool.stride_xc_h, 16),
+            tl.multiple_of(pool.stride_xc_r, 16), 1,
+            tl.multiple_of(pool.stride_Bc_s, 16), tl.multiple_of(pool.stride_Bc_g, 16),
+            tl.multiple_of(pool.stride_Bc_r, 16), 1,
+            pool.stride_dtc_s, pool.stride_dtc_h, 1,
+            pool.stride_A_h, pool.stride_src_idx,
+        )
+    _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS, CURSOR_BY_REQUEST,
+                  HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z, HAS_SRC_IDX, HAS_RING_START, VARLEN,
+                  EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP, STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST,
+                  PDL, True)
+
+
 @triton.jit
 def _drafts_B_at(tok, i_xb, i_g, o_tok, o_n):
     """The addresses of the drafts' B [DW, BLOCK_N] (request i_xb's tokens o_tok, group i_g)."""
@@ -1398,6 +1434,7 @@ def _selective_state_replay_fast_kernel(
     AHEAD: tl.constexpr = False,  # ROLE 4 and 6: each program's flushes pipelined (_decode_flushes_ahead)
     TAKE: tl.constexpr = 0,  # ROLE 4, > 0: a flush program's most flushes; the later ranks' own programs flush
     RANK_BLOCK: tl.constexpr = 0,  # with TAKE: requests a pass of a flushing request's rank (_flush_rank)
+    OWN_ALIGNED: tl.constexpr = False,  # with TAKE: the pool's alignment, as _own_flush restates it
     LATE_WAIT: tl.constexpr = False,  # with GRAM: the wait (PDL) just before the Grams are read
     WEIGHTS: tl.constexpr = False,  # with GRAM: p_gram holds the dual form's weights a (request, head) instead
     B16: tl.constexpr = False,  # ROLE 7, COLS: the ring's B bf16 (a flush's products on the tensor cores)
@@ -1464,10 +1501,10 @@ def _selective_state_replay_fast_kernel(
                     if _flush_rank(i_b, p_src_idx, p_cached, p_flush, p_cu_seqlens, n_requests, stride_src_idx,
                                    pad_slot_id, ring, total_tokens, WINDOW, CURSOR_BY_REQUEST, HAS_SRC_IDX, HOST_FLUSH,
                                    VARLEN, RANK_BLOCK) >= n_shares * TAKE:
-                        _decode_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
-                                      CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
-                                      HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
-                                      STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, True)
+                        _own_flush(i_b, i_m, i_h, pool, tok, WINDOW, RP, X16, DUAL_FLUSH, FLUSH_DRAFTS,
+                                   CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
+                                   HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
+                                   STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, OWN_ALIGNED)
             return
     if ROLE == 7:  # the verify step's flush programs beside the main kernel: the live flushing requests'
         if not both(m_flush, m_live):
@@ -2020,7 +2057,11 @@ def fast_launch(
         )
         flags["AHEAD"] = PROGRAMS_AHEAD and flags["DUAL_FLUSH"]
         if PROGRAMS_TAKE > 0:  # a rank counted in one pass over the requests (up to RANK_BLOCK_MAX)
-            flags.update(TAKE=PROGRAMS_TAKE, RANK_BLOCK=_flush_list(call.requests, 1, RANK_BLOCK_MAX)[1])
+            flags.update(
+                TAKE=PROGRAMS_TAKE,
+                RANK_BLOCK=_flush_list(call.requests, 1, RANK_BLOCK_MAX)[1],
+                OWN_ALIGNED=_aligned16(call),
+            )
         arguments["n_shares"] = shares
         if call.requests >= PROGRAMS_CAP_FROM and call.config.max_registers is None:
             config = dataclasses.replace(call.config, max_registers=PROGRAMS_MAX_REGISTERS)
@@ -2262,20 +2303,32 @@ PROGRAMS_MAX_REGISTERS = 168
 PROGRAMS_AHEAD = False
 # A flush program in the main grid takes at most PROGRAMS_TAKE flushing requests (0: all of its
 # share); those ranked past the J programs' J * PROGRAMS_TAKE flush in their own programs of the
-# grid, each counting its rank in one pass over up to RANK_BLOCK_MAX requests (_flush_rank), so
-# that a step in which many requests flush does not run 16 of them one after the other in each
-# flush program. On an H100 (runs 259-270, benchmarks/results/NVIDIA_H100_80GB_HBM3/
-# fast-decode-take/, headline, window 16, vLLM's output-only kernel in the same process) TAKE 4
-# took the step in which every slot flushes from 68.2-70.1 us to 34.6 at bs 64 (vLLM's 31.4) and
-# from 89.5-90.9 to 62.5 at bs 127 (56.1), the bench's steady and none-flushing steps the same
-# within 0.3 us up to bs 112 (bs 127 steady 0.8-1.0 us slower). But in the model (`ssmdecode e2e
-# --replay`, bs 64, cursors advancing from the steady state) the four layers' SSM kernels took
-# 78.9-80.0 us a step against 67.2-68.5, also with TAKE 64, where no program ever takes the new
-# branch (the same 255 registers either way, runs 268-269; in the bench TAKE 64 cost at most
-# 0.6 us at bs 64). With that flush a non-inlined function the model's cost went, and most of
-# the gain with it (run 270: 51.95 us at bs 64, 92.8 at bs 127). Off.
-PROGRAMS_TAKE = 0
+# grid (_own_flush), each counting its rank in one pass over up to RANK_BLOCK_MAX requests
+# (_flush_rank), so that a step in which many requests flush does not run 16 of them one after
+# the other in each flush program. On an H100 (runs 259-271, benchmarks/results/
+# NVIDIA_H100_80GB_HBM3/fast-decode-take/, headline, window 16, vLLM's output-only kernel in the
+# same process) TAKE 4 took the step in which every slot flushes from 68.2-70.6 us to 34.6-35.0
+# at bs 64 (vLLM's 31.4) and from 89.5-91.5 to 62.5-64.3 at bs 127 (56.1). Inlined, the own
+# flush cost the model's step (`ssmdecode e2e --replay`, bs 64) 2.8 us a layer even where no
+# program took it (runs 265-269); called, with the pool's alignment restated (_aligned16), the
+# model's four layers took 69.06-69.45 us a step against 68.52-68.86 and the bench's steady and
+# none-flushing steps stayed within 0.3 us at bs 64, 96 and 127 (run 271).
+PROGRAMS_TAKE = 4
 RANK_BLOCK_MAX = 1024
+
+
+def _aligned16(call: ReplayCall) -> bool:
+    """Whether the state and the rings start on 16 bytes, with their outer strides multiples of
+    16 elements and their innermost unit: what _own_flush may restate to its callee (ALIGNED)."""
+    state, xc, Bc, dtc = call.state, call.x_cache, call.B_cache, call.dt_cache
+    return (
+        all(t.data_ptr() % 16 == 0 for t in (state, xc, Bc))
+        and all(v % 16 == 0 for v in (*state.stride()[:3], *xc.stride()[:3], *Bc.stride()[:3]))
+        and state.stride(3) == 1
+        and xc.stride(3) == 1
+        and Bc.stride(3) == 1
+        and dtc.stride(2) == 1
+    )
 
 
 # From SIDE_DECODE_MIN_REQUESTS requests on (SIDE_DECODE), the decode step's flushing requests
