@@ -1090,6 +1090,38 @@ def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("batch", [64, 127, 256])
+def test_gpu_decode_step_with_every_slot_flushing(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """T = 1 at the headline shape with every slot flushing, as requests admitted together do
+    every R - 1 steps: the main grid's flush programs take PROGRAMS_TAKE flushing requests each
+    and the others flush in their own programs (_own_flush, told by the host that the pool is
+    aligned). Out and the flushed states within the bars of float64, the rings the exact
+    route's, the flushed states within its bars of the exact route's."""
+    pool, drafts, case = _headline(batch, 1)
+    _set_cursors(pool, case, "flush", 0)
+    assert (pool["num_cached"] == case.window).all()  # every slot flushes
+    seen = []
+    aligned16 = replay_fast._aligned16
+
+    def spy(call: object) -> bool:
+        seen.append(aligned16(call))
+        return seen[-1]
+
+    monkeypatch.setattr(replay_fast, "_aligned16", spy)
+    twin = _twin(pool)
+    want = selective_state_replay_reference(**_kwargs(pool, drafts))
+    out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+    assert seen == [True]  # the main grid's flush programs, capped, and the own flushes aligned
+    live = pool["state_batch_indices"] != PAD
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    selective_state_replay(**_kwargs(twin, drafts), exact=True)
+    config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=1)
+    assert_same_writes(pool, twin, config, dual=_dual_flushes(_kwargs(pool, drafts), config))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 4, 8])
 def test_gpu_run_to_run_bits(tokens: int) -> None:
     """The same inputs, the same bits, five runs (no atomics; every config of the grid is

@@ -38,10 +38,11 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   depends on the batch (fast_launch): in the programs of the flushing requests below
   FLUSH_PROGRAMS_MIN_REQUESTS requests; from there up to SIDE_DECODE_MIN_REQUESTS in flush
   programs that come first in the main kernel's grid and take those requests' whole steps
-  (ROLE 4, _decode_flushes); from SIDE_DECODE_MIN_REQUESTS on in flush programs alone (ROLE
-  6), a few on a stream of their own beside the Grams and the main kernel (ROLE 5, which leaves
-  those requests) and the rest in a kernel after it, whose programs pipeline their requests
-  (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
+  (ROLE 4, _decode_flushes), PROGRAMS_TAKE requests each at most, the requests past those
+  flushing in their own programs (_own_flush); from SIDE_DECODE_MIN_REQUESTS on in flush
+  programs alone (ROLE 6), a few on a stream of their own beside the Grams and the main
+  kernel (ROLE 5, which leaves those requests) and the rest in a kernel after it, whose
+  programs pipeline their requests (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
   in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2).
   The verify step gives its flushing requests whole to flush programs on a stream of their
   own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on (ROLE 7 beside
@@ -2347,9 +2348,17 @@ def _aligned16(call: ReplayCall) -> bool:
 # 173.7), every slot flushing 247.9 and 494.4 (237.9, 466.8), none 68.4 and 138.7 (66.5,
 # 138.0); at bs 128 steady 23.9 (the flush programs in the main grid 23.8), every slot
 # flushing 65.0 (120.5). Pipelined beside too, the steady step lost the gain (83.7 at bs 512,
-# run 133): the pipeline's registers are taken from the main kernel's SMs.
+# run 133): the pipeline's registers are taken from the main kernel's SMs. With PROGRAMS_TAKE
+# the flush programs in the main grid no longer lose where every slot flushes, and on an H100
+# (runs 274-277, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-decode-reach/) they beat the
+# route beside in the model (`ssmdecode e2e --replay`, step us: 572.9-573.9 against
+# 588.2-589.0 at bs 128, 771.4-773.4 against 790.7-790.8 at 256, 985.4 against 998.0 at 384,
+# 1182.2-1183.1 against 1183.2-1184.5 at 512) and in the bench's step where every slot flushes
+# (59.4 us against 67.4-68.4 at bs 128, 112.8 against 130.2-130.3 at 256); the bench's steady
+# step: 28.4 against 29.1-29.2 at bs 128, the same at 224, 56.4 against 55.0 at 256. So the
+# route beside starts at 512, where the model is the same either way.
 SIDE_DECODE = True
-SIDE_DECODE_MIN_REQUESTS = 128
+SIDE_DECODE_MIN_REQUESTS = 512
 SIDE_PROGRAMS = 4
 SIDE_CAP_SHARE = 8
 SIDE_AFTER_PROGRAMS = 8  # 0: batch / FLUSH_SHARE
