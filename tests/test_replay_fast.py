@@ -420,6 +420,20 @@ def test_flushes_in_a_kernel_of_their_own(
         assert torch.equal(a, b)
 
 
+def _alignment_told(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What the host tells each launch's own-program flushes of the pool's alignment
+    (replay_fast._aligned16, called only where the flush programs are capped), in order."""
+    seen: list[bool] = []
+    aligned16 = replay_fast._aligned16
+
+    def told(call: object) -> bool:
+        seen.append(aligned16(call))
+        return seen[-1]
+
+    monkeypatch.setattr(replay_fast, "_aligned16", told)
+    return seen
+
+
 @pytest.mark.parametrize(
     "where",
     [
@@ -463,14 +477,7 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
         batch=6,
         pad_rows=(2,),
     )
-    seen = []  # what the host told each launch's own flush of the pool's alignment
-    aligned16 = replay_fast._aligned16
-
-    def spy(call: object) -> bool:
-        seen.append(aligned16(call))
-        return seen[-1]
-
-    monkeypatch.setattr(replay_fast, "_aligned16", spy)
+    seen = _alignment_told(monkeypatch)
     lengths = [1, 1, 1, 0, 1, 1]
     results = []
     monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)  # as from 16 requests on
@@ -1100,14 +1107,7 @@ def test_gpu_decode_step_with_every_slot_flushing(batch: int, monkeypatch: pytes
     pool, drafts, case = _headline(batch, 1)
     _set_cursors(pool, case, "flush", 0)
     assert (pool["num_cached"] == case.window).all()  # every slot flushes
-    seen = []
-    aligned16 = replay_fast._aligned16
-
-    def spy(call: object) -> bool:
-        seen.append(aligned16(call))
-        return seen[-1]
-
-    monkeypatch.setattr(replay_fast, "_aligned16", spy)
+    seen = _alignment_told(monkeypatch)
     twin = _twin(pool)
     want = selective_state_replay_reference(**_kwargs(pool, drafts))
     out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)

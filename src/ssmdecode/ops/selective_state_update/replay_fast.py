@@ -42,8 +42,9 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   flushing in their own programs (_own_flush); from SIDE_DECODE_MIN_REQUESTS on in flush
   programs alone (ROLE 6), a few on a stream of their own beside the Grams and the main
   kernel (ROLE 5, which leaves those requests) and the rest in a kernel after it, whose
-  programs pipeline their requests (_side_flush, _decode_flushes_ahead). Without that route, from SPLIT_DECODE_MIN_REQUESTS on
-  in a kernel of their own after the main kernel, which then stores no state (ROLE 1 and 2).
+  programs pipeline their requests (_side_flush, _decode_flushes_ahead). Without that route,
+  from SPLIT_DECODE_MIN_REQUESTS on in a kernel of their own after the main kernel, which then
+  stores no state (ROLE 1 and 2).
   The verify step gives its flushing requests whole to flush programs on a stream of their
   own beside the Grams and the main kernel from BESIDE_MIN_REQUESTS requests on (ROLE 7 beside
   ROLE 5, _flush_beside): each flushes first, on the state tile it holds, the ring absorbed as
