@@ -182,10 +182,8 @@ def main() -> int:
         if not replay:
             raise SystemExit("--fast is replay's fast route: pass --tokens T --mode replay")
         kwargs["exact"] = False
-        # The kernels after the Grams' chained programmatic-dependent, as a GPU launches them:
-        # CPU tensors would leave the chain off (replay_fast._chain_pdl), and the chained main
-        # kernel holds more registers (T = 1 bs 64 at (16,1): 255 against 194 unchained).
-        replay_fast._chain_pdl = lambda call: replay_fast.GRAM_PDL and replay_fast.gdc_wait is not None
+        # the kernels after the Grams' chained programmatic-dependent, as a GPU launches them
+        replay_fast.CHAIN_ON_CPU = True
         if args.split_flush:  # else the module's rule (replay_fast._split_flush)
             replay_fast.SPLIT_FLUSH, replay_fast.SPLIT_FROM_TOKENS = True, 1
     elif args.split_flush:

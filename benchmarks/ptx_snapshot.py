@@ -229,15 +229,13 @@ def _fast_inputs() -> Iterator[tuple[str, dict, tuple[str, ...]]]:
 @contextlib.contextmanager
 def _grams_chained() -> Iterator[None]:
     """The Grams' kernel first, from one request on (replay_fast.GRAM_MIN_REQUESTS), and the
-    kernels chained programmatic-dependent, as on a GPU (replay_fast._chain_pdl replaced: the
-    CPU tensors have no device to launch on)."""
-    saved = replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl
-    replay_fast.GRAM_MIN_REQUESTS = 1
-    replay_fast._chain_pdl = lambda call: replay_fast.GRAM_PDL
+    kernels chained programmatic-dependent, as on a GPU (replay_fast.CHAIN_ON_CPU)."""
+    saved = replay_fast.GRAM_MIN_REQUESTS, replay_fast.CHAIN_ON_CPU
+    replay_fast.GRAM_MIN_REQUESTS, replay_fast.CHAIN_ON_CPU = 1, True
     try:
         yield
     finally:
-        replay_fast.GRAM_MIN_REQUESTS, replay_fast._chain_pdl = saved
+        replay_fast.GRAM_MIN_REQUESTS, replay_fast.CHAIN_ON_CPU = saved
 
 
 def _chain_inputs(name: str, kw: dict, tokens: int) -> Iterator[tuple[str, dict, tuple[str, ...]]]:

@@ -58,28 +58,35 @@ for name, argv in json.loads(sys.argv[1]).items():
 """
 
 
+def _uninterpreted(code: str, *args: str, timeout: int) -> str:
+    """The stdout of `python -c code args` in a fresh process without the interpreter (as a user
+    runs benchmarks/compile_info.py), ssmdecode from this tree; it must exit 0."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, list[list[str]]]:
     """Every run of COMPILE_RUNS in one fresh process without the interpreter, as a user would
     run the script: name -> its table rows, one a config, split into columns."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    result = subprocess.run(
-        [sys.executable, "-c", _DRIVER, json.dumps(COMPILE_RUNS)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    stdout = _uninterpreted(_DRIVER, json.dumps(COMPILE_RUNS), timeout=600)
     rows: dict[str, list[list[str]]] = {}
-    for line in result.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith(_MARK):
             rows[line.removeprefix(_MARK)] = []
         elif line.startswith("("):
             rows[next(reversed(rows))].append(line.split())
-    assert rows.keys() == COMPILE_RUNS.keys(), result.stdout[-2000:]
+    assert rows.keys() == COMPILE_RUNS.keys(), stdout[-2000:]
     return rows
 
 
@@ -149,13 +156,7 @@ import compile_info
 listing = "\\n".join(f"        /*{{16 * i:04x}}*/                   NOP ;  /* 0x0 */" for i in range(4100))
 print(len(compile_info._sass_of(listing)))
 """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert int(result.stdout.split()[-1]) == 4100
+    assert int(_uninterpreted(code, timeout=300).split()[-1]) == 4100
 
 
 def _import_ptx_snapshot() -> ModuleType:

@@ -2606,11 +2606,18 @@ WEIGHTS = False
 WEIGHTS_HEADS = 16
 
 
+# Compile the chain (_chain_pdl) from CPU tensors too, as a GPU launches it: the offline
+# compilers (benchmarks/compile_info.py, benchmarks/ptx_snapshot.py) set it, since the chained
+# main kernel is not the unchained one (T = 1 bs 64 at (16,1): 255 registers against 194).
+CHAIN_ON_CPU = False
+
+
 def _chain_pdl(call: ReplayCall) -> bool:
     """Whether the kernels of the call after the first are launched programmatic-dependent on
-    the one before: GRAM_PDL, on a GPU whose Triton has grid dependency control
-    (benchmarks/ptx_snapshot.py replaces this to compile the chain without one)."""
-    return GRAM_PDL and call.state.device.type == "cuda" and gdc_wait is not None
+    the one before: GRAM_PDL, on a GPU (or CHAIN_ON_CPU) whose Triton has grid dependency
+    control."""
+    on_gpu = call.state.device.type == "cuda" or CHAIN_ON_CPU
+    return GRAM_PDL and on_gpu and gdc_wait is not None
 
 
 def _gram_first(call: ReplayCall) -> bool:
