@@ -2251,7 +2251,11 @@ VERIFY_FLUSH_LIST = False
 # (flashinfer's best 8.85, 14.41; 9.48, 15.10); T = 3 with the split instead 9.58 and 14.25. They
 # lose below: at bs 8 (the tiles' step, one kernel) 6.93, 8.17 and 8.82 against 5.83-5.86,
 # 6.98-7.06 and 7.25-7.31 at T = 2, 3, 4; and beside the tiles at T = 8 at bs 16 and 32 (17.33
-# and 21.92 against 12.09-12.23 and 20.57-20.58).
+# and 21.92 against 12.09-12.23 and 20.57-20.58). At bs 8 with flush programs of 16 rows (run
+# 279, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-small-beside/) the step in which every
+# slot flushes gains (T = 4: 7.54 us against 8.67-8.71, flashinfer's best 7.62) but the steady
+# one does not (7.36-7.37 against 7.19-7.26; T = 3 7.16 against 6.94-6.97, T = 8 9.05 against
+# 7.89-7.92): the second kernel costs 0.3 us where none flushes.
 VERIFY_FLUSH_BESIDE = True
 BESIDE_FROM_TOKENS = 2
 BESIDE_MIN_REQUESTS = 16
@@ -2356,8 +2360,11 @@ def _aligned16(call: ReplayCall) -> bool:
 # 588.2-589.0 at bs 128, 771.4-773.4 against 790.7-790.8 at 256, 985.4 against 998.0 at 384,
 # 1182.2-1183.1 against 1183.2-1184.5 at 512) and in the bench's step where every slot flushes
 # (59.4 us against 67.4-68.4 at bs 128, 112.8 against 130.2-130.3 at 256); the bench's steady
-# step: 28.4 against 29.1-29.2 at bs 128, the same at 224, 56.4 against 55.0 at 256. So the
-# route beside starts at 512, where the model is the same either way.
+# step: 28.4 against 29.1-29.2 at bs 128, the same at 224, 56.4 against 55.0 at 256. At 320
+# to 448 requests (runs 280-281) the bench's steady step favours the route beside more (88.2-88.5
+# us against 95.7 at bs 448, vLLM's 93.0) while the model still does not (1127.5-1128.6 us a step
+# against 1135.5-1135.7 at bs 448). So the route beside starts at 512, where the model is the
+# same either way.
 SIDE_DECODE = True
 SIDE_DECODE_MIN_REQUESTS = 512
 SIDE_PROGRAMS = 4

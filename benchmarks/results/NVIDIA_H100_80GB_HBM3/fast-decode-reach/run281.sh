@@ -1,0 +1,4 @@
+# run 281 (the command as it ran, from the repository root; the same warm machine): the model at bs 448, the route
+# beside from 128 requests and the shipped 512, twice each in turn; each repeat wrote over the last one's folder, so
+# run281/e2e_<V>.md and .json are the second repeat's and run281/stdout.txt holds all four as returned
+export PYTHONUNBUFFERED=1 SSMDECODE_GIT_COMMIT=$(cat .scratch/head) PYTHONPATH=$PWD/src; for v in 128 512 128 512; do timeout 70 python3 -c "import sys; from ssmdecode.ops.selective_state_update import replay_fast as rf; rf.SIDE_DECODE_MIN_REQUESTS=$v; from ssmdecode.cli import main; main(['e2e','--preset','nemotron3-super','--tp','8','--replay','--config','table','--batch','448','--out','$OUT/e2e_$v'])" > $OUT/run281_e2e_$v.log 2>&1; echo "SIDE $v rc $?"; grep "^| replay fast\|^| table" $OUT/e2e_$v/e2e.md; done
