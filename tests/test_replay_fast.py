@@ -648,6 +648,33 @@ def test_small_batch_tiles_flush_reuses_the_rings_B(cached: str, monkeypatch: py
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("reuse", [False, True], ids=["B-loaded", "B-reused"])
+def test_small_batch_tiles_flush_onto_the_tile(reuse: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-tile tiles kernel's flush absorbing the ring onto the decayed tile (_absorb_mma,
+    replay_fast.TILES_FLUSH_ON_TILE) or beside it (_dual_absorb): each within the bars of float64,
+    the same out and ring bit for bit (only the flushed states' roundings may differ); G < H, a
+    pad request, rings that wrap, dstate 40 (columns masked)."""
+    case = Replay(tokens=4, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), dstate=40)
+    monkeypatch.setattr(replay_fast, "TILES_FLUSH_B_REUSE", reuse)
+    results = []
+    for on_tile in (False, True):
+        monkeypatch.setattr(replay_fast, "TILES_FLUSH_ON_TILE", on_tile)
+        pool, drafts = make_pool(case), make_drafts(case, 8)
+        _set_cursors(pool, case, "flush", 8, wrap=True)
+        kw = _kwargs(pool, drafts)
+        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        assert (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["ON_TILE"]) == (True, 0, on_tile)
+        assert launch.kwargs.get("B16", False) == on_tile  # (the ring's B is bf16: tensor-core products)
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, _config(case), exact=False)
+        live = (torch.arange(case.batch) != 2).to(DEVICE)
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN if n != "state"])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])

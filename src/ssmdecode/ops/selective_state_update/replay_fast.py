@@ -282,15 +282,20 @@ def _replay_cached(b_state, rg, b_A, WINDOW: tl.constexpr, FAST_EXP: tl.constexp
 
 
 @triton.jit
-def _absorb_mma(b_state, rg, pos_r, m_r, b_S, b_w, b_A, B16: tl.constexpr, FAST_EXP: tl.constexpr):
+def _absorb_mma(b_state, rg, pos_r, m_r, b_S, b_w, b_A, B16: tl.constexpr, FAST_EXP: tl.constexpr, b_xr=None,
+                b_Br=None):
     """The checkpoint b_state [BLOCK_M, BLOCK_N] with the cached tokens of its ring rg (_Ring,
     gathered at pos_r, m_r: _ring_positions') absorbed in the dual form on the tile itself:
     exp(A S) h0 + (x_ring w) B_ring, one matmul of K = RP accumulating onto the decayed tile
     (_dot_split_a: the float32 x_j w_j split in three bf16 parts against the ring's bf16 B rows,
     every product exact; B16 off, float32 FMAs): no pass over the tile a token, no accumulator
-    beside it."""
-    b_Br = _ring_B(rg, pos_r, m_r)
-    b_xw = _ring_x(rg, pos_r, m_r).to(tl.float32) * b_w[None, :]
+    beside it. The ring's x and B rows as gathered (_ring_x's, _ring_B's) are loaded here where
+    b_xr, b_Br are None."""
+    if b_Br is None:
+        b_Br = _ring_B(rg, pos_r, m_r)
+    if b_xr is None:
+        b_xr = _ring_x(rg, pos_r, m_r)
+    b_xw = b_xr.to(tl.float32) * b_w[None, :]
     return _dot_split_a(b_xw, b_Br, B16, exp_dA(b_A * b_S, FAST_EXP) * b_state)
 
 
@@ -1444,6 +1449,7 @@ def _selective_state_replay_fast_kernel(
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
     B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
+    ON_TILE: tl.constexpr = False,  # TILES, the whole tile's flush: onto the decayed tile (_absorb_mma), B16
     B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
 ):
@@ -1740,8 +1746,12 @@ def _selective_state_replay_fast_kernel(
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
-                                         FAST_EXP, HAS_SRC_IDX, b_Brt if B_REUSE and TILES and not GRAM else None)
+                b_Bo = b_Brt if B_REUSE and TILES and not GRAM else None
+                if ON_TILE and TILES and DUAL_FLUSH:
+                    b_state = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP, b_xr, b_Bo)
+                else:
+                    b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
+                                             FAST_EXP, HAS_SRC_IDX, b_Bo)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
@@ -2008,10 +2018,13 @@ def fast_launch(
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DRAFTS_B_LATE and not tiles and call.tokens >= DRAFTS_B_LATE_FROM_TOKENS,
         B_REUSE=TILES_FLUSH_B_REUSE and tiles,
+        ON_TILE=TILES_FLUSH_ON_TILE and tiles,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
+    if flags["ON_TILE"]:
+        flags.update(B16=call.B_cache.dtype == torch.bfloat16)
     if flags["COLS"]:  # a flush's products with the ring's B on the tensor cores where it is bf16
         flags.update(
             B16=call.B_cache.dtype == torch.bfloat16,
@@ -2537,6 +2550,12 @@ TILES_COLS_INPUTS_AHEAD = True
 # 7.92-7.95, T = 3 7.56 against 7.59-7.65, the same bits.
 TILES_FLUSH_B_REUSE = True
 TILES_COLS_MIN_REQUESTS = 64
+# The whole-tile tiles kernel's flush (TILES, no passes) absorbs the ring onto the decayed tile
+# (_absorb_mma: x_j w_j [BLOCK_M, RP] split in three bf16 parts against the ring's bf16 B rows,
+# the MMAs accumulating onto exp(A S) h0) instead of beside it (_dual_absorb: w_j B_j
+# [RP, BLOCK_N] split in three against x, then added to the decayed tile): a quarter of the
+# split's elements at (32,2), RP 16, and no float32 copy of the ring's B. (experiment)
+TILES_FLUSH_ON_TILE = False
 
 
 def _cols_a_pass(call: ReplayCall, tiles: bool) -> int:
