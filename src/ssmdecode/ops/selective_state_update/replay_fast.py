@@ -30,7 +30,8 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
 - a flush (the cached tokens and the drafts overflow the window, every R - T tokens or so;
   always in replay_flush) also stores the new checkpoint, h0 with the k cached tokens absorbed.
   Where dual_flush allows (tiles of 16 rows or more) in the dual form,
-  exp(A S) h0 + x_ring (w B_ring), one matmul of K = RP (_dot_split); else token by token with
+  exp(A S) h0 + x_ring (w B_ring), one matmul of K = RP (_dot_split; in the tiles' kernels and
+  the flush programs onto the decayed tile, (x_ring w) B_ring: _absorb_mma); else token by token with
   the exact kernel's operations (s = fma(s, exp(A dt'_k), (B_k dt'_k) x_k)), which then
   stores the exact route's bits (a 16-bit state: the same stochastic rounding either way).
   A decode flush's out comes from that state with the token added by the recurrence (under
@@ -2554,8 +2555,17 @@ TILES_COLS_MIN_REQUESTS = 64
 # (_absorb_mma: x_j w_j [BLOCK_M, RP] split in three bf16 parts against the ring's bf16 B rows,
 # the MMAs accumulating onto exp(A S) h0) instead of beside it (_dual_absorb: w_j B_j
 # [RP, BLOCK_N] split in three against x, then added to the decayed tile): a quarter of the
-# split's elements at (32,2), RP 16, and no float32 copy of the ring's B. (experiment)
-TILES_FLUSH_ON_TILE = False
+# split's elements at (32,2), RP 16, and no float32 copy of the ring's B; the ring's x and B
+# rows are the ones out loaded. Offline (sm_90, (32,2), bs 8) the T = 4 kernel falls from 2456
+# SASS instructions to 2232, 255 registers either way (T = 8: an 8-byte stack). On an H100 (run
+# 282, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-flush-on-tile/, headline, window 16, bs 8)
+# the steady step took T = 4 from 7.28-7.32 us to 7.05-7.06, T = 3 from 7.02-7.05 to 6.78-6.81,
+# T = 8 from 7.97-7.99 to 7.54-7.56 (every slot flushing 0.3-0.45 us less; none flushing 5.60
+# against 5.57; bs 1 level). Flushed states 2.2-2.7e-7 of max |state| against 0.8-1.6e-7 (the
+# tensor cores' float32 accumulation now adds onto h0; the flush programs beside, ROLE 7, have
+# always used this form). Run 255's try of this order (fast-flush-cost/, TFIRST=4: 7.86 us)
+# loaded the ring's x and B again after out and spilled.
+TILES_FLUSH_ON_TILE = True
 
 
 def _cols_a_pass(call: ReplayCall, tiles: bool) -> int:
