@@ -521,6 +521,54 @@ def test_decode_flush_kernel_shares_the_flushing_requests(
     assert seen == ([aligned] if take else [])  # the split run's flush programs, not the one kernel
 
 
+@pytest.mark.parametrize("where", ["main", "programs", "programs-ahead", "after-ahead", "kernel"])
+def test_decode_flushes_onto_the_tile(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.DECODE_FLUSH_ON_TILE = 2: the decode step's flushes in the dual form onto the
+    decayed tile (_absorb_mma) even at (16,1) with N = 128, where the dual form beside the tile
+    is ruled out (64 elements a thread: token by token, the exact route's bits): in the main
+    kernel's own programs (main), the flush programs first in its grid (programs, -ahead
+    pipelined), the flush programs after it (after-ahead) and the split's flush kernel (kernel).
+    Out and the flushed states within the bars of float64; the rings and cursors the same bits
+    as with the knob off, the flushed states not (another form ran); a pad request, rings that
+    wrap, G < H."""
+    case = Replay(tokens=1, window=7, nheads=2, headdim=16, ngroups=1, batch=4, pad_rows=(2,), dstate=128)
+    config = LaunchConfig(16, 1, True, True)
+    assert not replay_fast.dual_flush(config, case.dstate)
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS", where.startswith("programs"))
+    monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "PROGRAMS_DUAL", False)  # (16,1): token by token with the knob off
+    monkeypatch.setattr(replay_fast, "PROGRAMS_AHEAD", where == "programs-ahead")
+    monkeypatch.setattr(replay_fast, "PROGRAMS_TAKE", 0)
+    monkeypatch.setattr(replay_fast, "SIDE_DECODE", where.startswith("after"))
+    monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "SIDE_PROGRAMS", 0)
+    monkeypatch.setattr(replay_fast, "SIDE_AFTER_PROGRAMS", 2)
+    monkeypatch.setattr(replay_fast, "SIDE_CONFIG", config)
+    monkeypatch.setattr(replay_fast, "SPLIT_DECODE", where == "kernel")
+    monkeypatch.setattr(replay_fast, "SPLIT_DECODE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", config)
+    results = []
+    for form in (0, 2):
+        monkeypatch.setattr(replay_fast, "DECODE_FLUSH_ON_TILE", form)
+        if where == "after-ahead":  # (the pipelined flushes take the dual form: with the knob only)
+            monkeypatch.setattr(replay_fast, "AFTER_AHEAD", form == 2)
+        pool, drafts = make_pool(case), make_drafts(case, 5)
+        _set_cursors(pool, case, "steady", 5, wrap=True)
+        pool["num_cached"][pool["state_batch_indices"][[0, 3]]] = case.window  # these flush
+        kw = _kwargs(pool, drafts)
+        want = selective_state_replay_reference(**kw)
+        out = _run(kw, config, exact=False)
+        live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        results.append([bits(pool[n]).clone() for n in WRITTEN])
+    (state_off, *rest_off), (state_on, *rest_on) = results
+    for a, b in zip(rest_off, rest_on, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(state_off, state_on)
+
+
 def test_own_flush_restates_alignment_only_where_the_pool_has_it() -> None:
     """replay_fast._aligned16, the host's check behind _own_flush's ALIGNED: a contiguous pool
     with P = N = 16 and a ring of 16 has it; a state pool starting 4 bytes in, a ring stride of

@@ -331,9 +331,13 @@ def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr
     (_Ring) absorbed. DUAL: in the dual form, exp(A S) h0 + x_ring (w B_ring), with b_xr the
     ring's x rows as gathered [BLOCK_M, RP] (0 past n_old, in their dtype), B_ring b_Br (_ring_B's,
     loaded here where None) and b_w, b_S _ring_weights'; one matmul of K = RP on the tensor cores (_dot_split: every product exact,
-    float32 sums) instead of n_old passes over the tile. Else the exact kernel's operations
+    float32 sums) instead of n_old passes over the tile; DUAL 2 (DECODE_FLUSH_ON_TILE) onto the
+    decayed tile, (x_ring w) B_ring (_absorb_mma). Else the exact kernel's operations
     (_replay_cached), token by token."""
-    if DUAL:
+    if DUAL == 2:
+        B16: tl.constexpr = rg.p_B.dtype.element_ty == tl.bfloat16
+        b_state = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP, b_xr, b_Br)
+    elif DUAL:
         if b_Br is None:
             b_Br = _ring_B(rg, pos_r, m_r)
         b_state = _dual_absorb(b_h0, b_xr, b_Br.to(tl.float32), b_S, b_w, b_A, X16, FAST_EXP)
@@ -892,10 +896,12 @@ def _flush_rank(i_b, p_src_idx, p_cached, p_flush, p_cu_seqlens, n_requests, str
 @triton.jit
 def _flush_reads(i_slot, n_old, start, on, i_m, i_h, pool, RP: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
                  HAS_SRC_IDX: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr,
+                 B_LOADED: tl.constexpr = False):
     """A pipelined decode flush's reads of its slot (_decode_flushes_ahead): (h0, the ring's dt'
-    [RP] and the same one row on, its x rows [BLOCK_M, RP] and B rows [RP, BLOCK_N]); nothing
-    read where on is off (no request: the pipeline's end)."""
+    [RP] and the same one row on, its x rows [BLOCK_M, RP] and B rows [RP, BLOCK_N], float32 or
+    with B_LOADED in the ring's dtype); nothing read where on is off (no request: the
+    pipeline's end)."""
     m_live = both(live_mask(i_slot, pool.pad_slot_id, HAS_SRC_IDX), on)
     i_ring = tl.where(m_live, i_slot, 0)
     n_on = tl.where(on, n_old, 0)
@@ -913,7 +919,11 @@ def _flush_reads(i_slot, n_old, start, on, i_m, i_h, pool, RP: tl.constexpr, HEA
     pos_r = tl.where(m_r, wrap(start + o_r, pool.ring), 0)
     b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
     b_dtr1 = _ring_dt_next(rg, o_r, True)
-    return b_h0, b_dtr, b_dtr1, _ring_x(rg, pos_r, m_r), _ring_B(rg, pos_r, m_r).to(tl.float32)
+    b_xr = _ring_x(rg, pos_r, m_r)
+    b_Br = _ring_B(rg, pos_r, m_r)
+    if not B_LOADED:
+        b_Br = b_Br.to(tl.float32)
+    return b_h0, b_dtr, b_dtr1, b_xr, b_Br
 
 
 @triton.jit
@@ -925,9 +935,11 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
                           VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
                           PACKED_ROWS: tl.constexpr, FAST_EXP: tl.constexpr, STOCHASTIC: tl.constexpr,
                           PHILOX_ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, LIST_BLOCK: tl.constexpr):
+                          EVICT_FIRST: tl.constexpr, PDL: tl.constexpr, LIST_BLOCK: tl.constexpr,
+                          DUAL: tl.constexpr = 1):
     """A decode flush program's n_mine (> 0) requests of one block of the flush list, each
-    request's whole step as _decode_flush's with OUT in the dual form, software-pipelined: the
+    request's whole step as _decode_flush's with OUT in the dual form (DUAL 2: onto the tile,
+    _flushed_state's), software-pipelined: the
     cursors of request k + 2 and the reads of request k + 1 (its state tile, ring rows and
     token inputs) are issued before request k is computed and stored, so that a program taking
     many flushes (a step in which many requests flush) keeps two requests' loads in flight
@@ -940,7 +952,8 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
                                                pool.stride_src_idx, pool.pad_slot_id, pool.ring, WINDOW,
                                                CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
     h0, dtr0, dtn0, xr0, Br0 = _flush_reads(s0, n0, st0, n_mine > 0, i_m, i_h, pool, RP, HEADS_PER_GROUP,
-                                            HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, EVICT_FIRST)
+                                            HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, EVICT_FIRST,
+                                            DUAL == 2)
     wait_prior(PDL)  # (the kernel before may write the tokens' inputs: read after it)
     o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
     m_vm = unless(EVEN_M, m_m)
@@ -966,7 +979,7 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
                                                    CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
             h1, dtr1, dtn1, xr1, Br1 = _flush_reads(s1, n1, st1, k < k_last, i_m, i_h, pool, RP, HEADS_PER_GROUP,
                                                     HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N,
-                                                    EVICT_FIRST)
+                                                    EVICT_FIRST, DUAL == 2)
             u1, v1, x1, dt1, B1 = _flush_token(i_b1, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
                                                HAS_DT_BIAS, VARLEN)
             C1, z1 = _flush_token_out(u1, v1, x1, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
@@ -984,7 +997,11 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
             ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=pool.p_seed, i_slot=s0, i_h=i_h, o_m=o_m,
                              stride_s=pool.stride_state_s, stride_h=pool.stride_state_h, stride_p=pool.stride_state_p)
             b_S, b_w = _ring_decay(dtr0, dtn0, b_A, FAST_EXP)
-            b_state = _dual_absorb(h0, xr0, Br0, b_S, b_w, b_A, X16, FAST_EXP)
+            if DUAL == 2:
+                B16: tl.constexpr = pool.p_B_cache.dtype.element_ty == tl.bfloat16
+                b_state = _absorb_mma(h0, rg, None, None, b_S, b_w, b_A, B16, FAST_EXP, xr0, Br0)
+            else:
+                b_state = _dual_absorb(h0, xr0, Br0, b_S, b_w, b_A, X16, FAST_EXP)
             if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             t0, _n_tok0, i_xb = token_span(tok.p_cu_seqlens, i_b0, tok.total_tokens, 1, VARLEN, True)
@@ -1064,7 +1081,8 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
                 _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok, WINDOW, RP, X16, FLUSH_DRAFTS,
                                       CURSOR_BY_REQUEST, HEADS_PER_GROUP, DT_SOFTPLUS, HAS_DT_BIAS, HAS_D, HAS_Z,
                                       HAS_SRC_IDX, HAS_RING_START, VARLEN, EVEN_M, EVEN_N, PACKED_ROWS, FAST_EXP,
-                                      STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, LIST_BLOCK)
+                                      STOCHASTIC, PHILOX_ROUNDS, BLOCK_M, BLOCK_N, EVICT_FIRST, PDL, LIST_BLOCK,
+                                      DUAL_FLUSH)
         else:
             for k in range(0, LIST_BLOCK if _INTERPRETED else n_mine):
                 if k < n_mine:
@@ -2014,7 +2032,7 @@ def fast_launch(
         MMA16=call.B.dtype == call.C.dtype and call.B.dtype in (torch.bfloat16, torch.float16),
         C16=call.C.dtype == torch.bfloat16,
         X16=call.x.dtype == torch.bfloat16,
-        DUAL_FLUSH=dual_flush(config, state.shape[-1], tiles),
+        DUAL_FLUSH=_decode_form(dual_flush(config, state.shape[-1], tiles), call, config),
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DRAFTS_B_LATE and not tiles and call.tokens >= DRAFTS_B_LATE_FROM_TOKENS,
@@ -2069,9 +2087,11 @@ def fast_launch(
         flags.update(
             ROLE=4,
             LIST_BLOCK=list_block,
-            DUAL_FLUSH=DUAL_FLUSH and PROGRAMS_DUAL and call.config.block_m >= 16,
+            DUAL_FLUSH=_decode_form(
+                DUAL_FLUSH and PROGRAMS_DUAL and call.config.block_m >= 16, call, call.config
+            ),
         )
-        flags["AHEAD"] = PROGRAMS_AHEAD and flags["DUAL_FLUSH"]
+        flags["AHEAD"] = PROGRAMS_AHEAD and bool(flags["DUAL_FLUSH"])
         if PROGRAMS_TAKE > 0:  # a rank counted in one pass over the requests (up to RANK_BLOCK_MAX)
             flags.update(
                 TAKE=PROGRAMS_TAKE,
@@ -2094,14 +2114,14 @@ def fast_launch(
             "ROLE": 6,
             "LIST_BLOCK": list_block,
             "CAP_SHARE": SIDE_CAP_SHARE,
-            "DUAL_FLUSH": dual_flush(sconfig, state.shape[-1]),
+            "DUAL_FLUSH": _decode_form(dual_flush(sconfig, state.shape[-1]), call, sconfig),
         }
         side = None
         if SIDE_PROGRAMS:
             side = dataclasses.replace(call, config=sconfig, pdl=False).launch(
                 kernel,
                 flush_args,
-                {**side_flags, "RANKS": 1, "AHEAD": SIDE_AHEAD and side_flags["DUAL_FLUSH"]},
+                {**side_flags, "RANKS": 1, "AHEAD": SIDE_AHEAD and bool(side_flags["DUAL_FLUSH"])},
             )
             side = _flush_grid(side, sconfig, state, SIDE_PROGRAMS)
         after_pdl = call.pdl or chain_pdl
@@ -2111,7 +2131,7 @@ def fast_launch(
             {
                 **side_flags,
                 "RANKS": 2 if SIDE_PROGRAMS else 0,
-                "AHEAD": AFTER_AHEAD and side_flags["DUAL_FLUSH"],
+                "AHEAD": AFTER_AHEAD and bool(side_flags["DUAL_FLUSH"]),
             },
         )
         after = _flush_grid(after, sconfig, state, SIDE_AFTER_PROGRAMS or shares)
@@ -2160,7 +2180,7 @@ def fast_launch(
             **flags,
             "WEIGHTS": False,
             "ROLE": 2,
-            "DUAL_FLUSH": dual_flush(fconfig, state.shape[-1]),
+            "DUAL_FLUSH": _decode_form(dual_flush(fconfig, state.shape[-1]), call, fconfig),
             "TILES": False,
         }
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
@@ -2602,6 +2622,23 @@ def _tiles(call: ReplayCall) -> bool:
 DUAL_FLUSH = True
 DUAL_MAX_ELEMENTS = 32
 TILES_DUAL_MAX_ELEMENTS = 64
+
+# The decode step's (T = 1) flushes in the dual form onto the decayed tile (_absorb_mma, as the
+# tiles' TILES_FLUSH_ON_TILE; the kernels' DUAL_FLUSH 2) where this is 1; where it is 2, also
+# where only the accumulator beside the tile ruled the dual form out (dual_flush: (16,1), 64
+# elements a thread), since onto the tile there is none: the flush programs of ROLE 4, the
+# flushes beside and after (ROLE 6), the split's and the main kernel's own. (experiment)
+DECODE_FLUSH_ON_TILE = 0
+
+
+def _decode_form(dual: bool, call: ReplayCall, config: LaunchConfig) -> bool | int:
+    """The DUAL_FLUSH flag of a launch of call at config: dual (whether its flush takes the dual
+    form), or 2 (onto the tile) where DECODE_FLUSH_ON_TILE takes a decode step's flush there."""
+    if call.tokens != 1 or not (DECODE_FLUSH_ON_TILE and DUAL_FLUSH):
+        return dual
+    if dual or (DECODE_FLUSH_ON_TILE >= 2 and config.block_m >= 16):
+        return 2
+    return dual
 
 
 # The Grams' kernel lets the main kernel launch at once (programmatic dependent launch, on a
