@@ -31,7 +31,8 @@ does, whether this call flushes (num_cached + n + T > R, n its drafts; always in
   always in replay_flush) also stores the new checkpoint, h0 with the k cached tokens absorbed.
   Where dual_flush allows (tiles of 16 rows or more) in the dual form,
   exp(A S) h0 + x_ring (w B_ring), one matmul of K = RP (_dot_split; in the tiles' kernels and
-  the flush programs onto the decayed tile, (x_ring w) B_ring: _absorb_mma); else token by token with
+  the flush programs, and in decode, onto the decayed tile, (x_ring w) B_ring: _absorb_mma, with
+  no accumulator beside the tile, so at any tile of 16 rows or more); else token by token with
   the exact kernel's operations (s = fma(s, exp(A dt'_k), (B_k dt'_k) x_k)), which then
   stores the exact route's bits (a 16-bit state: the same stochastic rounding either way).
   A decode flush's out comes from that state with the token added by the recurrence (under
@@ -1039,7 +1040,7 @@ def _decode_flushes(i_m, i_h, i_j, n_j, pool, tok, p_flush, n_requests,
     hand is computed (_decode_flushes_ahead). TAKE (> 0, RANKS 0): the programs take the first
     n_j * TAKE flushing requests only, TAKE each at most; the others flush in their own programs
     of the main grid (ROLE 4, _flush_rank)."""
-    tl.static_assert(not AHEAD or (OUT and DUAL_FLUSH), "the pipelined flushes take whole steps in the dual form")
+    tl.static_assert(not AHEAD or (OUT and DUAL_FLUSH > 0), "the pipelined flushes take whole steps in the dual form")
     tl.static_assert(not AHEAD or T == 1, "the pipelined flushes are decode's")
     if PDL:
         gdc_launch_dependents()
@@ -1550,7 +1551,7 @@ def _selective_state_replay_fast_kernel(
     p_slot = p_state + (i_slot * stride_state_s + o_base)  # the slot's tile at o_tile (or a pass's: _pass_tile)
     p_tile = p_slot + o_tile
     PASSES: tl.constexpr = TILES and COLS > 0  # the tile read in passes of COLS columns, in the tiles' branch
-    tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH or ROLE == 7) and CHUNK == 0),
+    tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH > 0 or ROLE == 7) and CHUNK == 0),
                      "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
     if not PASSES:
         b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
@@ -2627,8 +2628,18 @@ TILES_DUAL_MAX_ELEMENTS = 64
 # tiles' TILES_FLUSH_ON_TILE; the kernels' DUAL_FLUSH 2) where this is 1; where it is 2, also
 # where only the accumulator beside the tile ruled the dual form out (dual_flush: (16,1), 64
 # elements a thread), since onto the tile there is none: the flush programs of ROLE 4, the
-# flushes beside and after (ROLE 6), the split's and the main kernel's own. (experiment)
-DECODE_FLUSH_ON_TILE = 0
+# flushes beside and after (ROLE 6), the split's and the main kernel's own. Offline (sm_90,
+# headline, window 15) the main kernel at bs 32, (16,1), goes from the token-by-token flush's
+# 1576 SASS instructions and 165 registers to 1848 and 186; at bs 64 (with ROLE 4's flush
+# programs) from 4960 and 255 to 3816 and 213; at bs 8, (16,4), from 1360 and 96 to 1224 and
+# 122. On an H100 (runs 288-289, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-decode-on-tile/,
+# headline, window 16, vLLM's output-only kernel in the same process) the steady step took bs 8
+# from 5.14 us to 4.94 and bs 32 from 13.00-13.04 to 11.53 (vLLM's 13.61), level at 64, 128 and
+# 512 (104.82 against 104.22-104.47); the step in which every slot flushes bs 32 from
+# 29.73-29.89 to 19.90 (vLLM's 19.83), bs 64 from 34.65-34.95 to 32.74, bs 128 from 58.98-59.08
+# to 57.50, bs 512 level. Flushed states 2.4-2.8e-7 of max |state| (token by token at bs 32:
+# 3.2-4.4e-7).
+DECODE_FLUSH_ON_TILE = 2
 
 
 def _decode_form(dual: bool, call: ReplayCall, config: LaunchConfig) -> bool | int:
