@@ -148,6 +148,16 @@ def _run(kw: dict, config: LaunchConfig, exact: bool, **extra: object) -> torch.
     return out
 
 
+def _fast_against_float64(kw: dict, config: LaunchConfig, case: Replay) -> None:
+    """The fast route's call on kw at config, its out (the live requests') and the state it
+    leaves in kw's pool held to the bars against the float64 recurrence of the same inputs."""
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, config, exact=False)
+    live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(kw["state"], want[1])
+
+
 CASES = [
     (Replay(tokens=1, window=7, ngroups=1), "steady"),  # decode
     (Replay(tokens=1, window=15, nheads=2, ngroups=1), "keep"),  # vLLM's ring of 16, no flush
@@ -556,12 +566,7 @@ def test_decode_flushes_onto_the_tile(where: str, monkeypatch: pytest.MonkeyPatc
         pool, drafts = make_pool(case), make_drafts(case, 5)
         _set_cursors(pool, case, "steady", 5, wrap=True)
         pool["num_cached"][pool["state_batch_indices"][[0, 3]]] = case.window  # these flush
-        kw = _kwargs(pool, drafts)
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, config, exact=False)
-        live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
+        _fast_against_float64(_kwargs(pool, drafts), config, case)
         results.append([bits(pool[n]).clone() for n in WRITTEN])
     (state_off, *rest_off), (state_on, *rest_on) = results
     for a, b in zip(rest_off, rest_on, strict=True):
@@ -601,12 +606,7 @@ def test_small_tiles_flush_token_by_token(tokens: int) -> None:
     pool, drafts = make_pool(case), make_drafts(case, 6)
     _set_cursors(pool, case, "flush", 6)
     twin = _twin(pool)
-    kw = _kwargs(pool, drafts)
-    want = selective_state_replay_reference(**kw)
-    out = _run(kw, config, exact=False)
-    live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
-    assert_out_accurate(out[live], want[0][live])
-    assert_state_accurate(pool["state"], want[1])
+    _fast_against_float64(_kwargs(pool, drafts), config, case)
     _run(_kwargs(twin, drafts), config, exact=True)
     assert_same_writes(pool, twin, config)
 
