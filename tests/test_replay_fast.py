@@ -574,6 +574,39 @@ def test_decode_flushes_onto_the_tile(where: str, monkeypatch: pytest.MonkeyPatc
     assert not torch.equal(state_off, state_on)
 
 
+@pytest.mark.parametrize("where", ["main", "kernel"])
+def test_draft_by_draft_flushes_onto_the_tile(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_fast.DRAFTS_FLUSH_ON_TILE = 2: the draft-by-draft verify step's (T = 3) flushes in
+    the dual form onto the decayed tile at (16,1) with N = 128, token by token with the knob off:
+    in the main kernel's programs (main) and in the split's flush kernel after it (kernel). Out
+    and the flushed states within the bars of float64; the rings and cursors the same bits as
+    with the knob off, the flushed states not; a pad request, rings that wrap."""
+    case = Replay(tokens=3, window=7, nheads=2, headdim=16, ngroups=1, batch=3, pad_rows=(1,), dstate=128)
+    config = LaunchConfig(16, 1, True, True)
+    assert not replay_fast.dual_flush(config, case.dstate)
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 0)  # draft by draft
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", False)
+    monkeypatch.setattr(replay_fast, "SPLIT_FLUSH", where == "kernel")
+    monkeypatch.setattr(replay_fast, "SPLIT_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "SPLIT_FROM_TOKENS", 1)
+    monkeypatch.setattr(replay_fast, "FLUSH_CONFIG", config)
+    results = []
+    for form in (0, 2):
+        monkeypatch.setattr(replay_fast, "DRAFTS_FLUSH_ON_TILE", form)
+        pool, drafts = make_pool(case), make_drafts(case, 7)
+        _set_cursors(pool, case, "flush", 7, wrap=True)
+        kw = _kwargs(pool, drafts)
+        _, launch = replay_prepare(**kw, config=config, exact=False)
+        flush, role = (launch, 0) if where == "main" else (launch.after, 2)
+        assert (flush.kwargs["ROLE"], flush.kwargs["DUAL_FLUSH"]) == (role, form or False)
+        _fast_against_float64(kw, config, case)
+        results.append([bits(pool[n]).clone() for n in WRITTEN])
+    (state_off, *rest_off), (state_on, *rest_on) = results
+    for a, b in zip(rest_off, rest_on, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(state_off, state_on)
+
+
 def test_own_flush_restates_alignment_only_where_the_pool_has_it() -> None:
     """replay_fast._aligned16, the host's check behind _own_flush's ALIGNED: a contiguous pool
     with P = N = 16 and a ring of 16 has it; a state pool starting 4 bytes in, a ring stride of

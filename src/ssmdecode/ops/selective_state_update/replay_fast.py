@@ -2033,7 +2033,7 @@ def fast_launch(
         MMA16=call.B.dtype == call.C.dtype and call.B.dtype in (torch.bfloat16, torch.float16),
         C16=call.C.dtype == torch.bfloat16,
         X16=call.x.dtype == torch.bfloat16,
-        DUAL_FLUSH=_decode_form(dual_flush(config, state.shape[-1], tiles), call, config),
+        DUAL_FLUSH=_flush_form(dual_flush(config, state.shape[-1], tiles), call, config, tiles),
         COLS=_cols_a_pass(call, tiles),
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DRAFTS_B_LATE and not tiles and call.tokens >= DRAFTS_B_LATE_FROM_TOKENS,
@@ -2088,7 +2088,7 @@ def fast_launch(
         flags.update(
             ROLE=4,
             LIST_BLOCK=list_block,
-            DUAL_FLUSH=_decode_form(
+            DUAL_FLUSH=_flush_form(
                 DUAL_FLUSH and PROGRAMS_DUAL and call.config.block_m >= 16, call, call.config
             ),
         )
@@ -2115,7 +2115,7 @@ def fast_launch(
             "ROLE": 6,
             "LIST_BLOCK": list_block,
             "CAP_SHARE": SIDE_CAP_SHARE,
-            "DUAL_FLUSH": _decode_form(dual_flush(sconfig, state.shape[-1]), call, sconfig),
+            "DUAL_FLUSH": _flush_form(dual_flush(sconfig, state.shape[-1]), call, sconfig),
         }
         side = None
         if SIDE_PROGRAMS:
@@ -2181,7 +2181,7 @@ def fast_launch(
             **flags,
             "WEIGHTS": False,
             "ROLE": 2,
-            "DUAL_FLUSH": _decode_form(dual_flush(fconfig, state.shape[-1]), call, fconfig),
+            "DUAL_FLUSH": _flush_form(dual_flush(fconfig, state.shape[-1]), call, fconfig, tiles),
             "TILES": False,
         }
         flush_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
@@ -2640,14 +2640,23 @@ TILES_DUAL_MAX_ELEMENTS = 64
 # to 57.50, bs 512 level. Flushed states 2.4-2.8e-7 of max |state| (token by token at bs 32:
 # 3.2-4.4e-7).
 DECODE_FLUSH_ON_TILE = 2
+# The draft-by-draft verify step's (T >= 2, no tiles) flushes in the main kernel (ROLE 0, below
+# BESIDE_MIN_REQUESTS requests) and in the split's flush kernel (ROLE 2) likewise, 1 or 2 as
+# DECODE_FLUSH_ON_TILE: at (16,1) (the default config of T = 2 to 7 from 9 requests up to
+# BESIDE_MIN_REQUESTS) token by token today, at (16,2) (T = 2 at 8 requests and below) in the
+# dual form beside the tile. The flush programs beside (ROLE 7) already absorb onto the tile.
+# (prepared, off: not yet timed)
+DRAFTS_FLUSH_ON_TILE = 0
 
 
-def _decode_form(dual: bool, call: ReplayCall, config: LaunchConfig) -> bool | int:
+def _flush_form(dual: bool, call: ReplayCall, config: LaunchConfig, tiles: bool = False) -> bool | int:
     """The DUAL_FLUSH flag of a launch of call at config: dual (whether its flush takes the dual
-    form), or 2 (onto the tile) where DECODE_FLUSH_ON_TILE takes a decode step's flush there."""
-    if call.tokens != 1 or not (DECODE_FLUSH_ON_TILE and DUAL_FLUSH):
+    form), or 2 (onto the tile) where DECODE_FLUSH_ON_TILE (T = 1) or DRAFTS_FLUSH_ON_TILE (the
+    draft-by-draft verify step) takes the flush there; the tiles' own is TILES_FLUSH_ON_TILE."""
+    form = DECODE_FLUSH_ON_TILE if call.tokens == 1 else DRAFTS_FLUSH_ON_TILE
+    if tiles or not (form and DUAL_FLUSH):
         return dual
-    if dual or (DECODE_FLUSH_ON_TILE >= 2 and config.block_m >= 16):
+    if dual or (form >= 2 and config.block_m >= 16):
         return 2
     return dual
 
