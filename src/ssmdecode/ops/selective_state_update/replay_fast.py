@@ -332,7 +332,7 @@ def _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL: tl.constexpr
     (_Ring) absorbed. DUAL: in the dual form, exp(A S) h0 + x_ring (w B_ring), with b_xr the
     ring's x rows as gathered [BLOCK_M, RP] (0 past n_old, in their dtype), B_ring b_Br (_ring_B's,
     loaded here where None) and b_w, b_S _ring_weights'; one matmul of K = RP on the tensor cores (_dot_split: every product exact,
-    float32 sums) instead of n_old passes over the tile; DUAL 2 (DECODE_FLUSH_ON_TILE) onto the
+    float32 sums) instead of n_old passes over the tile; DUAL 2 (_flush_form) onto the
     decayed tile, (x_ring w) B_ring (_absorb_mma). Else the exact kernel's operations
     (_replay_cached), token by token."""
     if DUAL == 2:
