@@ -998,11 +998,8 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
             ck = _Checkpoint(p_tile=p_tile, m_tile=m_read, p_seed=pool.p_seed, i_slot=s0, i_h=i_h, o_m=o_m,
                              stride_s=pool.stride_state_s, stride_h=pool.stride_state_h, stride_p=pool.stride_state_p)
             b_S, b_w = _ring_decay(dtr0, dtn0, b_A, FAST_EXP)
-            if DUAL == 2:
-                B16: tl.constexpr = pool.p_B_cache.dtype.element_ty == tl.bfloat16
-                b_state = _absorb_mma(h0, rg, None, None, b_S, b_w, b_A, B16, FAST_EXP, xr0, Br0)
-            else:
-                b_state = _dual_absorb(h0, xr0, Br0, b_S, b_w, b_A, X16, FAST_EXP)
+            b_state = _flushed_state(h0, rg, xr0, None, None, b_S, b_w, b_A, DUAL, X16, WINDOW, FAST_EXP,
+                                     HAS_SRC_IDX, Br0)
             if not FLUSH_DRAFTS:  # the checkpoint: the cached tokens absorbed (the token goes to the ring)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
             t0, _n_tok0, i_xb = token_span(tok.p_cu_seqlens, i_b0, tok.total_tokens, 1, VARLEN, True)
@@ -1469,7 +1466,6 @@ def _selective_state_replay_fast_kernel(
     COLS_AHEAD: tl.constexpr = False,  # with COLS: the first pass loaded at once, each pass the next's (_tiles_cols)
     COLS_IN_AHEAD: tl.constexpr = False,  # with COLS_AHEAD: the next pass's C and ring B columns too (_tiles_cols)
     B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
-    ON_TILE: tl.constexpr = False,  # TILES, the whole tile's flush: onto the decayed tile (_absorb_mma), B16
     B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
 ):
@@ -1766,12 +1762,8 @@ def _selective_state_replay_fast_kernel(
             if m_flush:  # the new checkpoint: the cached tokens absorbed (after out: h0's last use)
                 if WEIGHTS:  # (out's were the Grams' kernel's)
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
-                b_Bo = b_Brt if B_REUSE and TILES and not GRAM else None
-                if ON_TILE and TILES and DUAL_FLUSH:
-                    b_state = _absorb_mma(b_h0, rg, pos_r, m_r, b_S, b_w, b_A, B16, FAST_EXP, b_xr, b_Bo)
-                else:
-                    b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
-                                             FAST_EXP, HAS_SRC_IDX, b_Bo)
+                b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
+                                         FAST_EXP, HAS_SRC_IDX, b_Brt if B_REUSE and TILES and not GRAM else None)
                 _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
@@ -2038,13 +2030,10 @@ def fast_launch(
         DRAFTS_AHEAD=DRAFTS_AHEAD and call.tokens > 1 and not tiles,
         B_LATE=DRAFTS_B_LATE and not tiles and call.tokens >= DRAFTS_B_LATE_FROM_TOKENS,
         B_REUSE=TILES_FLUSH_B_REUSE and tiles,
-        ON_TILE=TILES_FLUSH_ON_TILE and tiles,
         ROLE=0,
         FLUSH_DRAFTS=flush_drafts,
         CURSOR_BY_REQUEST=cursor_by_request,
     )
-    if flags["ON_TILE"]:
-        flags.update(B16=call.B_cache.dtype == torch.bfloat16)
     if flags["COLS"]:  # a flush's products with the ring's B on the tensor cores where it is bf16
         flags.update(
             B16=call.B_cache.dtype == torch.bfloat16,
@@ -2572,7 +2561,7 @@ TILES_COLS_INPUTS_AHEAD = True
 # 7.92-7.95, T = 3 7.56 against 7.59-7.65, the same bits.
 TILES_FLUSH_B_REUSE = True
 TILES_COLS_MIN_REQUESTS = 64
-# The whole-tile tiles kernel's flush (TILES, no passes) absorbs the ring onto the decayed tile
+# The whole-tile tiles kernel's flush (TILES, no passes; _flush_form) absorbs the ring onto the decayed tile
 # (_absorb_mma: x_j w_j [BLOCK_M, RP] split in three bf16 parts against the ring's bf16 B rows,
 # the MMAs accumulating onto exp(A S) h0) instead of beside it (_dual_absorb: w_j B_j
 # [RP, BLOCK_N] split in three against x, then added to the decayed tile): a quarter of the
@@ -2651,10 +2640,14 @@ DRAFTS_FLUSH_ON_TILE = 0
 
 def _flush_form(dual: bool, call: ReplayCall, config: LaunchConfig, tiles: bool = False) -> bool | int:
     """The DUAL_FLUSH flag of a launch of call at config: dual (whether its flush takes the dual
-    form), or 2 (onto the tile) where DECODE_FLUSH_ON_TILE (T = 1) or DRAFTS_FLUSH_ON_TILE (the
-    draft-by-draft verify step) takes the flush there; the tiles' own is TILES_FLUSH_ON_TILE."""
-    form = DECODE_FLUSH_ON_TILE if call.tokens == 1 else DRAFTS_FLUSH_ON_TILE
-    if tiles or not (form and DUAL_FLUSH):
+    form), or 2 (onto the tile, _flushed_state) where the step's knob takes the flush there:
+    TILES_FLUSH_ON_TILE (the tiles' verify step), DECODE_FLUSH_ON_TILE (T = 1) or
+    DRAFTS_FLUSH_ON_TILE (the draft-by-draft verify step)."""
+    if tiles:
+        form = TILES_FLUSH_ON_TILE
+    else:
+        form = DECODE_FLUSH_ON_TILE if call.tokens == 1 else DRAFTS_FLUSH_ON_TILE
+    if not (form and DUAL_FLUSH):
         return dual
     if dual or (form >= 2 and config.block_m >= 16):
         return 2
