@@ -154,19 +154,28 @@ def test_with_pools_and_state_of() -> None:
 
 
 @pytest.mark.gpu
-def test_step_replays_in_a_cuda_graph() -> None:
-    """The step captured in a CUDA graph computes what it computes eagerly, from the same state,
-    with the slots moved between replays through the captured slot tensor."""
+@pytest.mark.parametrize("path", ["table", "replay-fast"])
+def test_step_replays_in_a_cuda_graph(path: str) -> None:
+    """The step captured in a CUDA graph computes what it computes eagerly, from the same state
+    (and, replaying, rings and cursors, the cursors advanced on a stream of their own under
+    ADVANCE_BESIDE), with the slots moved between replays through the captured slot tensor."""
     dims = Mamba2Dims.from_preset(PRESETS["nemotron3-super"], tp=8)
-    stack = Mamba2DecodeStack(dims, n_layers=2, slots=9, device="cuda", seed=5)
+    stack = Mamba2DecodeStack(dims, n_layers=2, slots=9, device="cuda", seed=5, path=path, window=3)
     for pool in stack.ssm_state:
         pool.normal_()
+    for ring in stack.rings:
+        for t in ring.values():
+            t.uniform_(0.01, 0.1)
+    stack.num_cached.copy_(torch.arange(9, device="cuda") % 4)  # slots 3 and 7 flush (3 + 2 > R = 4)
+    stack.ring_start.copy_(torch.arange(9, device="cuda") % 4)
     hidden = torch.randn(4, dims.d_model, device="cuda").to(torch.bfloat16)
     slots = torch.tensor([1, 2, 3, 4], device="cuda")
-    start = [t.clone() for t in (*stack.ssm_state, *stack.conv_state)]
+    rings = [t for ring in stack.rings for t in ring.values()]
+    kept = (*stack.ssm_state, *stack.conv_state, *rings, stack.ring_start, stack.num_cached)
+    start = [t.clone() for t in kept]
 
     def restore() -> None:
-        for t, saved in zip((*stack.ssm_state, *stack.conv_state), start, strict=True):
+        for t, saved in zip(kept, start, strict=True):
             t.copy_(saved)
 
     side = torch.cuda.Stream()
@@ -183,8 +192,14 @@ def test_step_replays_in_a_cuda_graph() -> None:
         slots.copy_(torch.tensor(slot_set, device="cuda"))
         eager = stack.step(hidden, slots).clone()
         eager_state = [t.clone() for t in stack.ssm_state]
+        eager_rest = [t.clone() for t in (*rings, stack.ring_start, stack.num_cached)]
         restore()
         graph.replay()
         assert torch.equal(captured, eager)
         for got, want in zip(stack.ssm_state, eager_state, strict=True):
             assert torch.equal(got, want)
+        for got, want in zip((*rings, stack.ring_start, stack.num_cached), eager_rest, strict=True):
+            assert torch.equal(got, want)
+        if path != "table":  # each step advanced the cursors of its slots, and only theirs
+            moved = (stack.num_cached != start[-1]) | (stack.ring_start != start[-2])
+            assert moved[slot_set].all() and int(moved.sum()) == len(slot_set)

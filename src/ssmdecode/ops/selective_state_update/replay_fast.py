@@ -2631,11 +2631,15 @@ TILES_DUAL_MAX_ELEMENTS = 64
 DECODE_FLUSH_ON_TILE = 2
 # The draft-by-draft verify step's (T >= 2, no tiles) flushes in the main kernel (ROLE 0, below
 # BESIDE_MIN_REQUESTS requests) and in the split's flush kernel (ROLE 2) likewise, 1 or 2 as
-# DECODE_FLUSH_ON_TILE: at (16,1) (the default config of T = 2 to 7 from 9 requests up to
-# BESIDE_MIN_REQUESTS) token by token today, at (16,2) (T = 2 at 8 requests and below) in the
-# dual form beside the tile. The flush programs beside (ROLE 7) already absorb onto the tile.
-# (prepared, off: not yet timed)
-DRAFTS_FLUSH_ON_TILE = 0
+# DECODE_FLUSH_ON_TILE. At 0 they flush token by token at (16,1) (the default config of T = 2 to
+# 7 from 9 requests up to BESIDE_MIN_REQUESTS) and in the dual form beside the tile at (16,2)
+# (T = 2 at 8 requests and below). The flush programs beside (ROLE 7) always absorb onto the tile.
+# On an H100 (run 292, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-drafts-on-tile/, headline,
+# window 16, 2 against 0 between two runs of 0) the steady step took T = 4 at bs 12 from
+# 10.97-11.00 us to 9.42 (every slot flushing 12.83-12.99 to 10.76), T = 2 at bs 8 from 5.88-5.90
+# to 5.77 and at bs 12 from 6.82-6.89 to 6.66; T = 4 at bs 8 (the tiles kernel) level. Flushed
+# states 2.7e-7 of max |state| at most (1.1-3.8e-7 before).
+DRAFTS_FLUSH_ON_TILE = 2
 
 
 def _flush_form(dual: bool, call: ReplayCall, config: LaunchConfig, tiles: bool = False) -> bool | int:
