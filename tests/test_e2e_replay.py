@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssmdecode.bench.step import StepBench
+from ssmdecode.bench.step import StepBench, kernel_times
 from ssmdecode.cli import main
 from ssmdecode.models.mamba2 import Mamba2Dims, Mamba2LM, fast_replay_available, greedy_generate
 from ssmdecode.numerics import bits
@@ -49,6 +49,30 @@ def test_step_bench_draws_steady_state_cursors() -> None:
     stack = bench.stack
     assert stack.ring == 5 and int(stack.num_cached.min()) >= 1 and int(stack.num_cached.max()) <= 4
     assert int(stack.ring_start.max()) < 5
+
+
+def test_kernel_times_steps_the_stack() -> None:
+    """kernel_times runs its eager steps (each advances the cursors of its slot set) and, on
+    the CPU, finds no kernels."""
+    bench = StepBench.build(DIMS, 1, 2, torch.device("cpu"), seed=0, path="replay", window=4)
+    cached = bench.stack.num_cached.clone()
+    assert kernel_times(bench, 2) == {}
+    slots = bench.slot_sets[:2].flatten()
+    moved = bench.stack.num_cached[slots] != cached[slots]
+    assert bool(moved.all())  # from 1 .. 4 cached: one more, or a flush back to 1
+
+
+@pytest.mark.gpu
+def test_kernel_times_on_a_gpu() -> None:
+    """On a GPU, kernel_times gives every layer's replay kernel and the step's cursor kernel,
+    a launch each a step, each a positive time."""
+    dims = Mamba2Dims(shape=CPU_SHAPE, d_model=64)
+    bench = StepBench.build(dims, 2, 4, torch.device("cuda"), seed=0, path="replay-fast", window=4)
+    times = kernel_times(bench, 3)
+    replay = [t for name, t in times.items() if "replay" in name]
+    advance = [t for name, t in times.items() if "advance" in name]
+    assert sum(len(t) for t in replay) == 2 * 3 and sum(len(t) for t in advance) == 3
+    assert all(d > 0 for t in (*replay, *advance) for d in t)
 
 
 def test_e2e_replay_timing_rows(tmp_path: Path) -> None:

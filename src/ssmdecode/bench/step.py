@@ -1,7 +1,8 @@
 """Timing selective_state_update inside decode steps of a Mamba2 layer stack
-(ssmdecode.models.mamba2): the stack and its cold slot sets (StepBench), and the kernel's share
-of a step's kernel time from torch.profiler (profile_step). `ssmdecode e2e` reports these,
-`ssmdecode tune --in-model` ranks configs by them, benchmarks/ncu_model.py profiles them.
+(ssmdecode.models.mamba2): the stack and its cold slot sets (StepBench), the kernel's share of
+a step's kernel time from torch.profiler (profile_step) and every kernel's times (kernel_times).
+`ssmdecode e2e` reports these, `ssmdecode tune --in-model` ranks configs by them,
+benchmarks/ncu_model.py profiles them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "busy_us",
     "kernel_share",
     "kernel_spans",
+    "kernel_times",
     "model_dims",
     "profile_step",
     "step_options",
@@ -169,17 +171,38 @@ def profile_step(
     matching kernels' share of the steps' kernel time (kernel_share; None on CPU, where there
     are no kernels).
     trace: also write the profile there as a Chrome trace."""
+    prof = _profiled_steps(bench, PROFILED_STEPS, config, variant)
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+    return kernel_share(kernel_spans(prof.events()), PROFILED_STEPS, match)
+
+
+def kernel_times(
+    bench: StepBench, steps: int, config: LaunchConfig | None = None, variant: StepVariant = None
+) -> dict[str, list[float]]:
+    """`steps` eager steps, step i on slot set i mod K, under torch.profiler: each kernel's
+    device times, us a launch in launch order, by kernel name (empty on CPU, where there are no
+    kernels). What a step's time is spent on, kernel by kernel (benchmarks/results/
+    NVIDIA_H100_80GB_HBM3/e2e-small-step/)."""
+    times: dict[str, list[float]] = {}
+    for name, start, end in kernel_spans(_profiled_steps(bench, steps, config, variant).events()):
+        times.setdefault(name, []).append(end - start)
+    return times
+
+
+def _profiled_steps(
+    bench: StepBench, steps: int, config: LaunchConfig | None, variant: StepVariant
+) -> torch.profiler.profile:
+    """The profile of `steps` eager steps of bench, each in a "decode step i" range."""
     hidden, slot_sets = bench.hidden, bench.slot_sets
     activities = [torch.profiler.ProfilerActivity.CPU]
     if hidden.is_cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
-        for i in range(PROFILED_STEPS):
+        for i in range(steps):
             with torch.profiler.record_function(f"decode step {i}"):
                 bench.stack.step(hidden, slot_sets[i % slot_sets.shape[0]], config, **step_options(variant))
         if hidden.is_cuda:
             torch.cuda.synchronize(hidden.device)
-    if trace is not None:
-        trace.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(trace))
-    return kernel_share(kernel_spans(prof.events()), PROFILED_STEPS, match)
+    return prof
