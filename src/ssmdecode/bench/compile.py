@@ -17,6 +17,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update.arguments import UpdateArgs
@@ -90,6 +91,9 @@ def compile_launch(launch: Launch, target: GPUTarget) -> Any:
         elif isinstance(value, torch.Tensor):
             signature[name] = "*" + _TRITON_TYPES[value.dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, TensorDescriptor):  # a host-side descriptor, as Triton types one
+            block = ",".join(str(b) for b in value.block_shape)
+            signature[name] = f"tensordesc<{_TRITON_TYPES[value.base.dtype]}[{block}]>"
         elif isinstance(value, bool):
             signature[name] = "i1"
         elif isinstance(value, int) and param.do_not_specialize:  # a runtime int, as launched
