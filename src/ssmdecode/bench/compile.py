@@ -17,13 +17,17 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops.selective_state_update.arguments import UpdateArgs
 from ssmdecode.ops.selective_state_update.decode import Variant, prepare
 from ssmdecode.ops.selective_state_update.launch import Launch
 from ssmdecode.ops.selective_state_update.replay import prepare as replay_prepare
+
+try:  # Triton >= 3.3
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton
+    TensorDescriptor = None
 
 __all__ = ["compile_config", "compile_launch"]
 
@@ -91,7 +95,7 @@ def compile_launch(launch: Launch, target: GPUTarget) -> Any:
         elif isinstance(value, torch.Tensor):
             signature[name] = "*" + _TRITON_TYPES[value.dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, TensorDescriptor):  # a host-side descriptor, as Triton types one
+        elif TensorDescriptor is not None and isinstance(value, TensorDescriptor):  # a host-side descriptor
             block = ",".join(str(b) for b in value.block_shape)
             signature[name] = f"tensordesc<{_TRITON_TYPES[value.base.dtype]}[{block}]>"
         elif isinstance(value, bool):

@@ -93,7 +93,6 @@ from typing import Any, NamedTuple
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ssmdecode.config import LaunchConfig
 from ssmdecode.ops._gdc import gdc_launch_dependents, gdc_wait
@@ -125,6 +124,11 @@ from ssmdecode.ops.selective_state_update.launch import (
     ReplayCall,
     given,
 )
+
+try:  # host-side tensor descriptors (TILES_TMA): Triton >= 3.3
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton
+    TensorDescriptor = None
 
 __all__ = ["fast_launch"]
 
@@ -2224,7 +2228,13 @@ TILES_TMA = False
 def _tma_tile(call: ReplayCall, flags: dict[str, Any]) -> bool:
     """Whether the call's main kernel reads its state tile through a tensor descriptor (TILES_TMA)."""
     state = call.state
-    if not (TILES_TMA and flags["TILES"] and not flags["COLS"] and not flags.get("CHUNK")):
+    if not (
+        TILES_TMA
+        and TensorDescriptor is not None
+        and flags["TILES"]
+        and not flags["COLS"]
+        and not flags.get("CHUNK")
+    ):
         return False
     rows = state.shape[0] * state.shape[1] * state.shape[2]
     dstate = state.shape[-1]
@@ -2243,7 +2253,7 @@ def _tma_tile(call: ReplayCall, flags: dict[str, Any]) -> bool:
     return True  # (CPU tensors: the interpreter's, or a compile for a GPU target offline)
 
 
-def _state_rows(state: torch.Tensor, block_m: int) -> TensorDescriptor:
+def _state_rows(state: torch.Tensor, block_m: int) -> Any:
     """The contiguous pool [S, H, P, N] as rows [S * H * P, N], blocks of [block_m, N]."""
     dstate = state.shape[-1]
     return TensorDescriptor(state, shape=[state.numel() // dstate, dstate], strides=[dstate, 1],
