@@ -25,6 +25,7 @@ from ssmdecode.ops.selective_state_update import (
     selective_state_replay,
     selective_state_replay_reference,
 )
+from ssmdecode.ops.selective_state_update.launch import Launch
 from ssmdecode.ops.selective_state_update.replay import prepare as replay_prepare
 from test_replay import PAD, Replay, make_drafts, make_pool
 
@@ -702,6 +703,21 @@ def test_drafts_loads_ahead_or_in_turn(
             assert torch.equal(a, b)
 
 
+def _small_tiles_step(case: Replay, cached: str, seed: int) -> tuple[Launch, list[torch.Tensor]]:
+    """One fast verify step of case (cursors `cached`, rings that wrap; request 2 a pad) against
+    float64 (the bars): its launch, and the bits of its live out then of each WRITTEN tensor."""
+    pool, drafts = make_pool(case), make_drafts(case, seed)
+    _set_cursors(pool, case, cached, seed, wrap=True)
+    kw = _kwargs(pool, drafts)
+    _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, _config(case), exact=False)
+    live = (torch.arange(case.batch) != 2).to(DEVICE)
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    return launch, [bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN]
+
+
 @pytest.mark.parametrize("cached", ["steady", "flush"])
 def test_small_batch_tiles_flush_reuses_the_rings_B(cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole-tile tiles kernel with its flushes in it (few requests: no Grams' kernel, ROLE
@@ -712,19 +728,11 @@ def test_small_batch_tiles_flush_reuses_the_rings_B(cached: str, monkeypatch: py
     results = []
     for reuse in (False, True):
         monkeypatch.setattr(replay_fast, "TILES_FLUSH_B_REUSE", reuse)
-        pool, drafts = make_pool(case), make_drafts(case, 8)
-        _set_cursors(pool, case, cached, 8, wrap=True)
-        kw = _kwargs(pool, drafts)
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        launch, written = _small_tiles_step(case, cached, 8)
         assert (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["B_REUSE"]) == (True, 0, reuse)
         assert launch.kwargs["DUAL_FLUSH"] and launch.kwargs.get("COLS", 0) == 0  # (the dual form: B_ring)
         assert launch.before is None and launch.beside is None  # no Grams' kernel, the flushes in the kernel
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, _config(case), exact=False)
-        live = (torch.arange(case.batch) != 2).to(DEVICE)
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
+        results.append(written)
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
 
@@ -740,18 +748,10 @@ def test_small_batch_tiles_flush_onto_the_tile(reuse: bool, monkeypatch: pytest.
     results = []
     for on_tile in (False, True):
         monkeypatch.setattr(replay_fast, "TILES_FLUSH_ON_TILE", on_tile)
-        pool, drafts = make_pool(case), make_drafts(case, 8)
-        _set_cursors(pool, case, "flush", 8, wrap=True)
-        kw = _kwargs(pool, drafts)
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        launch, written = _small_tiles_step(case, "flush", 8)
         form = 2 if on_tile else True  # (_flush_form's: 2 onto the tile, the ring's bf16 B on the MMAs)
         assert (launch.kwargs["TILES"], launch.kwargs["ROLE"], launch.kwargs["DUAL_FLUSH"]) == (True, 0, form)
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, _config(case), exact=False)
-        live = (torch.arange(case.batch) != 2).to(DEVICE)
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN if n != "state"])
+        results.append([written[0], *written[2:]])  # (out and the rings: not the flushed states)
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
 
@@ -768,19 +768,11 @@ def test_tiles_state_through_a_tensor_descriptor(cached: str, monkeypatch: pytes
     results = []
     for tma in (False, True):
         monkeypatch.setattr(replay_fast, "TILES_TMA", tma)
-        pool, drafts = make_pool(case), make_drafts(case, 9)
-        _set_cursors(pool, case, cached, 9, wrap=True)
-        kw = _kwargs(pool, drafts)
-        _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+        launch, written = _small_tiles_step(case, cached, 9)
         flags = launch.kwargs
         assert (flags["TILES"], flags["ROLE"], flags.get("TMA", False)) == (True, 0, tma)
-        assert (launch.kwargs.get("d_state") is not None) == tma
-        want = selective_state_replay_reference(**kw)
-        out = _run(kw, _config(case), exact=False)
-        live = (torch.arange(case.batch) != 2).to(DEVICE)
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(out[live]).clone()] + [bits(pool[n]).clone() for n in WRITTEN])
+        assert (flags.get("d_state") is not None) == tma
+        results.append(written)
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
     padded = make_pool(case)  # the pool's rows a view with a column of padding: plain loads
