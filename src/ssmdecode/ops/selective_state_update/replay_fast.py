@@ -2214,8 +2214,8 @@ def fast_launch(
 # accumulator layout and back for the store: two more trips of the tile (docs/performance.md,
 # "Offline: the small verify step's flush crosses shared memory twice"). Through the descriptor
 # each use reads the copy in its own layout (sm_90 TTGIR: no layout conversion of the tile, one
-# shared-memory store for the flush). Needs a contiguous float32 pool of N a power of 2, P a
-# multiple of the config's rows, rounding to nearest, and a GPU of compute capability 9 or more
+# shared-memory store for the flush). Needs a contiguous float32 pool of N a power of 2 up to
+# 256, P a multiple of the config's rows, rounding to nearest, and a GPU of compute capability 9 or more
 # (or the interpreter). Offline (sm_90, headline, benchmarks/compile_info.py --mode replay
 # --fast --window 16): T = 4 at bs 8, (32,2), 2056 SASS instructions against 2232 and 25
 # bar.syncs against 27; T = 3 2064 against 2240; T = 8 at bs 8 2088 against 2272 with no stack
@@ -2243,6 +2243,7 @@ def _tma_tile(call: ReplayCall, flags: dict[str, Any]) -> bool:
         and state.dtype == torch.float32
         and state.is_contiguous()
         and dstate == triton.next_power_of_2(dstate)
+        and dstate <= 256  # (a copy's box: 256 elements a side at most)
         and state.shape[2] % call.config.block_m == 0
         and rows + call.config.block_m < 2**31
         and state.data_ptr() % 16 == 0
