@@ -902,11 +902,10 @@ def _flush_rank(i_b, p_src_idx, p_cached, p_flush, p_cu_seqlens, n_requests, str
 @triton.jit
 def _flush_reads(i_slot, n_old, start, on, i_m, i_h, pool, RP: tl.constexpr, HEADS_PER_GROUP: tl.constexpr,
                  HAS_SRC_IDX: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, PACKED_ROWS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr,
-                 B_LOADED: tl.constexpr = False):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT_FIRST: tl.constexpr):
     """A pipelined decode flush's reads of its slot (_decode_flushes_ahead): (h0, the ring's dt'
-    [RP] and the same one row on, its x rows [BLOCK_M, RP] and B rows [RP, BLOCK_N], float32 or
-    with B_LOADED in the ring's dtype); nothing read where on is off (no request: the
+    [RP] and the same one row on, its x rows [BLOCK_M, RP] and B rows [RP, BLOCK_N] in the ring's
+    dtype, as _flushed_state takes them); nothing read where on is off (no request: the
     pipeline's end)."""
     m_live = both(live_mask(i_slot, pool.pad_slot_id, HAS_SRC_IDX), on)
     i_ring = tl.where(m_live, i_slot, 0)
@@ -925,11 +924,7 @@ def _flush_reads(i_slot, n_old, start, on, i_m, i_h, pool, RP: tl.constexpr, HEA
     pos_r = tl.where(m_r, wrap(start + o_r, pool.ring), 0)
     b_dtr = tl.load(rg.p_dt + pos_r * rg.stride_dt, mask=m_r, other=0.0)
     b_dtr1 = _ring_dt_next(rg, o_r, True)
-    b_xr = _ring_x(rg, pos_r, m_r)
-    b_Br = _ring_B(rg, pos_r, m_r)
-    if not B_LOADED:
-        b_Br = b_Br.to(tl.float32)
-    return b_h0, b_dtr, b_dtr1, b_xr, b_Br
+    return b_h0, b_dtr, b_dtr1, _ring_x(rg, pos_r, m_r), _ring_B(rg, pos_r, m_r)
 
 
 @triton.jit
@@ -958,8 +953,7 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
                                                pool.stride_src_idx, pool.pad_slot_id, pool.ring, WINDOW,
                                                CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
     h0, dtr0, dtn0, xr0, Br0 = _flush_reads(s0, n0, st0, n_mine > 0, i_m, i_h, pool, RP, HEADS_PER_GROUP,
-                                            HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, EVICT_FIRST,
-                                            DUAL == 2)
+                                            HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N, EVICT_FIRST)
     wait_prior(PDL)  # (the kernel before may write the tokens' inputs: read after it)
     o_m, o_n, m_m, m_n = tile_offsets(i_m, pool.headdim, pool.dstate, BLOCK_M, BLOCK_N, False)
     m_vm = unless(EVEN_M, m_m)
@@ -985,7 +979,7 @@ def _decode_flushes_ahead(order, o_b, n_mine, i_m, i_h, pool, tok,
                                                    CURSOR_BY_REQUEST, HAS_SRC_IDX, HAS_RING_START, EVICT_FIRST)
             h1, dtr1, dtn1, xr1, Br1 = _flush_reads(s1, n1, st1, k < k_last, i_m, i_h, pool, RP, HEADS_PER_GROUP,
                                                     HAS_SRC_IDX, EVEN_M, EVEN_N, PACKED_ROWS, BLOCK_M, BLOCK_N,
-                                                    EVICT_FIRST, DUAL == 2)
+                                                    EVICT_FIRST)
             u1, v1, x1, dt1, B1 = _flush_token(i_b1, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, DT_SOFTPLUS,
                                                HAS_DT_BIAS, VARLEN)
             C1, z1 = _flush_token_out(u1, v1, x1, i_h, o_m, o_n, m_vm, m_vn, tok, HEADS_PER_GROUP, HAS_Z)
@@ -2228,13 +2222,7 @@ TILES_TMA = False
 def _tma_tile(call: ReplayCall, flags: dict[str, Any]) -> bool:
     """Whether the call's main kernel reads its state tile through a tensor descriptor (TILES_TMA)."""
     state = call.state
-    if not (
-        TILES_TMA
-        and TensorDescriptor is not None
-        and flags["TILES"]
-        and not flags["COLS"]
-        and not flags.get("CHUNK")
-    ):
+    if not (TILES_TMA and TensorDescriptor is not None and flags["TILES"] and not flags["COLS"]):
         return False
     rows = state.shape[0] * state.shape[1] * state.shape[2]
     dstate = state.shape[-1]
