@@ -755,33 +755,6 @@ def test_small_batch_tiles_flush_onto_the_tile(reuse: bool, monkeypatch: pytest.
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("cached", ["flush", "steady"])
-def test_tiles_state_through_a_tensor_descriptor(cached: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.TILES_TMA: the whole-tile tiles kernel reads its state tile (and stores a
-    flush) through a tensor descriptor of the pool's rows: within the bars of float64, the same
-    out, flushed states and rings bit for bit as the plain loads; a pad request, rings that wrap.
-    A pool that is not contiguous keeps the plain loads."""
-    if replay_fast.TensorDescriptor is None:
-        pytest.skip("host-side tensor descriptors need Triton >= 3.3")
-    case = Replay(tokens=4, window=7, nheads=4, ngroups=2, batch=4, pad_rows=(2,), headdim=16, dstate=32)
-    results = []
-    for tma in (False, True):
-        monkeypatch.setattr(replay_fast, "TILES_TMA", tma)
-        launch, written = _small_tiles_step(case, cached, 9)
-        flags = launch.kwargs
-        assert (flags["TILES"], flags["ROLE"], flags.get("TMA", False)) == (True, 0, tma)
-        assert (flags.get("d_state") is not None) == tma
-        results.append(written)
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
-    padded = make_pool(case)  # the pool's rows a view with a column of padding: plain loads
-    wide = torch.zeros(*padded["state"].shape[:-1], case.dstate + 4, device=DEVICE)
-    wide[..., : case.dstate] = padded["state"]
-    padded["state"] = wide[..., : case.dstate]
-    _, launch = replay_prepare(**_kwargs(padded, make_drafts(case, 9)), config=_config(case), exact=False)
-    assert not launch.kwargs.get("TMA", False) and launch.kwargs.get("d_state") is None
-
-
 @pytest.mark.parametrize("cached", ["steady", "flush", "keep"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "cu_seqlens"])
 @pytest.mark.parametrize("tokens", [1, 3], ids=["T1", "T3"])
@@ -1353,49 +1326,6 @@ def test_gpu_cuda_graph_of_fast_steps(tokens: int, batch: int) -> None:
     assert torch.equal(bits(out), bits(eager))
     for k, v in want.items():
         assert torch.equal(bits(pool[k]), bits(v)), k
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("tokens", "batch"), [(4, 8), (8, 8), (8, 32)])
-def test_gpu_tiles_state_through_a_tensor_descriptor(
-    tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """replay_fast.TILES_TMA at the headline, steady state, where the whole-tile tiles kernel runs
-    (T = 4 at bs 8; T = 8 at bs 8 and 32): the accuracy bars, the plain loads' writes and out bit
-    for bit, and a CUDA graph of the step replaying to its eager bits."""
-    if replay_fast.TensorDescriptor is None:
-        pytest.skip("host-side tensor descriptors need Triton >= 3.3")
-    results = []
-    for tma in (False, True):
-        monkeypatch.setattr(replay_fast, "TILES_TMA", tma)
-        pool, drafts, _ = _headline(batch, tokens)
-        kw = _kwargs(pool, drafts)
-        _, launch = replay_prepare(**kw, exact=False)
-        flags = launch.kwargs
-        assert (flags["TILES"], flags["ROLE"], flags.get("TMA", False)) == (True, 0, tma)
-        want = selective_state_replay_reference(**kw)
-        snapshot = {k: pool[k].clone() for k in WRITTEN}
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        selective_state_replay(**kw, out=out, exact=False)
-        live = pool["state_batch_indices"] != PAD
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        results.append([bits(out)] + [bits(pool[k]).clone() for k in WRITTEN])
-        if tma:
-            eager = [pool[k].clone() for k in WRITTEN]
-            graph_out = torch.empty_like(out)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                selective_state_replay(**kw, out=graph_out, exact=False)
-            for k, v in snapshot.items():
-                pool[k].copy_(v)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(bits(graph_out), bits(out))
-            for k, v in zip(WRITTEN, eager, strict=True):
-                assert torch.equal(bits(pool[k]), bits(v)), k
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
 
 
 @pytest.mark.gpu

@@ -24,11 +24,6 @@ from ssmdecode.ops.selective_state_update.decode import Variant, prepare
 from ssmdecode.ops.selective_state_update.launch import Launch
 from ssmdecode.ops.selective_state_update.replay import prepare as replay_prepare
 
-try:  # Triton >= 3.3
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton
-    TensorDescriptor = None
-
 __all__ = ["compile_config", "compile_launch"]
 
 _TRITON_TYPES = {
@@ -95,9 +90,6 @@ def compile_launch(launch: Launch, target: GPUTarget) -> Any:
         elif isinstance(value, torch.Tensor):
             signature[name] = "*" + _TRITON_TYPES[value.dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif TensorDescriptor is not None and isinstance(value, TensorDescriptor):  # a host-side descriptor
-            block = ",".join(str(b) for b in value.block_shape)
-            signature[name] = f"tensordesc<{_TRITON_TYPES[value.base.dtype]}[{block}]>"
         elif isinstance(value, bool):
             signature[name] = "i1"
         elif isinstance(value, int) and param.do_not_specialize:  # a runtime int, as launched

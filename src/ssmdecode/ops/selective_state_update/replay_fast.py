@@ -125,11 +125,6 @@ from ssmdecode.ops.selective_state_update.launch import (
     given,
 )
 
-try:  # host-side tensor descriptors (TILES_TMA): Triton >= 3.3
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton
-    TensorDescriptor = None
-
 __all__ = ["fast_launch"]
 
 _HEURISTICS = {
@@ -1467,8 +1462,6 @@ def _selective_state_replay_fast_kernel(
     B_REUSE: tl.constexpr = False,  # the whole tile's flush (ROLE 0, no GRAM): the ring's B rows its out loaded
     B_LATE: tl.constexpr = False,  # T >= 2 with GRAM: the drafts' B loaded by the program that appends them
     DRAFTS_AHEAD: tl.constexpr = False,  # draft by draft: every draft's loads before the first out (_drafts_out)
-    TMA: tl.constexpr = False,  # the whole tile's state read and a flush's stored through d_state (TILES_TMA)
-    d_state=None,  # with TMA: the pool as rows [S * H * P, N], a tensor descriptor of [BLOCK_M, BLOCK_N] blocks
 ):
     # the requests' inputs and outs, as the helpers read and write them
     tok = _Token(p_x, p_dt, p_dt_bias, p_B, p_C, p_D, p_z, p_out, p_cu_seqlens, total_tokens,
@@ -1550,16 +1543,7 @@ def _selective_state_replay_fast_kernel(
     PASSES: tl.constexpr = TILES and COLS > 0  # the tile read in passes of COLS columns, in the tiles' branch
     tl.static_assert(not PASSES or ((ROLE == 0 or ROLE == 5 or ROLE == 7) and not STOCHASTIC and (DUAL_FLUSH > 0 or ROLE == 7) and CHUNK == 0),
                      "the tiles' passes over columns flush in the dual form, rounding to nearest, in one kernel")
-    if TMA:  # the tile into shared memory by the copy engine, each use reading it in its own layout
-        tl.static_assert(TILES and ROLE == 0 and not PASSES and not STOCHASTIC and EVEN_M and EVEN_N and CHUNK == 0,
-                         "the tensor-memory read is the whole tile's, of the tiles kernel's own flushes")
-        # the tile's first row of the pool's rows (P rows of N a head, the pool contiguous: N = BLOCK_N);
-        # a pad request's lie before the pool, where the copy reads zeros
-        row_tma = ((i_slot.to(tl.int64) * stride_state_s + i_h * stride_state_h) // BLOCK_N).to(tl.int32) + i_m * BLOCK_M
-        if HAS_SRC_IDX:
-            row_tma = tl.where(m_live, row_tma, -BLOCK_M)
-        b_h0 = d_state.load([row_tma, 0])
-    elif not PASSES:
+    if not PASSES:
         b_h0 = load_state(p_tile, m_read, EVICT_FIRST)
     elif COLS_AHEAD:  # the first pass's tile, at once (_tiles_cols)
         _, _, p_t0, m_t0 = _pass_tile(p_slot, 0, i_h, i_m, o_m, m_m, m_live, dstate, stride_state_h, stride_state_p,
@@ -1774,10 +1758,7 @@ def _selective_state_replay_fast_kernel(
                     b_S, b_w = _ring_decays(rg, o_r, m_r, pos_r, b_A, HAS_SRC_IDX, FAST_EXP)
                 b_state = _flushed_state(b_h0, rg, b_xr, pos_r, m_r, b_S, b_w, b_A, DUAL_FLUSH, X16, WINDOW,
                                          FAST_EXP, HAS_SRC_IDX, b_Brt if B_REUSE and TILES and not GRAM else None)
-                if TMA:  # from shared memory by the copy engine (a pad request's row lies before the pool: dropped)
-                    d_state.store([row_tma, 0], b_state)
-                else:
-                    _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
+                _store_state(b_state, ck, STOCHASTIC, PHILOX_ROUNDS, BLOCK_N, EVICT_FIRST)
         if ROLE == 2:
             return
 
@@ -2193,60 +2174,8 @@ def fast_launch(
         flush_launch = flush_call.launch(kernel, flush_args, flush_flags)
         if listed:
             flush_launch = _flush_grid(flush_launch, fconfig, state, shares)
-    if flags["ROLE"] == 0 and _tma_tile(call, flags):
-        flags["TMA"] = True
-        arguments["d_state"] = _state_rows(call.state, call.config.block_m)
     main = call.launch(kernel, arguments, flags)
     return main._replace(before=gram_launch, after=flush_launch)
-
-
-# The whole-tile tiles kernel (TILES, no passes, ROLE 0: T >= 3 at 8 requests and below, T >= 8
-# below TILES_COLS_MIN_REQUESTS) reads its state tile into shared memory by the copy engine (a
-# tensor descriptor of the pool's rows, _state_rows; Hopper's TMA) when this is True, and its
-# flushes store from there. Read with a plain load, the tile goes through shared memory anyway
-# on its way to the tensor cores (h0 C^T), and a flush converts it into the matmul's
-# accumulator layout and back for the store: two more trips of the tile (docs/performance.md,
-# "Offline: the small verify step's flush crosses shared memory twice"). Through the descriptor
-# each use reads the copy in its own layout (sm_90 TTGIR: no layout conversion of the tile, one
-# shared-memory store for the flush). Needs a contiguous float32 pool of N a power of 2 up to
-# 256, P a multiple of the config's rows, rounding to nearest, and a GPU of compute capability 9 or more
-# (or the interpreter). Offline (sm_90, headline, benchmarks/compile_info.py --mode replay
-# --fast --window 16): T = 4 at bs 8, (32,2), 2056 SASS instructions against 2232 and 25
-# bar.syncs against 27; T = 3 2064 against 2240; T = 8 at bs 8 2088 against 2272 with no stack
-# (8 bytes); T = 8 at bs 32, (64,4), 1640 against 1928; the registers unchanged (255, 252).
-# Each launch encodes its descriptor on the host (captured once in a CUDA graph).
-# (prepared, off: not yet timed)
-TILES_TMA = False
-
-
-def _tma_tile(call: ReplayCall, flags: dict[str, Any]) -> bool:
-    """Whether the call's main kernel reads its state tile through a tensor descriptor (TILES_TMA)."""
-    state = call.state
-    if not (TILES_TMA and TensorDescriptor is not None and flags["TILES"] and not flags["COLS"]):
-        return False
-    rows = state.shape[0] * state.shape[1] * state.shape[2]
-    dstate = state.shape[-1]
-    if not (
-        call.rand_seed is None
-        and state.dtype == torch.float32
-        and state.is_contiguous()
-        and dstate == triton.next_power_of_2(dstate)
-        and dstate <= 256  # (a copy's box: 256 elements a side at most)
-        and state.shape[2] % call.config.block_m == 0
-        and rows + call.config.block_m < 2**31
-        and state.data_ptr() % 16 == 0
-    ):
-        return False
-    if state.device.type == "cuda":
-        return torch.cuda.get_device_capability(state.device)[0] >= 9
-    return True  # (CPU tensors: the interpreter's, or a compile for a GPU target offline)
-
-
-def _state_rows(state: torch.Tensor, block_m: int) -> Any:
-    """The contiguous pool [S, H, P, N] as rows [S * H * P, N], blocks of [block_m, N]."""
-    dstate = state.shape[-1]
-    return TensorDescriptor(state, shape=[state.numel() // dstate, dstate], strides=[dstate, 1],
-                            block_shape=[block_m, dstate])  # fmt: skip
 
 
 def _flush_grid(launch: Launch, config: LaunchConfig, state: torch.Tensor, shares: int) -> Launch:
