@@ -217,21 +217,21 @@ def test_fast_replay_entries_serve_their_own_token_count_only(table_dir: Path) -
     # a table tuned at T = 3 and 8 only (mode replay-fast): T = 3 and 8 take their entries, every
     # other count (decode's T = 1, T = 2, 4: other kernels or paths) replay_fast_config
     t3, t8 = (table_key(64, 128, torch.float32, "replay-fast", t) for t in (3, 8))
-    two_warps, wide = LaunchConfig(32, 2, True, True), LaunchConfig(64, 1, True, True)
-    _write(table_dir, _table({t3: {"8": two_warps.to_dict()}, t8: {"8": wide.to_dict()}}))
+    eight_warps, wide = LaunchConfig(32, 8, True, True), LaunchConfig(64, 1, True, True)
+    _write(table_dir, _table({t3: {"8": eight_warps.to_dict()}, t8: {"8": wide.to_dict()}}))
     fast = {"mode": "replay-fast"}
-    assert lookup_config(64, 128, torch.float32, 8, **fast, tokens=3) == two_warps
-    assert lookup_config(64, 128, torch.float32, 64, **fast, tokens=3) == two_warps  # the nearest bucket
+    assert lookup_config(64, 128, torch.float32, 8, **fast, tokens=3) == eight_warps
+    assert lookup_config(64, 128, torch.float32, 64, **fast, tokens=3) == eight_warps  # the nearest bucket
     assert lookup_config(64, 128, torch.float32, 8, **fast, tokens=8) == wide
     for tokens in (1, 2, 4, 16):
         want = replay_fast_config(64, 128, 8, tokens)
         assert lookup_config(64, 128, torch.float32, 8, **fast, tokens=tokens) == want
-        assert want not in (two_warps, wide)
+        assert want not in (eight_warps, wide)
     # the other multi-token modes keep the nearest token count
     buf1 = table_key(64, 128, torch.float32, "buffer", 1)
-    _write(table_dir, _table({buf1: {"8": two_warps.to_dict()}}))
+    _write(table_dir, _table({buf1: {"8": eight_warps.to_dict()}}))
     clear_config_cache()
-    assert lookup_config(64, 128, torch.float32, 8, mode="buffer", tokens=4) == two_warps
+    assert lookup_config(64, 128, torch.float32, 8, mode="buffer", tokens=4) == eight_warps
 
 
 def test_lookup_uses_table_then_default(table_dir: Path) -> None:

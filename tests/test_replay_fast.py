@@ -999,15 +999,18 @@ def test_bad_calls_raise_and_write_nothing() -> None:
 
 def test_default_config_of_the_fast_route() -> None:
     """With no table entry: 16 rows and one warp at T = 1 above batch 8 (with the precomputed
-    Grams), 16 rows and 4 warps at small batch; T >= 2: 32 rows and 4 warps at small batch
-    (tiles), 64 rows and 4 warps from T = 8 (tiles), else 16 rows and one warp (draft by
-    draft); its own key in the tables."""
+    Grams), 16 rows and 4 warps at small batch; T >= 3 at small batch (tiles) 32 rows and 2
+    warps from batch 3, 4 warps below; T = 2 there 16 rows and 2 warps; 64 rows and 4 warps
+    from T = 8 (tiles), else 16 rows and one warp (draft by draft); its own key in the tables."""
     assert replay_fast_config(64, 128, 512, tokens=1) == LaunchConfig(16, 1, True, True)
     assert replay_fast_config(64, 128, batch=8, tokens=1) == LaunchConfig(16, 4, True, True)
     assert replay_fast_config(64, 128, 512, tokens=4) == LaunchConfig(16, 1, True, True)
     assert replay_fast_config(64, 128, 512, tokens=8) == LaunchConfig(64, 4, True, True)
-    assert replay_fast_config(64, 128, 8, tokens=4) == LaunchConfig(32, 4, True, True)
-    assert replay_fast_config(12, 24, 4, tokens=3) == LaunchConfig(16, 4, True, True)
+    assert replay_fast_config(64, 128, 8, tokens=4) == LaunchConfig(32, 2, True, True)
+    assert replay_fast_config(64, 128, 3, tokens=8) == LaunchConfig(32, 2, True, True)
+    assert replay_fast_config(64, 128, 2, tokens=4) == LaunchConfig(32, 4, True, True)
+    assert replay_fast_config(64, 128, 1, tokens=3) == LaunchConfig(32, 4, True, True)
+    assert replay_fast_config(12, 24, 4, tokens=3) == LaunchConfig(16, 2, True, True)
     assert replay_fast_config(64, 128, 8, tokens=2) == LaunchConfig(16, 2, True, True)
     assert table_key(64, 128, torch.float32, "replay-fast", 4).endswith("mode=replay-fast tokens=4")
     got = lookup_config(64, 128, torch.float32, 64, "cpu", mode="replay-fast", tokens=1)

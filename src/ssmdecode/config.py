@@ -191,10 +191,14 @@ def replay_fast_config(
     the H200's sweeps (headline shape, window 16, steady cursors; benchmarks/results/
     NVIDIA_H200/fast-decode-sweep/ and fast-verify-sweep/). T = 1: 16 rows and one warp above
     batch 8 (with the precomputed Grams), 16 rows and 4 warps at batch 8 and below. T >= 2 (the
-    verify step's out as tiles or draft by draft: replay_fast._tiles): at batch 8 and below 32
-    rows and 4 warps (tiles) from T = 3 on, 16 rows and 2 warps at T = 2 (draft by draft;
-    fast-verify-small/); from T = 8 on 64 rows and 4 warps (tiles); else 16 rows and one warp
-    (draft by draft). Rows capped at the head dim's next power of 2, 16 at least."""
+    verify step's out as tiles or draft by draft: replay_fast._tiles): at batch 8 and below,
+    from T = 3 on (tiles), 32 rows and 2 warps from batch 3 and 4 warps below, 16 rows and 2
+    warps at T = 2 (draft by draft; fast-verify-small/); from T = 8 on 64 rows and 4 warps
+    (tiles); else 16 rows and one warp (draft by draft). Rows capped at the head dim's next
+    power of 2, 16 at least. (The tiles' 2 warps: `ssmdecode tune --mode replay-fast` chose
+    (32,2) over (32,4) at batch 8 and kept (32,4) at batch 1 for T = 3, 4 and 8 on both cards,
+    8.0-8.8% ahead on the H200, NVIDIA_H200/tune-replay-fast-small/; 7.3-8.1% on the H100 in
+    its last tune, whose table holds them. From batch 3: the batches a table's bucket 8 serves.)"""
     del dstate  # the same choice for every state dim until measured
     top = max(16, 1 << max(headdim - 1, 0).bit_length())
     small = batch is not None and batch <= 8
@@ -203,7 +207,7 @@ def replay_fast_config(
     if small and tokens == 2:
         return LaunchConfig(16, 2, True, True)
     if small:
-        return LaunchConfig(min(32, top), 4, True, True)
+        return LaunchConfig(min(32, top), 2 if batch >= 3 else 4, True, True)
     if tokens >= 8:
         return LaunchConfig(min(64, top), 4, True, True)
     return LaunchConfig(16, 1, True, True)
