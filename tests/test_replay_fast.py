@@ -790,8 +790,11 @@ def test_with_and_without_the_precomputed_grams(
 
 # (route, T): where the flushes go while the Grams' kernel weighs (replay_fast.WEIGHTS): in the
 # main kernel (inline), first in its grid (programs: ROLE 4), beside it and after it (beside:
-# ROLE 5 and 6), in a kernel after it (split: ROLE 1 and 2).
-WEIGHT_ROUTES = [("inline", 1), ("programs", 1), ("beside", 1), ("split", 1), ("inline", 3), ("split", 3)]
+# ROLE 5 and 6; at T >= 2 ROLE 5 and the flush programs of ROLE 7), in a kernel after it
+# (split: ROLE 1 and 2).
+WEIGHT_ROUTES = [
+    ("inline", 1), ("programs", 1), ("beside", 1), ("split", 1), ("inline", 3), ("beside", 3), ("split", 3),
+]  # fmt: skip
 
 
 def _weights_route(monkeypatch: pytest.MonkeyPatch, route: str, weights: bool) -> None:
@@ -801,6 +804,8 @@ def _weights_route(monkeypatch: pytest.MonkeyPatch, route: str, weights: bool) -
     set_(replay_fast, "TILES_MAX_REQUESTS", 0)  # draft by draft, the weights' path
     set_(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1 if route == "programs" else 10**9)
     set_(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1 if route == "beside" else 10**9)
+    set_(replay_fast, "BESIDE_MIN_REQUESTS", 1 if route == "beside" else 10**9)  # (T >= 2)
+    set_(replay_fast, "BESIDE_CONFIG", LaunchConfig(16, 1, True, True))
     set_(replay_fast, "SIDE_PROGRAMS", 1)
     set_(replay_fast, "SIDE_CAP_SHARE", 2)  # the first flushing request beside, the rest after
     split = route == "split"
@@ -840,6 +845,11 @@ def test_with_and_without_the_precomputed_weights(
         _, launch = replay_prepare(**kw, config=LaunchConfig(16, 1, True, True), exact=False)
         role = {"inline": 0, "programs": 4, "beside": 5, "split": 1}[route]
         assert (launch.kwargs["ROLE"], launch.kwargs["WEIGHTS"]) == (role, weights)  # the route under test
+        if (
+            route == "beside" and tokens > 1
+        ):  # the flush programs weigh their own, the Grams' kernel leaves them
+            assert (launch.beside.kwargs["ROLE"], launch.beside.kwargs["WEIGHTS"]) == (7, False)
+            assert launch.before.kwargs.get("LEAVE_FLUSHING", False) == weights
         out = _run(kw, LaunchConfig(16, 1, True, True), exact=False)
         live = (request != 2).view(out.shape[: 1 if packed else 2]).to(DEVICE)  # request 2: the pad
         assert_out_accurate(out[live], want[0][live])
@@ -1250,16 +1260,21 @@ def test_gpu_run_to_run_bits(tokens: int) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [64, 512])
-@pytest.mark.parametrize("tokens", [1, 2, 4])
-def test_gpu_precomputed_weights(tokens: int, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("tokens", "beside"),
+    [(1, False), (2, False), (4, False), (2, True), (4, True)],
+    ids=["T1", "T2", "T4", "T2-beside", "T4-beside"],
+)
+def test_gpu_precomputed_weights(
+    tokens: int, beside: bool, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The headline steady step with the dual form's weights from the Grams' kernel
     (replay_fast.WEIGHTS): out within the bars of float64, the rings and flushed states the
     bits of the step without them (their operations are the same; out may differ by the order
     of the weights' float32 sums, which the two kernels lay out differently), and the same
-    bits run to run. WEIGHTS keeps the flush in the split's flush kernel, so the step without
-    them is taken the same way (VERIFY_FLUSH_BESIDE off): the flush programs beside absorb the
-    ring as a matmul, whose float32 sums are ordered otherwise."""
-    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", False)
+    bits run to run. The verify step's flushes in the split's flush kernel, or (beside, as
+    shipped) in the flush programs beside the main kernel, which weigh their own both ways."""
+    monkeypatch.setattr(replay_fast, "VERIFY_FLUSH_BESIDE", beside)
     results = []
     for weights in (False, True, True):
         monkeypatch.setattr(replay_fast, "WEIGHTS", weights)

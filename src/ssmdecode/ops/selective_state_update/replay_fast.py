@@ -2055,8 +2055,13 @@ def fast_launch(
     gram_launch = flush_launch = None
     if _gram_first(call):
         weights = WEIGHTS and not tiles
-        # (the flush programs of ROLE 4 and 6 take their requests' whole steps, appends and all)
-        leave = weights and call.tokens == 1 and (_flush_programs(call) or _side_flush(call))
+        # (the flush programs of ROLE 4 and 6, and at T >= 2 of ROLE 7, take their requests'
+        # whole steps, appends and all)
+        leave = weights and (
+            _flush_programs(call) or _side_flush(call)
+            if call.tokens == 1
+            else _flush_beside(call, rows_path)
+        )
         gram_launch, gram = _gram_launch(
             call, flags, cursor_by_request, chain_pdl, weights, host_flush, leave
         )
@@ -2136,6 +2141,7 @@ def fast_launch(
         beside_flags = {  # draft by draft, or beside the tiles' main kernel tiles in passes (_tiles_cols' FIRST)
             **flags,
             "ROLE": 7,
+            "WEIGHTS": False,  # (the Grams' kernel's weights are the main kernel's: a flush program weighs its own)
             "B16": call.B_cache.dtype == torch.bfloat16,
             "TILES": bcols > 0,
             "CHUNK": 0 if bcols else rows_chunk,
@@ -2450,13 +2456,13 @@ BESIDE_FLUSH_TILES = True
 def _flush_beside(call: ReplayCall, rows_path: bool) -> bool:
     """Whether the draft-by-draft verify step's flushing requests take their whole steps in
     flush programs beside the main kernel (VERIFY_FLUSH_BESIDE; the tiles' step too with
-    BESIDE_TILES; not in replay_flush, where every request flushes, nor with WEIGHTS, whose
-    weights the flush programs would not read)."""
+    BESIDE_TILES; not in replay_flush, where every request flushes). With WEIGHTS the Grams'
+    kernel's weights are the main kernel's alone: the flush programs weigh their own, and the
+    Grams' kernel leaves their requests' appends to them."""
     return (
         VERIFY_FLUSH_BESIDE
         and (rows_path or (BESIDE_TILES and call.tokens > 1))
         and not call.flush
-        and not WEIGHTS
         and call.tokens >= BESIDE_FROM_TOKENS
         and call.requests >= (BESIDE_MIN_REQUESTS if rows_path else BESIDE_TILES_MIN_REQUESTS)
     )
@@ -2685,7 +2691,13 @@ GRAM_VERIFY = True
 # instructions and 128 registers to about 1100 and 118, decode's from 952 to 744 (but 80 to 96
 # registers). Timed on an H100 (run 156, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-weights/):
 # no gain in decode, 1-8% slower in the verify step, so off; not yet timed on the H200, where
-# the verify step's main kernel is bound by its instructions.
+# the verify step's main kernel is bound by its instructions. Run 156 predates the verify step's
+# flush programs beside the main kernel (_flush_beside), which WEIGHTS then turned off (the
+# split's flush kernel instead); since session 42 it keeps them: the Grams' kernel leaves the
+# flushing requests' appends to them (LEAVE_FLUSHING) and they weigh their own. Offline (sm_90,
+# headline, the chained kernels) the T = 4 main kernel beside them falls from 1432 SASS
+# instructions to 1104 (127 and 128 registers), T = 2's from 984 to 712; the Grams' kernel, a
+# program a (request, group), grows from 272 to 912. Not yet timed in that form.
 WEIGHTS = False
 WEIGHTS_HEADS = 16
 
