@@ -2057,11 +2057,10 @@ def fast_launch(
         weights = WEIGHTS and not tiles
         # (the flush programs of ROLE 4 and 6, and at T >= 2 of ROLE 7, take their requests'
         # whole steps, appends and all)
-        leave = weights and (
-            _flush_programs(call) or _side_flush(call)
-            if call.tokens == 1
-            else _flush_beside(call, rows_path)
-        )
+        if call.tokens == 1:
+            leave = weights and (_flush_programs(call) or _side_flush(call))
+        else:
+            leave = weights and _flush_beside(call, rows_path)
         gram_launch, gram = _gram_launch(
             call, flags, cursor_by_request, chain_pdl, weights, host_flush, leave
         )
