@@ -157,8 +157,8 @@ def test_with_pools_and_state_of() -> None:
 @pytest.mark.parametrize("path", ["table", "replay-fast"])
 def test_step_replays_in_a_cuda_graph(path: str) -> None:
     """The step captured in a CUDA graph computes what it computes eagerly, from the same state
-    (and, replaying, rings and cursors, the cursors advanced on a stream of their own under
-    ADVANCE_BESIDE), with the slots moved between replays through the captured slot tensor."""
+    (and, replaying, rings and cursors), with the slots moved between replays through the
+    captured slot tensor."""
     dims = Mamba2Dims.from_preset(PRESETS["nemotron3-super"], tp=8)
     stack = Mamba2DecodeStack(dims, n_layers=2, slots=9, device="cuda", seed=5, path=path, window=3)
     for pool in stack.ssm_state:

@@ -845,9 +845,8 @@ def test_with_and_without_the_precomputed_weights(
         _, launch = replay_prepare(**kw, config=LaunchConfig(16, 1, True, True), exact=False)
         role = {"inline": 0, "programs": 4, "beside": 5, "split": 1}[route]
         assert (launch.kwargs["ROLE"], launch.kwargs["WEIGHTS"]) == (role, weights)  # the route under test
-        if (
-            route == "beside" and tokens > 1
-        ):  # the flush programs weigh their own, the Grams' kernel leaves them
+        # beside at T >= 2 the flush programs weigh their own, and the Grams' kernel leaves them
+        if route == "beside" and tokens > 1:
             assert (launch.beside.kwargs["ROLE"], launch.beside.kwargs["WEIGHTS"]) == (7, False)
             assert launch.before.kwargs.get("LEAVE_FLUSHING", False) == weights
         out = _run(kw, LaunchConfig(16, 1, True, True), exact=False)
