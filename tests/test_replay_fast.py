@@ -172,6 +172,8 @@ CASES = [
     (Replay(tokens=8, window=8, nheads=2, ngroups=1, batch=2), "steady"),
     (Replay(tokens=3, window=5, headdim=6, dstate=12, ngroups=1, has_z=False), "steady"),  # masks
     (Replay(tokens=2, window=6, headdim=12, dstate=24, nheads=4, ngroups=2), "steady"),  # odd P, N
+    (Replay(tokens=4, window=28, nheads=2, ngroups=1), "steady"),  # past 16: a ring of 32 rows (RP)
+    (Replay(tokens=1, window=31, nheads=2, ngroups=1), "flush"),
 ]
 
 
@@ -181,8 +183,8 @@ def _id(case: Replay, cached: str, wrap: bool) -> str:
     return "-".join(parts + ["pad"] * bool(case.pad_rows) + ["noz"] * (not case.has_z) + ["wrap"] * wrap)
 
 
-PARAMS = [(c, n, False) for c, n in CASES] + [(CASES[0][0], "steady", True), (CASES[5][0], "flush", True),
-                                               (CASES[4][0], "keep", True)]  # fmt: skip
+WRAPPED = [(CASES[0][0], "steady"), (CASES[5][0], "flush"), (CASES[4][0], "keep"), (CASES[10][0], "flush")]
+PARAMS = [(c, n, False) for c, n in CASES] + [(c, n, True) for c, n in WRAPPED]
 
 
 @pytest.mark.parametrize(("case", "cached", "wrap"), [pytest.param(*p, id=_id(*p)) for p in PARAMS])
@@ -213,6 +215,50 @@ def test_one_call_against_float64(case: Replay, cached: str, wrap: bool) -> None
         assert bool(written[s]) == (s in used and bool(flushed[s])), f"slot {s}: written iff flushed"
     _run(_kwargs(twin, drafts), _config(case), exact=True)
     assert_same_writes(pool, twin, _config(case))
+
+
+@pytest.mark.parametrize(
+    ("tokens", "window", "path"),
+    [(1, 31, "decode"), (4, 28, "draft-by-draft"), (8, 24, "tiles")],
+    ids=["T1-W31-decode", "T4-W28-draft-by-draft", "T8-W24-tiles"],
+)
+def test_windows_past_16_on_the_large_batch_paths(
+    tokens: int, window: int, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ring of 32 rows (RP 32, a window past 16) on the launches a large batch takes, forced
+    at 4 requests: the Grams' kernel before the main kernel; at T = 1 the main grid's flush
+    programs and the flushes beside; at T >= 2 the flush programs beside, draft by draft or
+    beside the tiles' passes over columns. Out and the flushed states within the bars of
+    float64, the rings the reference's, the exact route's writes (assert_same_writes)."""
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
+    if path == "decode":
+        monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
+    else:
+        tiles = path == "tiles"
+        monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
+        monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
+        monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
+        monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
+    case = Replay(tokens=tokens, window=window, nheads=2, ngroups=1, headdim=16, batch=4, pad_rows=(2,))
+    pool, drafts = make_pool(case), make_drafts(case, 5)
+    _set_cursors(pool, case, "steady", 5, wrap=True)
+    pool["num_cached"][pool["state_batch_indices"][[0, 3]]] = case.window  # these two flush
+    kw = _kwargs(pool, drafts)
+    twin = _twin(pool)
+    _, launch = replay_prepare(**kw, config=_config(case), exact=False)
+    assert launch.before is not None and launch.beside is not None, "the large batch's launches"
+    want = selective_state_replay_reference(**kw)
+    out = _run(kw, _config(case), exact=False)
+    live = torch.tensor([r not in case.pad_rows for r in range(case.batch)], device=DEVICE)
+    assert_out_accurate(out[live], want[0][live])
+    assert_state_accurate(pool["state"], want[1])
+    for name, got in zip(("x_cache", "B_cache"), want[2:4], strict=True):
+        assert torch.equal(bits(pool[name]), bits(got.to(DEVICE))), name
+    _run(_kwargs(twin, drafts), _config(case), exact=True)
+    assert_same_writes(pool, twin, _config(case), dual=_dual_flushes(kw, _config(case)))
 
 
 @pytest.mark.parametrize("config", ["8,1", "16,2"])
@@ -1149,8 +1195,12 @@ def test_verify_path_by_drafts_and_batch(tokens: int, batch: int, tiles: bool) -
 HEADLINE = Replay(batch=64, tokens=4, window=16, nheads=16, headdim=64, dstate=128, ngroups=1, pad_rows=(5,))
 
 
-def _headline(batch: int, tokens: int, seed: int = 0) -> tuple[dict, dict, Replay]:
-    case = replace(HEADLINE, batch=batch, tokens=tokens, window=15 if tokens == 1 else 16)
+def _headline(batch: int, tokens: int, seed: int = 0, window: int | None = None) -> tuple[dict, dict, Replay]:
+    """The headline pool and drafts, steady cursors; window: vLLM's ring of 16 at T = 1 and
+    the engines' 16 above, unless given."""
+    if window is None:
+        window = 15 if tokens == 1 else 16
+    case = replace(HEADLINE, batch=batch, tokens=tokens, window=window)
     pool, drafts = make_pool(case, seed), make_drafts(case, seed)
     _set_cursors(pool, case, "steady", seed)
     return pool, drafts, case
@@ -1210,6 +1260,30 @@ def test_gpu_flushes_beside_the_main_kernel(tokens: int, batch: int, monkeypatch
         selective_state_replay(**_kwargs(twin, drafts), exact=True)
         config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=tokens)
         assert_same_writes(pool, twin, config, dual=True)
+        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_gpu_window_past_16(tokens: int) -> None:
+    """A window of 32 at the headline (the ring's 32 rows, RP 32), batch 64, steady state: the
+    accuracy bars against float64, the exact route's rings and flushed states within the dual
+    form's bars, and the same bits run to run."""
+    results = []
+    for _ in range(2):
+        pool, drafts, _ = _headline(64, tokens, window=32)
+        twin = _twin(pool)
+        want = selective_state_replay_reference(**_kwargs(pool, drafts))
+        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
+        live = pool["state_batch_indices"] != PAD
+        assert_out_accurate(out[live], want[0][live])
+        assert_state_accurate(pool["state"], want[1])
+        selective_state_replay(**_kwargs(twin, drafts), exact=True)
+        config = lookup_config(64, 128, torch.float32, 64, DEVICE, mode="replay-fast", tokens=tokens)
+        assert_same_writes(pool, twin, config, dual=_dual_flushes(_kwargs(pool, drafts), config))
         results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
