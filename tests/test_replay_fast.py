@@ -1213,7 +1213,14 @@ def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
     """H16 P64 N128 G1, fp32 state, bf16 inputs, steady state: the accuracy bars at the
     device's table config (or the fast default), and the exact route's rings and flushed
     bits."""
-    pool, drafts, _ = _headline(batch, tokens)
+    _headline_step_checked(batch, tokens)
+
+
+def _headline_step_checked(batch: int, tokens: int, window: int | None = None) -> list[torch.Tensor]:
+    """One fast step at the headline (_headline's pool and drafts) held to the accuracy bars
+    against float64 and to the exact route's writes (assert_same_writes); returns the bits of
+    its out, state and rings."""
+    pool, drafts, _ = _headline(batch, tokens, window=window)
     twin = _twin(pool)
     want = selective_state_replay_reference(**_kwargs(pool, drafts))
     out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
@@ -1224,6 +1231,7 @@ def test_gpu_headline_against_float64(batch: int, tokens: int) -> None:
     selective_state_replay(**_kwargs(twin, drafts), exact=True)
     config = lookup_config(64, 128, torch.float32, batch, DEVICE, mode="replay-fast", tokens=tokens)
     assert_same_writes(pool, twin, config, dual=_dual_flushes(_kwargs(pool, drafts), config))
+    return [bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])]
 
 
 def _dual_flushes(kw: dict, config: LaunchConfig) -> bool:
@@ -1271,21 +1279,8 @@ def test_gpu_window_past_16(tokens: int) -> None:
     """A window of 32 at the headline (the ring's 32 rows, RP 32), batch 64, steady state: the
     accuracy bars against float64, the exact route's rings and flushed states within the dual
     form's bars, and the same bits run to run."""
-    results = []
-    for _ in range(2):
-        pool, drafts, _ = _headline(64, tokens, window=32)
-        twin = _twin(pool)
-        want = selective_state_replay_reference(**_kwargs(pool, drafts))
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        selective_state_replay(**_kwargs(pool, drafts), out=out, exact=False)
-        live = pool["state_batch_indices"] != PAD
-        assert_out_accurate(out[live], want[0][live])
-        assert_state_accurate(pool["state"], want[1])
-        selective_state_replay(**_kwargs(twin, drafts), exact=True)
-        config = lookup_config(64, 128, torch.float32, 64, DEVICE, mode="replay-fast", tokens=tokens)
-        assert_same_writes(pool, twin, config, dual=_dual_flushes(_kwargs(pool, drafts), config))
-        results.append([bits(t).clone() for t in (out, pool["state"], pool["x_cache"], pool["dt_cache"])])
-    for a, b in zip(*results, strict=True):
+    first, second = (_headline_step_checked(64, tokens, window=32) for _ in range(2))
+    for a, b in zip(first, second, strict=True):
         assert torch.equal(a, b)
 
 
