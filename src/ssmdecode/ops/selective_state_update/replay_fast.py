@@ -2689,11 +2689,13 @@ GRAM_VERIFY = True
 # benchmarks/compile_info.py) the draft-by-draft T = 4 main kernel falls from 1416 SASS
 # instructions and 128 registers to about 1100 and 118, decode's from 952 to 744 (but 80 to 96
 # registers). Timed on an H100 (run 156, benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-weights/):
-# no gain in decode, 1-8% slower in the verify step, so off; not yet timed on the H200, where
-# the verify step's main kernel is bound by its instructions. Run 156 predates the verify step's
-# flush programs beside the main kernel (_flush_beside), which WEIGHTS then turned off (the
-# split's flush kernel instead); since session 42 it keeps them: the Grams' kernel leaves the
-# flushing requests' appends to them (LEAVE_FLUSHING) and they weigh their own. Offline (sm_90,
+# no gain in decode, 1-8% slower in the verify step, so off; not yet timed on the H200, whose
+# stream is 1.4x faster for the same instructions (the T = 4 main kernel's issue floor, 46.6 us
+# at bs 512, against the step's floor of 83.2: docs/performance.md, after step 37; offline, not
+# a measured bound). Run 156 predates the verify step's flush programs beside the main kernel
+# (_flush_beside), which WEIGHTS then turned off (the split's flush kernel instead); since
+# session 42 it keeps them: the Grams' kernel leaves the flushing requests' appends to them
+# (LEAVE_FLUSHING) and they weigh their own. Offline (sm_90,
 # headline, the chained kernels) the T = 4 main kernel beside them falls from 1432 SASS
 # instructions to 1104 (127 and 128 registers), T = 2's from 984 to 712; the Grams' kernel, a
 # program a (request, group), grows from 272 to 912. Not yet timed in that form.
