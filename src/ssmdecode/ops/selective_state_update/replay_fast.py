@@ -2698,7 +2698,9 @@ GRAM_VERIFY = True
 # (LEAVE_FLUSHING) and they weigh their own. Offline (sm_90,
 # headline, the chained kernels) the T = 4 main kernel beside them falls from 1432 SASS
 # instructions to 1104 (127 and 128 registers), T = 2's from 984 to 712; the Grams' kernel, a
-# program a (request, group), grows from 272 to 912. Not yet timed in that form.
+# program a (request, group), grows from 272 to 912. Timed in that form on an H100 (run 303,
+# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-weights/run303_*): 1-3.5% slower at T = 2 and 4,
+# bs 64 to 512, as run 156's form was; still not timed on the H200.
 WEIGHTS = False
 WEIGHTS_HEADS = 16
 
