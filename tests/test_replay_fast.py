@@ -303,6 +303,52 @@ def test_shared_memory_that_caps_programs(shared: int, per_sm: int) -> None:
         shared_to_cap(shared, 0)
 
 
+def test_capped_launch_swaps_its_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launch.per_sm as a GPU launch takes it, with Triton's compiled kernel and CUDA's driver
+    stood in for (the CPU has neither): the kernel is launched with the capping size in its
+    packed metadata, its function allowed that size and the largest carveout first, and the
+    metadata put back after the launch, so the next uncapped launch of it keeps its own."""
+    from ssmdecode.ops.selective_state_update import launch as launch_module
+
+    class Compiled:
+        metadata = SimpleNamespace(shared=20480, num_warps=4)
+        packed_metadata = (4, 1, 20480)
+        function = 1234
+
+        def _init_handles(self) -> None:
+            pass
+
+    compiled, launched, attributes = Compiled(), [], []
+
+    class Kernel:
+        def warmup(self, *args: object, grid: tuple, **kwargs: object) -> Compiled:
+            return compiled
+
+        def __getitem__(self, grid: tuple):
+            return lambda *args, **kwargs: launched.append(compiled.packed_metadata)
+
+    class Driver:
+        def cuFuncSetAttribute(self, function, attribute, value) -> int:
+            attributes.append((function.value, attribute, value.value))
+            return 0
+
+    monkeypatch.setattr(launch_module, "interpreted", lambda: False)
+    monkeypatch.setattr(launch_module, "_libcuda", lambda: Driver())
+    monkeypatch.setattr(launch_module, "device_shared_memory", lambda ordinal: (233472, 232448))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    Launch(Kernel(), (1, 16, 64), (), {}, per_sm=2)._run_chain()
+    ask = shared_to_cap(233472, 2)
+    assert launched == [(4, 1, ask)]
+    assert attributes == [(1234, 8, ask), (1234, 9, 100)]
+    assert compiled.packed_metadata == (4, 1, 20480)
+    Launch(Kernel(), (1, 16, 64), (), {})._run_chain()
+    assert launched[-1] == (4, 1, 20480)
+    compiled.metadata = SimpleNamespace(shared=ask + 4096, num_warps=4)  # a kernel that uses more: its own
+    compiled.packed_metadata = (4, 1, ask + 4096)
+    Launch(Kernel(), (1, 16, 64), (), {}, per_sm=2)._run_chain()
+    assert launched[-1] == (4, 1, ask + 4096)
+
+
 @pytest.mark.parametrize("config", ["8,1", "16,2"])
 def test_draft_by_draft_at_fewer_rows_a_warp(config: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The draft-by-draft verify step at configs that hold less of the state tile a thread than
