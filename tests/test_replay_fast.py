@@ -230,18 +230,12 @@ def test_windows_past_16_on_the_large_batch_paths(
     programs and the flushes beside; at T >= 2 the flush programs beside, draft by draft or
     beside the tiles' passes over columns. Out and the flushed states within the bars of
     float64, the rings the reference's, the exact route's writes (assert_same_writes)."""
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
     if path == "decode":
+        monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
         monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1)
         monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
     else:
-        tiles = path == "tiles"
-        monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
-        monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
-        monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
-        monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
-        monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-        monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
+        _verify_beside_from_one_request(monkeypatch, tiles=path == "tiles")
     case = Replay(tokens=tokens, window=window, nheads=2, ngroups=1, headdim=16, batch=4, pad_rows=(2,))
     pool, drafts = make_pool(case), make_drafts(case, 5)
     _set_cursors(pool, case, "steady", 5, wrap=True)
@@ -261,17 +255,25 @@ def test_windows_past_16_on_the_large_batch_paths(
     assert_same_writes(pool, twin, _config(case), dual=_dual_flushes(kw, _config(case)))
 
 
+def _verify_beside_from_one_request(monkeypatch: pytest.MonkeyPatch, tiles: bool) -> None:
+    """The large batch's verify launches forced from one request on: the Grams' kernel before
+    the main kernel and the flush programs beside it, draft by draft or (tiles) beside the
+    tiles' passes over columns."""
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
+    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
+    monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
+    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
+
+
 @pytest.mark.parametrize("tiles", [False, True], ids=["drafts", "tiles"])
 def test_flush_programs_capped_a_multiprocessor_launch(tiles: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """replay_fast.BESIDE_PER_SM reaches the flush programs beside (Launch.per_sm) and nothing
     else; the step's writes are those of the uncapped step (the interpreter has no
     multiprocessors and ignores the cap: the GPU test holds the cap and the bits on the card)."""
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
-    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
-    monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
+    _verify_beside_from_one_request(monkeypatch, tiles)
     case = Replay(tokens=4, window=12, nheads=2, ngroups=1, headdim=16, batch=3, pad_rows=(1,))
     pool, drafts = make_pool(case), make_drafts(case, 4)
     _set_cursors(pool, case, "steady", 4)
@@ -1496,12 +1498,9 @@ def _resident_a_multiprocessor(launch: Launch) -> int:
     dynamic shared memory its capped launch asks for (cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
     import ctypes
 
-    from ssmdecode.ops.selective_state_update.launch import _libcuda, device_shared_memory
+    from ssmdecode.ops.selective_state_update.launch import _libcuda, capped_kernel
 
-    compiled = launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
-    compiled._init_handles()
-    per_multiprocessor, _ = device_shared_memory(torch.cuda.current_device())
-    ask = max(compiled.metadata.shared, shared_to_cap(per_multiprocessor, launch.per_sm))
+    compiled, ask = capped_kernel(launch, launch.per_sm)
     blocks = ctypes.c_int(0)
     threads = 32 * compiled.metadata.num_warps
     status = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(

@@ -22,6 +22,7 @@ __all__ = [
     "HEURISTICS",
     "Launch",
     "Variant",
+    "capped_kernel",
     "check_ordered_sum",
     "device_shared_memory",
     "given",
@@ -113,25 +114,14 @@ def shared_to_cap(shared_a_multiprocessor: int, per_sm: int) -> int:
 @contextlib.contextmanager
 def _programs_per_sm(launch: Launch, per_sm: int) -> Iterator[None]:
     """While it is open, launch's compiled kernel asks for the dynamic shared memory that caps
-    it at per_sm programs a multiprocessor (shared_to_cap; never less than it uses). The
-    kernel's code and so its bits are unchanged: only the launch's shared-memory size is.
+    it at per_sm programs a multiprocessor (capped_kernel). The kernel's code and so its bits
+    are unchanged: only the launch's shared-memory size is.
 
     Triton launches a compiled kernel with the shared memory its packed metadata names; the
-    kernel is compiled (or found in Triton's cache) without launching (warmup), its function
-    loaded and allowed the larger size and the largest shared-memory carveout (CUDA's function
-    attributes), and the size swapped in for this launch and back after it, so that other
-    launches of the same compiled kernel keep theirs."""
-    compiled = launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
-    if hasattr(compiled, "result"):  # (Triton's asynchronous compile mode)
-        compiled = compiled.result()
-    compiled._init_handles()
-    per_multiprocessor, per_program = device_shared_memory(torch.cuda.current_device())
-    ask = max(compiled.metadata.shared, shared_to_cap(per_multiprocessor, per_sm))
-    if ask > per_program:
-        raise ValueError(
-            f"per_sm={per_sm} needs {ask} bytes of shared memory a program, more than one program "
-            f"may have here ({per_program})"
-        )
+    kernel's function is allowed the larger size and the largest shared-memory carveout (CUDA's
+    function attributes), and the size swapped in for this launch and back after it, so that
+    other launches of the same compiled kernel keep theirs."""
+    compiled, ask = capped_kernel(launch, per_sm)
     packed = compiled.packed_metadata
     if len(packed) != 3 or packed[2] != compiled.metadata.shared:
         raise RuntimeError(
@@ -144,6 +134,24 @@ def _programs_per_sm(launch: Launch, per_sm: int) -> Iterator[None]:
         yield
     finally:
         compiled.packed_metadata = packed
+
+
+def capped_kernel(launch: Launch, per_sm: int) -> tuple[Any, int]:
+    """launch's compiled kernel (compiled, or found in Triton's cache, without launching; its
+    function loaded) and the dynamic shared memory that caps it at per_sm programs a
+    multiprocessor of the current device (shared_to_cap; never less than it uses)."""
+    compiled = launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
+    if hasattr(compiled, "result"):  # (Triton's asynchronous compile mode)
+        compiled = compiled.result()
+    compiled._init_handles()
+    per_multiprocessor, per_program = device_shared_memory(torch.cuda.current_device())
+    ask = max(compiled.metadata.shared, shared_to_cap(per_multiprocessor, per_sm))
+    if ask > per_program:
+        raise ValueError(
+            f"per_sm={per_sm} needs {ask} bytes of shared memory a program, more than one program "
+            f"may have here ({per_program})"
+        )
+    return compiled, ask
 
 
 def _cuda_function_attributes(function: int, shared: int) -> None:
