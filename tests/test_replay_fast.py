@@ -25,7 +25,7 @@ from ssmdecode.ops.selective_state_update import (
     selective_state_replay,
     selective_state_replay_reference,
 )
-from ssmdecode.ops.selective_state_update.launch import Launch, shared_to_cap
+from ssmdecode.ops.selective_state_update.launch import Launch
 from ssmdecode.ops.selective_state_update.replay import prepare as replay_prepare
 from test_replay import PAD, Replay, make_drafts, make_pool
 
@@ -230,12 +230,18 @@ def test_windows_past_16_on_the_large_batch_paths(
     programs and the flushes beside; at T >= 2 the flush programs beside, draft by draft or
     beside the tiles' passes over columns. Out and the flushed states within the bars of
     float64, the rings the reference's, the exact route's writes (assert_same_writes)."""
+    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
     if path == "decode":
-        monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
         monkeypatch.setattr(replay_fast, "FLUSH_PROGRAMS_MIN_REQUESTS", 1)
         monkeypatch.setattr(replay_fast, "SIDE_DECODE_MIN_REQUESTS", 1)
     else:
-        _verify_beside_from_one_request(monkeypatch, tiles=path == "tiles")
+        tiles = path == "tiles"
+        monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
+        monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
+        monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
+        monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
+        monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
     case = Replay(tokens=tokens, window=window, nheads=2, ngroups=1, headdim=16, batch=4, pad_rows=(2,))
     pool, drafts = make_pool(case), make_drafts(case, 5)
     _set_cursors(pool, case, "steady", 5, wrap=True)
@@ -253,102 +259,6 @@ def test_windows_past_16_on_the_large_batch_paths(
         assert torch.equal(bits(pool[name]), bits(got.to(DEVICE))), name
     _run(_kwargs(twin, drafts), _config(case), exact=True)
     assert_same_writes(pool, twin, _config(case), dual=_dual_flushes(kw, _config(case)))
-
-
-def _verify_beside_from_one_request(monkeypatch: pytest.MonkeyPatch, tiles: bool) -> None:
-    """The large batch's verify launches forced from one request on: the Grams' kernel before
-    the main kernel and the flush programs beside it, draft by draft or (tiles) beside the
-    tiles' passes over columns."""
-    monkeypatch.setattr(replay_fast, "GRAM_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "TILES_FROM_TOKENS", 2 if tiles else 10**9)
-    monkeypatch.setattr(replay_fast, "TILES_MAX_REQUESTS", 10**9 if tiles else 0)
-    monkeypatch.setattr(replay_fast, "TILES_COLS_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "BESIDE_TILES", tiles)
-    monkeypatch.setattr(replay_fast, "BESIDE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(replay_fast, "BESIDE_TILES_MIN_REQUESTS", 1)
-
-
-@pytest.mark.parametrize("tiles", [False, True], ids=["drafts", "tiles"])
-def test_flush_programs_capped_a_multiprocessor_launch(tiles: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """replay_fast.BESIDE_PER_SM reaches the flush programs beside (Launch.per_sm) and nothing
-    else; the step's writes are those of the uncapped step (the interpreter has no
-    multiprocessors and ignores the cap: the GPU test holds the cap and the bits on the card)."""
-    _verify_beside_from_one_request(monkeypatch, tiles)
-    case = Replay(tokens=4, window=12, nheads=2, ngroups=1, headdim=16, batch=3, pad_rows=(1,))
-    pool, drafts = make_pool(case), make_drafts(case, 4)
-    _set_cursors(pool, case, "steady", 4)
-    pool["num_cached"][pool["state_batch_indices"][0]] = case.window  # this one flushes
-    written = []
-    for per_sm in (0, 3):
-        monkeypatch.setattr(replay_fast, "BESIDE_PER_SM", per_sm)
-        state = _twin(pool)
-        _, launch = replay_prepare(**_kwargs(state, drafts), config=_config(case), exact=False)
-        assert launch.beside is not None and launch.beside.per_sm == per_sm
-        assert launch.per_sm == 0 and launch.before is not None and launch.before.per_sm == 0
-        out = _run(_kwargs(state, drafts), _config(case), exact=False)
-        written.append([bits(t) for t in (out, *(state[k] for k in WRITTEN))])
-    for name, a, b in zip(("out", *WRITTEN), *written, strict=True):
-        assert torch.equal(a, b), name
-
-
-@pytest.mark.parametrize("shared", [233472, 167936, 102400], ids=["sm90", "sm80", "sm86"])
-@pytest.mark.parametrize("per_sm", [1, 2, 3, 4])
-def test_shared_memory_that_caps_programs(shared: int, per_sm: int) -> None:
-    """launch.shared_to_cap: per_sm programs fit a multiprocessor of that much shared memory
-    (each with the 1 KB the driver reserves), per_sm + 1 do not, and the ask is the least such
-    in steps of 256 bytes; a cap below 1 is refused."""
-    ask = shared_to_cap(shared, per_sm)
-    assert ask % 256 == 0
-    assert per_sm * (ask + 1024) <= shared < (per_sm + 1) * (ask + 1024)
-    assert (per_sm + 1) * (ask - 256 + 1024) <= shared, "not the least"
-    with pytest.raises(ValueError, match="per_sm"):
-        shared_to_cap(shared, 0)
-
-
-def test_capped_launch_swaps_its_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Launch.per_sm as a GPU launch takes it, with Triton's compiled kernel and CUDA's driver
-    stood in for (the CPU has neither): the kernel is launched with the capping size in its
-    packed metadata, its function allowed that size and the largest carveout first, and the
-    metadata put back after the launch, so the next uncapped launch of it keeps its own."""
-    from ssmdecode.ops.selective_state_update import launch as launch_module
-
-    class Compiled:
-        metadata = SimpleNamespace(shared=20480, num_warps=4)
-        packed_metadata = (4, 1, 20480)
-        function = 1234
-
-        def _init_handles(self) -> None:
-            pass
-
-    compiled, launched, attributes = Compiled(), [], []
-
-    class Kernel:
-        def warmup(self, *args: object, grid: tuple, **kwargs: object) -> Compiled:
-            return compiled
-
-        def __getitem__(self, grid: tuple):
-            return lambda *args, **kwargs: launched.append(compiled.packed_metadata)
-
-    class Driver:
-        def cuFuncSetAttribute(self, function, attribute, value) -> int:
-            attributes.append((function.value, attribute, value.value))
-            return 0
-
-    monkeypatch.setattr(launch_module, "interpreted", lambda: False)
-    monkeypatch.setattr(launch_module, "_libcuda", lambda: Driver())
-    monkeypatch.setattr(launch_module, "device_shared_memory", lambda ordinal: (233472, 232448))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    Launch(Kernel(), (1, 16, 64), (), {}, per_sm=2)._run_chain()
-    ask = shared_to_cap(233472, 2)
-    assert launched == [(4, 1, ask)]
-    assert attributes == [(1234, 8, ask), (1234, 9, 100)]
-    assert compiled.packed_metadata == (4, 1, 20480)
-    Launch(Kernel(), (1, 16, 64), (), {})._run_chain()
-    assert launched[-1] == (4, 1, 20480)
-    compiled.metadata = SimpleNamespace(shared=ask + 4096, num_warps=4)  # a kernel that uses more: its own
-    compiled.packed_metadata = (4, 1, ask + 4096)
-    Launch(Kernel(), (1, 16, 64), (), {}, per_sm=2)._run_chain()
-    assert launched[-1] == (4, 1, ask + 4096)
 
 
 @pytest.mark.parametrize("config", ["8,1", "16,2"])
@@ -1456,58 +1366,6 @@ def test_gpu_precomputed_weights(
         assert torch.equal(b, c), f"{name}: run to run"
         if name != "out":
             assert torch.equal(a, b), f"{name}: with and without the precomputed weights"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [4, 8])
-def test_gpu_flush_programs_capped_a_multiprocessor(tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The verify step's flush programs beside capped at 2 a multiprocessor
-    (replay_fast.BESIDE_PER_SM): the cap holds (CUDA's occupancy of the launched size), and out,
-    the state pool and the rings are the bits of the uncapped step, eager and replayed from a
-    CUDA graph. At bs 64 the flush programs run beside the main kernel at T = 4 (draft by draft)
-    and at T = 8 (the tiles' passes)."""
-    pool, drafts, _ = _headline(64, tokens)
-    results = []
-    for per_sm in (0, 2):
-        monkeypatch.setattr(replay_fast, "BESIDE_PER_SM", per_sm)
-        state = _twin(pool)
-        _, launch = replay_prepare(**_kwargs(state, drafts), exact=False)
-        assert launch.beside is not None and launch.beside.per_sm == per_sm
-        out = torch.full(drafts["x"].shape, float("nan"), dtype=torch.bfloat16, device=DEVICE)
-        selective_state_replay(**_kwargs(state, drafts), out=out, exact=False)
-        torch.cuda.synchronize()
-        results.append([bits(t).clone() for t in (out, *(state[k] for k in WRITTEN))])
-        if per_sm:
-            assert _resident_a_multiprocessor(launch.beside) == per_sm
-            graphed = _twin(pool)
-            out_g = torch.full_like(out, float("nan"))
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):  # (captured, not run)
-                selective_state_replay(**_kwargs(graphed, drafts), out=out_g, exact=False)
-            graph.replay()
-            torch.cuda.synchronize()
-            results.append([bits(t).clone() for t in (out_g, *(graphed[k] for k in WRITTEN))])
-    uncapped, capped, replayed = results
-    for name, a, b, c in zip(("out", *WRITTEN), uncapped, capped, replayed, strict=True):
-        assert torch.equal(a, b), f"{name}: capped against uncapped"
-        assert torch.equal(a, c), f"{name}: capped, replayed from a CUDA graph, against uncapped"
-
-
-def _resident_a_multiprocessor(launch: Launch) -> int:
-    """How many programs of launch's compiled kernel CUDA places on a multiprocessor at the
-    dynamic shared memory its capped launch asks for (cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
-    import ctypes
-
-    from ssmdecode.ops.selective_state_update.launch import _libcuda, capped_kernel
-
-    compiled, ask = capped_kernel(launch, launch.per_sm)
-    blocks = ctypes.c_int(0)
-    threads = 32 * compiled.metadata.num_warps
-    status = _libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        ctypes.byref(blocks), ctypes.c_void_p(compiled.function), ctypes.c_int(threads), ctypes.c_size_t(ask)
-    )
-    assert status == 0, f"cuOccupancyMaxActiveBlocksPerMultiprocessor: CUresult {status}"
-    return blocks.value
 
 
 @pytest.mark.gpu

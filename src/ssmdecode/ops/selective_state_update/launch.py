@@ -4,10 +4,7 @@ sum."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -22,13 +19,10 @@ __all__ = [
     "HEURISTICS",
     "Launch",
     "Variant",
-    "capped_kernel",
     "check_ordered_sum",
-    "device_shared_memory",
     "given",
     "named_strides",
     "run_on",
-    "shared_to_cap",
     "strides",
     "tile_launch",
     "update_arguments",
@@ -51,10 +45,7 @@ class Launch(NamedTuple):
     kernel whose output it reads, e.g. the fast replay route's Grams) and before the launch
     after (a kernel that writes what it read, e.g. the fast route's flush kernel), where there
     are such; beside, a launch that touches nothing the others do, on a stream of its own from
-    the call's start to its end (on the CPU, under the interpreter, before the others).
-    per_sm: at most this many of the kernel's programs resident on a multiprocessor at once, by
-    the dynamic shared memory each asks for (0: as many as its registers allow; on a GPU only:
-    the interpreter has no multiprocessors)."""
+    the call's start to its end (on the CPU, under the interpreter, before the others)."""
 
     kernel: Any
     grid: tuple[int, ...]
@@ -63,7 +54,6 @@ class Launch(NamedTuple):
     before: Launch | None = None
     after: Launch | None = None
     beside: Launch | None = None
-    per_sm: int = 0
 
     def run(self) -> None:
         if self.beside is None:
@@ -83,120 +73,9 @@ class Launch(NamedTuple):
     def _run_chain(self) -> None:
         if self.before is not None:
             self.before.run()
-        if self.per_sm and not interpreted():
-            with _programs_per_sm(self, self.per_sm):
-                self.kernel[self.grid](*self.args, **self.kwargs)
-        else:
-            self.kernel[self.grid](*self.args, **self.kwargs)
+        self.kernel[self.grid](*self.args, **self.kwargs)
         if self.after is not None:
             self.after.run()
-
-
-# CUDA's function attributes (cuda.h's CUfunction_attribute) that _programs_per_sm sets.
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
-# The shared memory the driver reserves for each resident program (CUDA's
-# cudaDevAttrReservedSharedMemoryPerBlock: 1 KB from sm_80 on).
-_RESERVED_SHARED_A_PROGRAM = 1024
-
-
-def shared_to_cap(shared_a_multiprocessor: int, per_sm: int) -> int:
-    """The least dynamic shared memory (in steps of 256 bytes) a program asks for so that no
-    more than per_sm programs of it fit a multiprocessor of shared_a_multiprocessor bytes:
-    (per_sm + 1) * (ask + reserved) exceeds it, and the rest of the multiprocessor's shared
-    memory stays for the programs of the kernels beside."""
-    if per_sm < 1:
-        raise ValueError(f"per_sm must be at least 1, got {per_sm}")
-    least = shared_a_multiprocessor // (per_sm + 1) - _RESERVED_SHARED_A_PROGRAM + 1
-    return triton.cdiv(least, 256) * 256
-
-
-@contextlib.contextmanager
-def _programs_per_sm(launch: Launch, per_sm: int) -> Iterator[None]:
-    """While it is open, launch's compiled kernel asks for the dynamic shared memory that caps
-    it at per_sm programs a multiprocessor (capped_kernel). The kernel's code and so its bits
-    are unchanged: only the launch's shared-memory size is.
-
-    Triton launches a compiled kernel with the shared memory its packed metadata names; the
-    kernel's function is allowed the larger size and the largest shared-memory carveout (CUDA's
-    function attributes), and the size swapped in for this launch and back after it, so that
-    other launches of the same compiled kernel keep theirs."""
-    compiled, ask = capped_kernel(launch, per_sm)
-    packed = compiled.packed_metadata
-    if len(packed) != 3 or packed[2] != compiled.metadata.shared:
-        raise RuntimeError(
-            "Triton's packed launch metadata is not (num_warps, num_ctas, shared) here: capping "
-            f"programs a multiprocessor (per_sm) needs it, got {packed!r}"
-        )
-    _cuda_function_attributes(compiled.function, ask)
-    compiled.packed_metadata = (*packed[:2], ask)
-    try:
-        yield
-    finally:
-        compiled.packed_metadata = packed
-
-
-def capped_kernel(launch: Launch, per_sm: int) -> tuple[Any, int]:
-    """launch's compiled kernel (compiled, or found in Triton's cache, without launching; its
-    function loaded) and the dynamic shared memory that caps it at per_sm programs a
-    multiprocessor of the current device (shared_to_cap; never less than it uses)."""
-    compiled = launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
-    if hasattr(compiled, "result"):  # (Triton's asynchronous compile mode)
-        compiled = compiled.result()
-    compiled._init_handles()
-    per_multiprocessor, per_program = device_shared_memory(torch.cuda.current_device())
-    ask = max(compiled.metadata.shared, shared_to_cap(per_multiprocessor, per_sm))
-    if ask > per_program:
-        raise ValueError(
-            f"per_sm={per_sm} needs {ask} bytes of shared memory a program, more than one program "
-            f"may have here ({per_program})"
-        )
-    return compiled, ask
-
-
-def _cuda_function_attributes(function: int, shared: int) -> None:
-    """Allow function (a CUfunction) dynamic shared memory of shared bytes, and prefer the
-    largest shared-memory carveout (so that the cap, not the carveout, decides residency)."""
-    cuda = _libcuda()
-    for attribute, value in (
-        (_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
-        (_CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
-    ):
-        status = cuda.cuFuncSetAttribute(ctypes.c_void_p(function), attribute, ctypes.c_int(value))
-        if status != 0:
-            raise RuntimeError(f"cuFuncSetAttribute({attribute}, {value}) failed with CUresult {status}")
-
-
-# CUDA's device attributes (cuda.h's CUdevice_attribute) that device_shared_memory reads.
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
-
-
-@functools.cache
-def device_shared_memory(ordinal: int) -> tuple[int, int]:
-    """(a multiprocessor's shared memory, the most one program may opt in to) of CUDA device
-    ordinal, in bytes, from the driver."""
-    cuda = _libcuda()
-    device = ctypes.c_int(0)
-    status = cuda.cuDeviceGet(ctypes.byref(device), ctypes.c_int(ordinal))
-    if status != 0:
-        raise RuntimeError(f"cuDeviceGet({ordinal}) failed with CUresult {status}")
-    values = []
-    for attribute in (
-        _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-        _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-    ):
-        value = ctypes.c_int(0)
-        status = cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, device)
-        if status != 0:
-            raise RuntimeError(f"cuDeviceGetAttribute({attribute}) failed with CUresult {status}")
-        values.append(value.value)
-    return values[0], values[1]
-
-
-@functools.cache
-def _libcuda() -> ctypes.CDLL:
-    return ctypes.CDLL("libcuda.so.1")
 
 
 # The side stream's priority (torch's: lower is higher, -1 the highest it gives every

@@ -2151,7 +2151,7 @@ def fast_launch(
         beside_args = {**arguments, "p_gram": None, "stride_gram_b": 0, "stride_gram_g": 0}
         beside = bcall.launch(
             _selective_state_replay_fast_kernel if bcols else _ring_lanes_kernel, beside_args, beside_flags
-        )._replace(per_sm=BESIDE_PER_SM)
+        )
         if rows_path and call.config.max_registers is None:
             call = dataclasses.replace(
                 call, config=dataclasses.replace(call.config, max_registers=BESIDE_MAIN_REGISTERS)
@@ -2285,23 +2285,6 @@ BESIDE_MIN_REQUESTS = 16
 BESIDE_TILES_MIN_REQUESTS = 64
 BESIDE_MAIN_REGISTERS = 128
 BESIDE_CONFIG: LaunchConfig | None = None  # None: beside_config's rule
-
-
-# BESIDE_PER_SM (prepared, off): at most this many flush programs beside (ROLE 7) resident on a
-# multiprocessor at once, by the dynamic shared memory each asks for (Launch.per_sm; 0: as many
-# as their registers allow). At the headline a (64,4) flush program holds 128 registers x 128
-# threads, a quarter of a multiprocessor's, and their kernel runs on a stream of higher priority:
-# four of them fill a multiprocessor, so the main kernel's programs get in only where the flush
-# grid has no program left to place. On an H100 (runs 222-223 and 303,
-# benchmarks/results/NVIDIA_H100_80GB_HBM3/fast-step-parts/) the steady step at bs 512 is the sum
-# of its parts: T = 4 133.4 us against 77.7 for the Grams and main kernel and 54.7 for the flush
-# programs alone, T = 8 175.1 against 63.3 + 111.7. Capped at 2 or 3, the main kernel's programs
-# (at T = 2 to 4, 1 warp, 128 registers, 256 bytes of shared memory; offline, sm_90, bs 512)
-# share each multiprocessor with the flushes from the start. Prediction: where both parts move
-# the state at once the step nears their stream, the flushing share of the read and write plus
-# the rest's read (about 115 us at T = 4 bs 512 on that H100), unless the main kernel's halved
-# occupancy costs more. Not yet timed.
-BESIDE_PER_SM = 0
 
 
 # The decode step (T = 1) splits its flushes off from SPLIT_DECODE_MIN_REQUESTS requests on:
