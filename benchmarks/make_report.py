@@ -8,7 +8,8 @@ Writes three things, all from the JSON in the folder:
   first;
 - <folder>/summary.png: one figure of what ssmdecode gains over the baseline of each run, with
   what the ceiling of that run would gain beside it (the decode call, the verify calls of
-  speculative decoding at T = 4, and the model steps of both);
+  speculative decoding at T = 4, each with ReplaySSM's fast route against the engine's own
+  ReplaySSM kernel, and the model steps of both);
 - the part of README.md between the markers `<!-- results:begin -->` and
   `<!-- results:end -->`: a short table of the summary's gains, that figure and where each
   figure came from (the summary's full table and sentences are REPORT.md's).
