@@ -11,7 +11,7 @@ EXACT = "ssmdecode replay exact"
 INTERMEDIATE = "ssmdecode intermediate-state (sglang buffer, table)"
 
 
-def _us(rows: list[dict], route: str) -> float | None:
+def route_us(rows: list[dict], route: str) -> float | None:
     hit = [r["us"] for r in rows if r["route"] == route and r.get("us") is not None]
     return hit[0] if hit else None
 
@@ -20,7 +20,7 @@ def _cell(us: float | None) -> str:
     return "-" if us is None else f"{us:.2f}"
 
 
-def _best_anchor(rows: list[dict], family: str) -> float | None:
+def best_anchor(rows: list[dict], family: str) -> float | None:
     """The fastest of an engine's kernels (flashinfer's algorithms) at one point."""
     times = [r["us"] for r in rows if r["family"] == family and r.get("us") is not None]
     return min(times) if times else None
@@ -46,9 +46,9 @@ def replay_bench_section(folder: Path) -> str:
             rows = []
             for batch in sorted({r["batch"] for r in sub}):
                 at = [r for r in sub if r["batch"] == batch]
-                fast = _us(at, FAST)
+                fast = route_us(at, FAST)
                 floor = floors.get((law, tokens, batch))
-                vllm, fi = _best_anchor(at, "vllm"), _best_anchor(at, "flashinfer")
+                vllm, fi = best_anchor(at, "vllm"), best_anchor(at, "flashinfer")
                 acc = (
                     next((r["accuracy"] for r in at if r["route"] == FAST and r.get("accuracy")), None) or {}
                 )
@@ -59,8 +59,8 @@ def replay_bench_section(folder: Path) -> str:
                         _cell(floor),
                         _cell(fast),
                         "-" if floor is None or fast is None else f"{100 * floor / fast:.1f}%",
-                        _cell(_us(at, EXACT)),
-                        _cell(_us(at, INTERMEDIATE)),
+                        _cell(route_us(at, EXACT)),
+                        _cell(route_us(at, INTERMEDIATE)),
                         _cell(vllm),
                         _cell(fi),
                         _ratio(vllm, fast),

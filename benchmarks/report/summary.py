@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .common import ROOT, link, load, percent_range, provenance, run_note, table
+from .replay import FAST, best_anchor, route_us
 from .rounding import rounding_summary
 
 # The summary: what ssmdecode gains over the baseline of each run, beside what the ceiling of
@@ -20,14 +21,14 @@ SUMMARY_RUNS = {
     "e2e_spec": "e2e-spec/e2e.json",
     "bench_replay": "bench-replay/bench-replay.json",
 }
-# ReplaySSM's lines: the engine kernel each T is held against (bench-replay's row family; the
-# fastest of its algorithms at each batch), in the steady cursor law.
+# ReplaySSM's lines: the engine kernel each T is held against (bench-replay's row family, the
+# fastest of its algorithms at each batch; its name in the table and in the legend), in the
+# steady cursor law.
 REPLAY_ANCHORS = {
-    1: ("vllm", "vLLM's ReplaySSM output-only kernel"),
-    SUMMARY_TOKENS: ("flashinfer", "flashinfer's checkpointing_ssu"),
+    1: ("vllm", "vLLM's ReplaySSM output-only kernel", "vLLM's"),
+    SUMMARY_TOKENS: ("flashinfer", "flashinfer's checkpointing_ssu", "flashinfer's"),
 }
 REPLAY_LAW = "steady"
-REPLAY_FAST = "ssmdecode replay fast"
 
 
 @dataclass
@@ -152,29 +153,24 @@ def replay_gains(data: dict) -> list[Gain]:
     process) over the fast route, with replay's floor of the same run as the ceiling."""
     floors = {(f["tokens"], f["batch"]): f["floor_us"] for f in data["floors"] if f["law"] == REPLAY_LAW}
     gains = []
-    for tokens, (family, engine) in REPLAY_ANCHORS.items():
-        rows = [r for r in data["rows"] if r["law"] == REPLAY_LAW and r["tokens"] == tokens and r.get("us")]
-        fast = {r["batch"]: r["us"] for r in rows if r["route"] == REPLAY_FAST}
-        anchor: dict[int, float] = {}
-        for r in rows:
-            if r["family"] == family:
-                anchor[r["batch"]] = min(r["us"], anchor.get(r["batch"], r["us"]))
-        points = {
-            b: (anchor[b], us, floors[(tokens, b)], None)
-            for b, us in fast.items()
-            if b in anchor and (tokens, b) in floors
-        }
+    for tokens, (family, engine, short) in REPLAY_ANCHORS.items():
+        rows = [r for r in data["rows"] if r["law"] == REPLAY_LAW and r["tokens"] == tokens]
+        points = {}
+        for batch in sorted({r["batch"] for r in rows}):
+            at = [r for r in rows if r["batch"] == batch]
+            fast, anchor = route_us(at, FAST), best_anchor(at, family)
+            if fast is not None and anchor is not None and (tokens, batch) in floors:
+                points[batch] = (anchor, fast, floors[(tokens, batch)], None)
         if not points:
             continue
-        kind = "**Decode call**, T = 1" if tokens == 1 else f"**Verify call**, T = {tokens}"
-        short = "vLLM's" if family == "vllm" else "flashinfer's"
+        panel = 0 if tokens == 1 else 1
         gains.append(
             Gain(
-                f"{kind}, ReplaySSM: {engine} (bfloat16-level state errors) → the fast replay route "
-                "(float32-accurate); ceiling: replay's floor",
+                f"{README_PANELS[panel]}, ReplaySSM: {engine} (bfloat16-level state errors) → the "
+                "fast replay route (float32-accurate); ceiling: replay's floor",
                 f"ReplaySSM: fast route over {short}",
                 f"replay's floor over {short}",
-                0 if tokens == 1 else 1,
+                panel,
                 points,
             )
         )
